@@ -1,0 +1,473 @@
+//! The typed settings snapshot and how it is built from a TOML table.
+//!
+//! Static settings (listen address, database) are strict: a wrong value is an
+//! error that stops start-up. Dynamic settings go through [`super::resolve`]
+//! and always produce a usable value, with a warning when they fell back.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use secrecy::SecretString;
+use toml::{Table, Value};
+
+use super::resolve::{self, AccessMode, AccessWindow, ApproveImpl, FlowOrder, Resolved};
+use super::{Problem, Severity};
+
+/// One immutable snapshot of the whole configuration. Hot reload swaps in a
+/// new snapshot; readers never lock and never see a half-applied file.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Static: the HTTP listener.
+    pub server: ServerSettings,
+    /// Static: the database.
+    pub database: DatabaseSettings,
+    /// Logging; `level` is dynamic, `format` static.
+    pub log: LogSettings,
+    /// Dynamic: who may submit, and when.
+    pub access: AccessSettings,
+    /// Dynamic: requests per minute per bucket; `None` means no limit.
+    pub rate_limit: BTreeMap<String, Option<u32>>,
+    /// Dynamic: rule codes per route; `None` (or no entry) denies.
+    pub authz_rules: BTreeMap<String, Option<Vec<String>>>,
+    /// Dynamic: the order new requests follow.
+    pub flow_order: FlowOrder,
+    /// GitLab connection (static) and approve implementation (dynamic).
+    pub gitlab: GitLabSettings,
+    /// The approval system.
+    pub approval: ApprovalSettings,
+    /// Static: secret verifying deploy callbacks.
+    pub deploy_callback_secret: Option<SecretString>,
+    /// Dynamic: the batch merge queue.
+    pub batch: BatchSettings,
+    /// Dynamic: when on, outbound webhook deliveries are recorded as silent, not sent.
+    pub webhooks_silent: bool,
+}
+
+/// `[server]`
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    /// `listen` (`CHANGEGATE_LISTEN`), default `127.0.0.1:8080`.
+    pub listen: SocketAddr,
+    /// `request_timeout`, default `30s`: a request running longer gets 503.
+    pub request_timeout: Duration,
+    /// `shutdown_timeout`, default `10s`: how long in-flight work may finish on SIGTERM.
+    pub shutdown_timeout: Duration,
+}
+
+/// `[database]`
+#[derive(Debug, Clone)]
+pub struct DatabaseSettings {
+    /// `url` (`CHANGEGATE_DATABASE_URL`), default `sqlite://data/changegate.db`.
+    pub url: String,
+    /// `max_connections`, default 10 (MySQL pool; SQLite readers).
+    pub max_connections: u32,
+    /// `connect_timeout`, default `5s`.
+    pub connect_timeout: Duration,
+    /// `retry_max_interval`, default `10s`: the longest pause between attempts
+    /// to reach a database that is down or does not exist yet.
+    pub retry_max_interval: Duration,
+}
+
+/// `[log]`
+#[derive(Debug, Clone)]
+pub struct LogSettings {
+    /// `level` (`CHANGEGATE_LOG`), dynamic, default `info`.
+    pub level: String,
+    /// `format`, static: `human` (default) or `json`.
+    pub format: LogFormat,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Human,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `[access]`
+#[derive(Debug, Clone)]
+pub struct AccessSettings {
+    /// `mode`: `OPEN`, `TEST_WINDOW` (default) or `CLOSED`.
+    pub mode: AccessMode,
+    /// `window` in `timezone`.
+    pub window: AccessWindow,
+}
+
+/// `[gitlab]`
+#[derive(Debug, Clone)]
+pub struct GitLabSettings {
+    /// `base_url`; the REST root is `{base_url}/api/v4`.
+    pub base_url: String,
+    /// `project`: id or path, the default for targets that name none.
+    pub project: String,
+    /// `target_branch`, default `main`.
+    pub target_branch: String,
+    /// `bot_token`: the change bot.
+    pub bot_token: Option<SecretString>,
+    /// `reviewer_tokens`: the two reviewer bots, in order.
+    pub reviewer_tokens: Vec<SecretString>,
+    /// `approve_impl`, dynamic.
+    pub approve_impl: ApproveImpl,
+}
+
+/// `[approval]`
+#[derive(Debug, Clone)]
+pub struct ApprovalSettings {
+    /// `provider`: `builtin` (default) or `http`.
+    pub provider: ApprovalProvider,
+    /// `url`: where the http provider POSTs approval requests.
+    pub url: String,
+    /// `callback_secret`: verifies `POST /callbacks/approval`.
+    pub callback_secret: Option<SecretString>,
+    /// `retries`, dynamic, default 3.
+    pub retries: u32,
+}
+
+/// Who decides approvals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalProvider {
+    /// Operators approve through the admin API.
+    Builtin,
+    /// An external approval system over HTTP.
+    Http,
+}
+
+/// `[batch]`
+#[derive(Debug, Clone)]
+pub struct BatchSettings {
+    /// `enabled`, default true.
+    pub enabled: bool,
+    /// `interval`, default `5s`.
+    pub interval: Duration,
+    /// `max_requests`, default 500.
+    pub max_requests: u32,
+}
+
+/// Keys each section accepts; `None` means any key (a map such as `rate_limit`).
+const SCHEMA: &[(&str, Option<&[&str]>)] = &[
+    (
+        "server",
+        Some(&["listen", "request_timeout", "shutdown_timeout"]),
+    ),
+    (
+        "database",
+        Some(&[
+            "url",
+            "max_connections",
+            "connect_timeout",
+            "retry_max_interval",
+        ]),
+    ),
+    ("log", Some(&["level", "format"])),
+    ("access", Some(&["mode", "window", "timezone"])),
+    ("rate_limit", None),
+    ("authz", Some(&["rules"])),
+    ("workflow", Some(&["flow_order"])),
+    (
+        "gitlab",
+        Some(&[
+            "base_url",
+            "project",
+            "target_branch",
+            "bot_token",
+            "reviewer_tokens",
+            "approve_impl",
+        ]),
+    ),
+    (
+        "approval",
+        Some(&["provider", "url", "callback_secret", "retries"]),
+    ),
+    ("deploy", Some(&["callback_secret"])),
+    ("batch", Some(&["enabled", "interval", "max_requests"])),
+    ("webhooks", Some(&["silent"])),
+];
+
+/// Collects problems while reading a table, each named by its dotted key.
+struct Reader<'a> {
+    table: &'a Table,
+    problems: Vec<Problem>,
+}
+
+impl<'a> Reader<'a> {
+    fn get(&self, section: &str, key: &str) -> Option<&'a Value> {
+        self.table.get(section)?.as_table()?.get(key)
+    }
+
+    fn error(&mut self, key: &str, message: impl Into<String>) {
+        self.problems
+            .push(Problem::new(Severity::Error, key, message));
+    }
+
+    fn resolved<T>(&mut self, key: &str, resolved: Resolved<T>) -> T {
+        if let Some(message) = resolved.warning {
+            self.problems
+                .push(Problem::new(Severity::Warning, key, message));
+        }
+        resolved.value
+    }
+
+    fn check_schema(&mut self) {
+        for (section, value) in self.table {
+            let Some((_, keys)) = SCHEMA.iter().find(|(name, _)| name == section) else {
+                self.error(section, "unknown section");
+                continue;
+            };
+            let Some(entries) = value.as_table() else {
+                self.error(section, "must be a table, like [section]");
+                continue;
+            };
+            if let Some(keys) = keys {
+                for key in entries.keys().filter(|key| !keys.contains(&key.as_str())) {
+                    self.error(&format!("{section}.{key}"), "unknown key");
+                }
+            }
+        }
+    }
+
+    fn string(&mut self, section: &str, key: &str, default: &str) -> String {
+        match self.get(section, key) {
+            None => default.to_owned(),
+            Some(Value::String(text)) => text.trim().to_owned(),
+            Some(other) => {
+                let name = format!("{section}.{key}");
+                self.error(&name, format!("must be a string, not {}", other.type_str()));
+                default.to_owned()
+            }
+        }
+    }
+
+    fn secret(&mut self, section: &str, key: &str) -> Option<SecretString> {
+        let text = self.string(section, key, "");
+        (!text.is_empty()).then(|| SecretString::from(text))
+    }
+
+    fn static_duration(&mut self, section: &str, key: &str, default: Duration) -> Duration {
+        let name = format!("{section}.{key}");
+        let resolved = resolve::duration(self.get(section, key), default);
+        if resolved.warning.is_some() {
+            self.error(&name, "must be a positive duration like \"10s\"");
+        }
+        resolved.value
+    }
+}
+
+impl Settings {
+    /// Builds a snapshot from a table. `previous` is the running snapshot on a
+    /// reload (for "keep the last good value" rules). Problems of severity
+    /// [`Severity::Error`] mean the table must not be used.
+    pub fn from_table(table: &Table, previous: Option<&Settings>) -> (Settings, Vec<Problem>) {
+        let mut r = Reader {
+            table,
+            problems: Vec::new(),
+        };
+        r.check_schema();
+
+        let listen_text = r.string("server", "listen", "127.0.0.1:8080");
+        let listen = listen_text.parse().unwrap_or_else(|_| {
+            r.error(
+                "server.listen",
+                format!("{listen_text:?} is not an address like 127.0.0.1:8080"),
+            );
+            SocketAddr::from(([127, 0, 0, 1], 8080))
+        });
+        let server = ServerSettings {
+            listen,
+            request_timeout: r.static_duration(
+                "server",
+                "request_timeout",
+                Duration::from_secs(30),
+            ),
+            shutdown_timeout: r.static_duration(
+                "server",
+                "shutdown_timeout",
+                Duration::from_secs(10),
+            ),
+        };
+
+        let url = r.string("database", "url", "sqlite://data/changegate.db");
+        if !crate::db::supported_url(&url) {
+            r.error(
+                "database.url",
+                "unknown scheme: use sqlite://PATH or mysql://USER:PASSWORD@HOST/DATABASE",
+            );
+        }
+        let max_connections = match r.get("database", "max_connections") {
+            None => 10,
+            Some(Value::Integer(n)) if (1..=1000).contains(n) => *n as u32,
+            Some(_) => {
+                r.error(
+                    "database.max_connections",
+                    "must be a number from 1 to 1000",
+                );
+                10
+            }
+        };
+        let database = DatabaseSettings {
+            url,
+            max_connections,
+            connect_timeout: r.static_duration(
+                "database",
+                "connect_timeout",
+                Duration::from_secs(5),
+            ),
+            retry_max_interval: r.static_duration(
+                "database",
+                "retry_max_interval",
+                Duration::from_secs(10),
+            ),
+        };
+
+        let current_level = previous.map_or("info", |p| p.log.level.as_str());
+        let log = LogSettings {
+            level: r.resolved(
+                "log.level",
+                resolve::log_level(r.get("log", "level"), current_level),
+            ),
+            format: match r.string("log", "format", "human").as_str() {
+                "human" => LogFormat::Human,
+                "json" => LogFormat::Json,
+                other => {
+                    r.error("log.format", format!("{other:?} is not human or json"));
+                    LogFormat::Human
+                }
+            },
+        };
+
+        let access = AccessSettings {
+            mode: r.resolved("access.mode", resolve::access_mode(r.get("access", "mode"))),
+            window: r.resolved(
+                "access.window",
+                resolve::access_window(r.get("access", "window"), r.get("access", "timezone")),
+            ),
+        };
+
+        let mut rate_limit = BTreeMap::new();
+        for (bucket, raw) in r
+            .table
+            .get("rate_limit")
+            .and_then(Value::as_table)
+            .into_iter()
+            .flatten()
+        {
+            let value = r.resolved(
+                &format!("rate_limit.{bucket}"),
+                resolve::rate_limit(Some(raw)),
+            );
+            rate_limit.insert(bucket.clone(), value);
+        }
+
+        let mut authz_rules = BTreeMap::new();
+        match r.get("authz", "rules") {
+            None => {}
+            Some(Value::Table(rules)) => {
+                for (route, raw) in rules {
+                    let value = r.resolved(
+                        &format!("authz.rules.{route}"),
+                        resolve::authz_rule(Some(raw)),
+                    );
+                    authz_rules.insert(route.clone(), value);
+                }
+            }
+            Some(_) => r.error("authz.rules", "must be a table of route = [rule codes]"),
+        }
+
+        let flow_order = r.resolved(
+            "workflow.flow_order",
+            resolve::flow_order(
+                r.get("workflow", "flow_order"),
+                previous.map(|p| p.flow_order),
+            ),
+        );
+
+        let reviewer_tokens = match r.get("gitlab", "reviewer_tokens") {
+            None => Vec::new(),
+            Some(Value::Array(items)) if items.iter().all(Value::is_str) => items
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|token| SecretString::from(token.to_owned()))
+                .collect(),
+            Some(_) => {
+                r.error(
+                    "gitlab.reviewer_tokens",
+                    "must be a list of two token strings",
+                );
+                Vec::new()
+            }
+        };
+        let gitlab = GitLabSettings {
+            base_url: r
+                .string("gitlab", "base_url", "")
+                .trim_end_matches('/')
+                .to_owned(),
+            project: r.string("gitlab", "project", ""),
+            target_branch: r.string("gitlab", "target_branch", "main"),
+            bot_token: r.secret("gitlab", "bot_token"),
+            reviewer_tokens,
+            approve_impl: r.resolved(
+                "gitlab.approve_impl",
+                resolve::approve_impl(r.get("gitlab", "approve_impl")),
+            ),
+        };
+
+        let approval = ApprovalSettings {
+            provider: match r.string("approval", "provider", "builtin").as_str() {
+                "builtin" => ApprovalProvider::Builtin,
+                "http" => ApprovalProvider::Http,
+                other => {
+                    r.error(
+                        "approval.provider",
+                        format!("{other:?} is not builtin or http"),
+                    );
+                    ApprovalProvider::Builtin
+                }
+            },
+            url: r.string("approval", "url", ""),
+            callback_secret: r.secret("approval", "callback_secret"),
+            retries: r.resolved(
+                "approval.retries",
+                resolve::approval_retries(r.get("approval", "retries")),
+            ),
+        };
+        if approval.provider == ApprovalProvider::Http && approval.url.is_empty() {
+            r.error("approval.url", "required when approval.provider = \"http\"");
+        }
+
+        let batch = BatchSettings {
+            enabled: r.resolved(
+                "batch.enabled",
+                resolve::batch_enabled(r.get("batch", "enabled")),
+            ),
+            interval: r.resolved(
+                "batch.interval",
+                resolve::duration(r.get("batch", "interval"), Duration::from_secs(5)),
+            ),
+            max_requests: r.resolved(
+                "batch.max_requests",
+                resolve::positive_count(r.get("batch", "max_requests"), 500),
+            ),
+        };
+
+        let settings = Settings {
+            server,
+            database,
+            log,
+            access,
+            rate_limit,
+            authz_rules,
+            flow_order,
+            gitlab,
+            approval,
+            deploy_callback_secret: r.secret("deploy", "callback_secret"),
+            batch,
+            webhooks_silent: r.resolved(
+                "webhooks.silent",
+                resolve::webhook_silent(r.get("webhooks", "silent")),
+            ),
+        };
+        (settings, r.problems)
+    }
+}

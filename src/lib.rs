@@ -1,0 +1,9 @@
+//! changegate: self-service configuration changes through approval, a GitLab
+//! Merge Request, CI, two reviewer bots, merge and deploy confirmation.
+
+pub mod app;
+pub mod config;
+pub mod db;
+pub mod http;
+pub mod state;
+pub mod telemetry;
