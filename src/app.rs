@@ -1,0 +1,141 @@
+//! Builds the application from a configuration and runs it until shutdown.
+//! Tests use the same wiring: build with `server.listen = 127.0.0.1:0`, read
+//! [`Application::port`], run in the background.
+
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::LiveConfig;
+use crate::db::{self, Backend, DbSlot};
+use crate::http;
+use crate::state::AppState;
+use crate::telemetry;
+
+/// A bound, ready-to-run changegate.
+pub struct Application {
+    listener: TcpListener,
+    state: AppState,
+    shutdown: CancellationToken,
+    workers: JoinSet<()>,
+}
+
+impl Application {
+    /// Binds the listener, opens the database and starts the background work.
+    ///
+    /// SQLite is opened before this returns: a problem with the file is a
+    /// configuration mistake and stops start-up. MySQL is opened in the
+    /// background with retries, so the service starts (not ready) even when
+    /// the server is down or the database does not exist yet.
+    pub async fn build(config: LiveConfig) -> anyhow::Result<Self> {
+        let metrics = telemetry::metrics_handle();
+        let settings = config.current();
+        let listener = TcpListener::bind(settings.server.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", settings.server.listen))?;
+        let shutdown = CancellationToken::new();
+        let mut workers = JoinSet::new();
+
+        let db = match Backend::of_url(&settings.database.url) {
+            Some(Backend::Sqlite) => DbSlot::ready(db::open(&settings.database).await?),
+            _ => {
+                let slot = DbSlot::default();
+                workers.spawn(db::connect_until_ready(
+                    settings.database.clone(),
+                    slot.clone(),
+                    shutdown.child_token(),
+                ));
+                slot
+            }
+        };
+
+        let watched = config.clone();
+        let watch_shutdown = shutdown.child_token();
+        workers.spawn(async move {
+            if let Err(err) = crate::config::watch(watched, watch_shutdown).await {
+                tracing::error!("config file watch stopped; changes need a restart: {err:#}");
+            }
+        });
+
+        let state = AppState {
+            config,
+            db,
+            metrics,
+        };
+        Ok(Self {
+            listener,
+            state,
+            shutdown,
+            workers,
+        })
+    }
+
+    /// The bound port (useful when listening on port 0).
+    pub fn port(&self) -> u16 {
+        self.listener.local_addr().map_or(0, |addr| addr.port())
+    }
+
+    /// Cancelling this token starts a graceful shutdown.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// The shared state (database slot, configuration) this application runs with.
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until the shutdown token is cancelled, then stops accepting,
+    /// gives in-flight requests and workers `server.shutdown_timeout` to finish,
+    /// and closes the database.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        let Self {
+            listener,
+            state,
+            shutdown,
+            mut workers,
+        } = self;
+        let grace = state.config.current().server.shutdown_timeout;
+        let db = state.db.clone();
+        tracing::info!(address = %listener.local_addr()?, "changegate listening");
+
+        let app = http::router(state).into_make_service_with_connect_info::<SocketAddr>();
+        let mut server = tokio::spawn(
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+                .into_future(),
+        );
+        tokio::select! {
+            result = &mut server => {
+                shutdown.cancel();
+                result??;
+            }
+            () = shutdown.cancelled() => {
+                tracing::info!("shutting down");
+                match tokio::time::timeout(grace, &mut server).await {
+                    Ok(result) => result??,
+                    Err(_) => {
+                        tracing::warn!("in-flight requests did not finish within {grace:?}");
+                        server.abort();
+                    }
+                }
+            }
+        }
+        if tokio::time::timeout(grace, async {
+            while workers.join_next().await.is_some() {}
+        })
+        .await
+        .is_err()
+        {
+            tracing::warn!("background workers did not stop within {grace:?}");
+            workers.abort_all();
+        }
+        if let Some(db) = db.get() {
+            db.close().await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,63 @@
+//! The HTTP edge: routers per trust boundary and the layer stack, in one place.
+
+pub mod error;
+mod ops;
+pub mod request_id;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::state::AppState;
+use error::ApiError;
+
+/// Request bodies above this are refused before a handler reads them.
+const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// The whole application router with its layers.
+pub fn router(state: AppState) -> Router {
+    let request_timeout = state.config.current().server.request_timeout;
+    Router::new()
+        .merge(ops::router())
+        .fallback(|| async { ApiError::NotFound })
+        .with_state(state)
+        // Listed innermost first: the request id wraps everything, so traces,
+        // panics and timeouts all carry it.
+        .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+        .layer(middleware::from_fn(move |request: Request, next: Next| {
+            limit_duration(request_timeout, request, next)
+        }))
+        .layer(CatchPanicLayer::custom(
+            |_: Box<dyn std::any::Any + Send>| {
+                ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
+            },
+        ))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request| {
+                let route = request
+                    .extensions()
+                    .get::<MatchedPath>()
+                    .map_or("unmatched", MatchedPath::as_str);
+                let request_id = request
+                    .headers()
+                    .get(request_id::HEADER)
+                    .and_then(|value| value.to_str().ok())
+                    .unwrap_or_default();
+                tracing::info_span!("request", method = %request.method(), route, request_id)
+            }),
+        )
+        .layer(middleware::from_fn(request_id::assign))
+}
+
+async fn limit_duration(limit: Duration, request: Request, next: Next) -> Response {
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::Timeout.into_response(),
+    }
+}
