@@ -1,0 +1,254 @@
+//! Test support: a fresh database per test on each backend, and a running app.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use changegate::app::Application;
+use changegate::config::{LiveConfig, Settings, source};
+use changegate::db::{self, Db};
+use tokio_util::sync::CancellationToken;
+
+/// Environment variable with the MariaDB/MySQL server for tests, e.g.
+/// `mysql://root@127.0.0.1:3306`.
+pub const MYSQL_URL_VAR: &str = "CHANGEGATE_TEST_MYSQL_URL";
+/// When set (CI sets it), a missing [`MYSQL_URL_VAR`] fails the tests instead
+/// of skipping the MariaDB half.
+pub const REQUIRE_MYSQL_VAR: &str = "CHANGEGATE_TEST_REQUIRE_MYSQL";
+
+/// A database that exists for one test and is removed afterwards.
+pub struct TestDb {
+    /// Its URL, for starting an app on it.
+    pub url: String,
+    /// Connected and migrated.
+    pub db: Db,
+    /// Which backend, for assertion messages.
+    pub name: &'static str,
+    // Held only so the directory or database outlives the test.
+    _sqlite_dir: Option<tempfile::TempDir>,
+    _mysql: Option<MySqlScratch>,
+}
+
+/// Connects with test-friendly timeouts.
+pub fn database_settings(url: &str) -> changegate::config::DatabaseSettings {
+    let (settings, _) = settings_from(&format!(
+        "[database]\nurl = {url:?}\nconnect_timeout = \"2s\"\nretry_max_interval = \"200ms\"\n"
+    ));
+    settings.database
+}
+
+/// Settings from TOML text, panicking on errors (tests write valid configs).
+pub fn settings_from(text: &str) -> (Settings, Vec<changegate::config::Problem>) {
+    let table = source::parse(text).expect("test config is valid TOML");
+    Settings::from_table(&table, None)
+}
+
+/// A fresh SQLite database in a temporary directory.
+pub async fn sqlite_db() -> TestDb {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let url = format!("sqlite://{}", dir.path().join("test.db").display());
+    let db = db::open(&database_settings(&url))
+        .await
+        .expect("open sqlite");
+    TestDb {
+        url,
+        db,
+        name: "sqlite",
+        _sqlite_dir: Some(dir),
+        _mysql: None,
+    }
+}
+
+/// A fresh MariaDB/MySQL database, or `None` (with a note) when
+/// [`MYSQL_URL_VAR`] is not set.
+pub async fn mysql_db() -> Option<TestDb> {
+    let scratch = MySqlScratch::create().await?;
+    let url = scratch.url();
+    let db = db::open(&database_settings(&url))
+        .await
+        .expect("open mysql");
+    Some(TestDb {
+        url,
+        db,
+        name: "mysql",
+        _sqlite_dir: None,
+        _mysql: Some(scratch),
+    })
+}
+
+/// One fresh database per available backend: SQLite always, MariaDB when configured.
+pub async fn each_backend() -> Vec<TestDb> {
+    let mut dbs = vec![sqlite_db().await];
+    dbs.extend(mysql_db().await);
+    dbs
+}
+
+/// A uniquely named MariaDB database, dropped when this value is dropped
+/// (also when the test panics).
+pub struct MySqlScratch {
+    server: String,
+    name: String,
+}
+
+impl MySqlScratch {
+    /// The server URL from the environment, without a database path.
+    pub fn server_url() -> Option<String> {
+        match std::env::var(MYSQL_URL_VAR) {
+            Ok(url) if !url.trim().is_empty() => {
+                let url = url.trim().trim_end_matches('/');
+                let authority_start = url.find("://").map_or(0, |i| i + 3);
+                let server = match url[authority_start..].find('/') {
+                    Some(slash) => &url[..authority_start + slash],
+                    None => url,
+                };
+                Some(server.to_owned())
+            }
+            _ => {
+                assert!(
+                    std::env::var_os(REQUIRE_MYSQL_VAR).is_none(),
+                    "{REQUIRE_MYSQL_VAR} is set but {MYSQL_URL_VAR} is not: MariaDB tests cannot run"
+                );
+                eprintln!("skipped MariaDB half of this test: {MYSQL_URL_VAR} is not set");
+                None
+            }
+        }
+    }
+
+    /// A name for a database that does not exist yet (nothing is created).
+    pub fn reserve() -> Option<Self> {
+        Some(Self {
+            server: Self::server_url()?,
+            name: format!("cg_test_{}", uuid::Uuid::new_v4().simple()),
+        })
+    }
+
+    /// Creates the database.
+    pub async fn create() -> Option<Self> {
+        let scratch = Self::reserve()?;
+        scratch.create_now().await;
+        Some(scratch)
+    }
+
+    /// Creates the reserved database now.
+    pub async fn create_now(&self) {
+        self.admin(&format!("CREATE DATABASE `{}`", self.name))
+            .await;
+    }
+
+    /// The database's URL.
+    pub fn url(&self) -> String {
+        format!("{}/{}", self.server, self.name)
+    }
+
+    async fn admin(&self, sql: &str) {
+        use sqlx::Connection;
+        let mut conn = sqlx::MySqlConnection::connect(&self.server)
+            .await
+            .expect("connect to the MariaDB test server");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(&mut conn)
+            .await
+            .expect("admin statement");
+    }
+}
+
+impl Drop for MySqlScratch {
+    fn drop(&mut self) {
+        let sql = format!("DROP DATABASE IF EXISTS `{}`", self.name);
+        let server = self.server.clone();
+        // Drop runs outside async context and possibly during a panic, so the
+        // cleanup gets its own thread and runtime.
+        let cleanup = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("cleanup runtime");
+            runtime.block_on(async {
+                use sqlx::Connection;
+                if let Ok(mut conn) = sqlx::MySqlConnection::connect(&server).await {
+                    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                        .execute(&mut conn)
+                        .await;
+                }
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+/// A changegate running in this process on a random port.
+pub struct TestApp {
+    /// `http://127.0.0.1:PORT`
+    pub address: String,
+    /// A client without proxies or redirects.
+    pub client: reqwest::Client,
+    shutdown: CancellationToken,
+    server: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+/// Starts changegate on `database_url` with `extra` TOML appended to the
+/// test defaults.
+pub async fn spawn_app(database_url: &str, extra: &str) -> TestApp {
+    let (settings, problems) = settings_from(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_timeout = \"2s\"\n\
+         [database]\nurl = {database_url:?}\nconnect_timeout = \"2s\"\nretry_max_interval = \"200ms\"\n{extra}"
+    ));
+    assert!(problems.is_empty(), "test config problems: {problems:?}");
+    let app = Application::build(LiveConfig::new(settings, None, None))
+        .await
+        .expect("application builds");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let shutdown = app.shutdown_token();
+    let server = tokio::spawn(app.run_until_stopped());
+    TestApp {
+        address,
+        client: reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .expect("client"),
+        shutdown,
+        server,
+    }
+}
+
+impl TestApp {
+    /// GET a path.
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client
+            .get(format!("{}{path}", self.address))
+            .send()
+            .await
+            .expect("request reaches the app")
+    }
+
+    /// Polls `/readyz` until it answers 200 (MySQL connects in the background).
+    pub async fn wait_until_ready(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while self.get("/readyz").await.status() != 200 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "app never became ready"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops the app gracefully and returns how `run_until_stopped` ended.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.server.await.expect("server task")
+    }
+}
+
+/// The built changegate binary as a command, without any `CHANGEGATE*`
+/// variables from the test environment.
+pub fn changegate_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_changegate"));
+    command.stdin(Stdio::null());
+    for (name, _) in std::env::vars() {
+        if name.starts_with("CHANGEGATE") {
+            command.env_remove(name);
+        }
+    }
+    command
+}

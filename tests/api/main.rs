@@ -1,0 +1,14 @@
+//! The integration test binary: real HTTP against a running changegate, with
+//! a fresh database per test on SQLite and, when configured, on MariaDB.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test should fail loudly at the first unexpected error"
+)]
+
+mod cli;
+mod health;
+mod helpers;
+mod readiness;
+mod reload;
+mod storage;

@@ -1,0 +1,181 @@
+//! Hot reload: a changed file takes effect without a restart; a bad file is
+//! rejected, logged and counted while the last good configuration stays live.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use changegate::config::resolve::AccessMode;
+use changegate::config::{self, LiveConfig, ReloadOutcome};
+use changegate::telemetry;
+use tokio_util::sync::CancellationToken;
+
+use crate::helpers::changegate_command;
+
+/// A port that was free a moment ago, for a service started as a process.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("a free port")
+}
+
+/// Replaces the file the way editors and ConfigMaps do: write aside, rename over.
+fn replace(path: &std::path::Path, text: &str) {
+    let aside = path.with_extension("tmp");
+    std::fs::write(&aside, text).unwrap();
+    std::fs::rename(&aside, path).unwrap();
+}
+
+fn reload_failures() -> u64 {
+    telemetry::metrics_handle()
+        .render()
+        .lines()
+        .find_map(|line| line.strip_prefix("changegate_config_reload_failures_total "))
+        .map_or(0, |value| value.trim().parse().unwrap())
+}
+
+#[tokio::test]
+async fn an_invalid_file_on_reload_keeps_the_last_good_config_and_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("changegate.toml");
+    std::fs::write(&path, "[access]\nmode = \"OPEN\"\n").unwrap();
+    let (settings, _) = config::load(Some(&path), None).unwrap();
+    let live = LiveConfig::new(settings, Some(path.clone()), None);
+    let failures_before = reload_failures();
+
+    std::fs::write(
+        &path,
+        "[access]\nmode = \"CLOSED\"\n[database]\nurl = \"ftp://x\"\n",
+    )
+    .unwrap();
+    assert_eq!(live.reload(), ReloadOutcome::Rejected);
+    assert_eq!(live.current().access.mode, AccessMode::Open);
+    assert!(reload_failures() > failures_before);
+
+    std::fs::write(&path, "[access]\nmode = \"CLOSED\"\n").unwrap();
+    assert_eq!(live.reload(), ReloadOutcome::Applied);
+    assert_eq!(live.current().access.mode, AccessMode::Closed);
+}
+
+#[tokio::test]
+async fn the_watched_file_is_reloaded_on_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("changegate.toml");
+    std::fs::write(&path, "[batch]\nmax_requests = 10\n").unwrap();
+    let (settings, _) = config::load(Some(&path), None).unwrap();
+    let live = LiveConfig::new(settings, Some(path.clone()), None);
+    let stop = CancellationToken::new();
+    let watcher = tokio::spawn(config::watch(live.clone(), stop.clone()));
+    // Give the watcher a moment to register before the change.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    replace(&path, "[batch]\nmax_requests = 42\n");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while live.current().batch.max_requests != 42 {
+        assert!(Instant::now() < deadline, "change was not picked up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    watcher.await.unwrap().unwrap();
+}
+
+/// Collects a child's stdout lines.
+struct Logs {
+    child: Child,
+    lines: Arc<Mutex<String>>,
+}
+
+impl Logs {
+    fn start(mut child: Child) -> Self {
+        let stdout = child.stdout.take().unwrap();
+        let lines = Arc::new(Mutex::new(String::new()));
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let mut sink = sink.lock().unwrap();
+                sink.push_str(&line);
+                sink.push('\n');
+            }
+        });
+        Self { child, lines }
+    }
+
+    fn contains(&self, needle: &str) -> bool {
+        self.lines.lock().unwrap().contains(needle)
+    }
+}
+
+impl Drop for Logs {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn changing_log_level_in_the_file_changes_what_is_logged_without_restart() {
+    const REQUEST_LOG: &str = "finished processing request";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("changegate.toml");
+    let port = free_port();
+    let base = format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\n[database]\nurl = \"sqlite://{}/cg.db\"\n",
+        dir.path().display()
+    );
+    std::fs::write(&path, format!("{base}[log]\nlevel = \"warn\"\n")).unwrap();
+    let child = changegate_command()
+        .args(["serve", "--config"])
+        .arg(&path)
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let logs = Logs::start(child);
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let health = format!("http://127.0.0.1:{port}/healthz");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while client.get(&health).send().await.is_err() {
+        assert!(Instant::now() < deadline, "service never answered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    client.get(&health).send().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !logs.contains(REQUEST_LOG),
+        "debug lines logged at level warn"
+    );
+
+    replace(&path, &format!("{base}[log]\nlevel = \"debug\"\n"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !logs.contains(REQUEST_LOG) {
+        assert!(Instant::now() < deadline, "level change never took effect");
+        client.get(&health).send().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    replace(
+        &path,
+        &format!("{base}[log]\nlevel = \"debug\"\n[[[ not toml\n"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !logs.contains("configuration reload rejected") {
+        assert!(Instant::now() < deadline, "invalid file was not reported");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let metrics = client
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("changegate_config_reload_failures_total 1"),
+        "{metrics}"
+    );
+}
