@@ -4,6 +4,8 @@
 pub mod app;
 pub mod config;
 pub mod db;
+pub mod domain;
 pub mod http;
 pub mod state;
+pub mod store;
 pub mod telemetry;

@@ -105,6 +105,32 @@ pub enum FlowOrder {
     MrFirst,
 }
 
+impl FlowOrder {
+    /// The stored and configured name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::ApprovalFirst => "approval_first",
+            Self::MrFirst => "mr_first",
+        }
+    }
+}
+
+/// For decoding stored rows.
+impl TryFrom<String> for FlowOrder {
+    type Error = crate::domain::UnknownCode;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        match value.as_str() {
+            "approval_first" => Ok(Self::ApprovalFirst),
+            "mr_first" => Ok(Self::MrFirst),
+            _ => Err(crate::domain::UnknownCode {
+                kind: "flow order",
+                value,
+            }),
+        }
+    }
+}
+
 /// How the reviewer bots approve a Merge Request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ApproveImpl {
