@@ -13,3 +13,23 @@ pub fn now_ms(backend: Backend) -> &'static str {
         Backend::MySql => "CURRENT_TIMESTAMP(3)",
     }
 }
+
+/// SQL expression for the database's current time minus `?` milliseconds
+/// (one bound integer parameter).
+pub fn now_minus_ms(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => {
+            "strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (? / 1000.0) || ' seconds')"
+        }
+        Backend::MySql => "(CURRENT_TIMESTAMP(3) - INTERVAL (? * 1000) MICROSECOND)",
+    }
+}
+
+/// Suffix of a locking read. SQLite has none: its write transactions start
+/// with `BEGIN IMMEDIATE` and so already exclude every other writer.
+pub fn for_update(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => "",
+        Backend::MySql => " FOR UPDATE",
+    }
+}

@@ -5,15 +5,21 @@
 //! instead [`Db`] holds a native pool per backend and [`with_pool!`] expands
 //! one query body for each, so most SQL is written once.
 
+pub mod bindings;
 pub mod dialect;
+pub mod events;
+pub mod history;
 mod open;
+pub mod operations;
 mod readiness;
+mod tx;
 
 use sqlx::migrate::Migrator;
 use sqlx::{MySqlPool, SqlitePool};
 
 pub use open::{OpenError, open};
 pub use readiness::{DbSlot, connect_until_ready};
+pub use tx::DbTx;
 
 /// Migrations for SQLite, embedded in the binary.
 pub static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("migrations/sqlite");

@@ -1,0 +1,80 @@
+//! `event`: the transactional outbox of binding status flips.
+
+use chrono::NaiveDateTime;
+
+use super::{Db, DbTx};
+use crate::domain::BindingStatus;
+use crate::{with_pool, with_tx};
+
+/// Event type of a binding status change.
+pub const BINDING_STATUS_CHANGED: &str = "binding.status_changed";
+
+/// One stored event.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct EventRow {
+    /// Order of recording.
+    pub id: i64,
+    /// What happened, e.g. [`BINDING_STATUS_CHANGED`].
+    pub event_type: String,
+    /// The operation that flipped.
+    pub operation_id: String,
+    /// Its subject.
+    pub subject_id: String,
+    /// Its target.
+    pub target_key: String,
+    /// Status before (none for a new relation).
+    pub from_status: Option<String>,
+    /// Status after.
+    pub to_status: String,
+    /// JSON payload for subscribers.
+    pub payload: String,
+    /// Database time.
+    pub created_at: NaiveDateTime,
+}
+
+/// What to append.
+#[derive(Debug, Clone)]
+pub struct NewEvent<'a> {
+    /// Event type.
+    pub event_type: &'a str,
+    /// The operation.
+    pub operation_id: &'a str,
+    /// Subject.
+    pub subject_id: &'a str,
+    /// Target.
+    pub target_key: &'a str,
+    /// Status before.
+    pub from_status: Option<BindingStatus>,
+    /// Status after.
+    pub to_status: BindingStatus,
+    /// JSON payload.
+    pub payload: &'a str,
+}
+
+/// Appends one event, in the caller's transaction.
+pub async fn append_event(tx: &mut DbTx, event: &NewEvent<'_>) -> Result<(), sqlx::Error> {
+    let sql = "INSERT INTO event (event_type, operation_id, subject_id, target_key, from_status, \
+               to_status, payload) VALUES (?, ?, ?, ?, ?, ?, ?)";
+    with_tx!(tx, |conn| {
+        sqlx::query(sql)
+            .bind(event.event_type)
+            .bind(event.operation_id)
+            .bind(event.subject_id)
+            .bind(event.target_key)
+            .bind(event.from_status.map(BindingStatus::as_str))
+            .bind(event.to_status.as_str())
+            .bind(event.payload)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })
+}
+
+/// An operation's events, oldest first.
+pub async fn list_events(db: &Db, operation_id: &str) -> Result<Vec<EventRow>, sqlx::Error> {
+    let sql = "SELECT id, event_type, operation_id, subject_id, target_key, from_status, \
+               to_status, payload, created_at FROM event WHERE operation_id = ? ORDER BY id";
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(sql).bind(operation_id).fetch_all(pool).await
+    })
+}

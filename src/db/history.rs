@@ -1,0 +1,83 @@
+//! `operation_history`: append-only record of every step and status change.
+
+use chrono::NaiveDateTime;
+
+use super::{Db, DbTx};
+use crate::domain::{BindingStatus, StepStatus};
+use crate::{with_pool, with_tx};
+
+/// One recorded change. Never updated or deleted.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct HistoryRow {
+    /// Order of recording.
+    pub id: i64,
+    /// The operation.
+    pub operation_id: String,
+    /// Step before (none for the first entry).
+    pub from_step: Option<i32>,
+    /// Step after.
+    pub to_step: i32,
+    /// Binding status before, when it changed or was set.
+    pub from_status: Option<String>,
+    /// Binding status after, when it changed or was set.
+    pub to_status: Option<String>,
+    /// The operation's version after the change.
+    pub operation_version: i64,
+    /// Who made the change: an identity, or the component for automatic steps.
+    pub actor: String,
+    /// Explanation.
+    pub message: Option<String>,
+    /// Database time.
+    pub created_at: NaiveDateTime,
+}
+
+/// What to append.
+#[derive(Debug, Clone)]
+pub struct NewHistory<'a> {
+    /// The operation.
+    pub operation_id: &'a str,
+    /// Step before.
+    pub from_step: Option<StepStatus>,
+    /// Step after.
+    pub to_step: StepStatus,
+    /// Status before.
+    pub from_status: Option<BindingStatus>,
+    /// Status after.
+    pub to_status: Option<BindingStatus>,
+    /// Operation version after the change.
+    pub operation_version: i64,
+    /// Who.
+    pub actor: &'a str,
+    /// Why.
+    pub message: Option<&'a str>,
+}
+
+/// Appends one entry.
+pub async fn append_history(tx: &mut DbTx, entry: &NewHistory<'_>) -> Result<(), sqlx::Error> {
+    let sql = "INSERT INTO operation_history (operation_id, from_step, to_step, from_status, \
+               to_status, operation_version, actor, message) VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
+    with_tx!(tx, |conn| {
+        sqlx::query(sql)
+            .bind(entry.operation_id)
+            .bind(entry.from_step.map(StepStatus::code))
+            .bind(entry.to_step.code())
+            .bind(entry.from_status.map(BindingStatus::as_str))
+            .bind(entry.to_status.map(BindingStatus::as_str))
+            .bind(entry.operation_version)
+            .bind(entry.actor)
+            .bind(entry.message)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })
+}
+
+/// An operation's history, oldest first.
+pub async fn list_history(db: &Db, operation_id: &str) -> Result<Vec<HistoryRow>, sqlx::Error> {
+    let sql = "SELECT id, operation_id, from_step, to_step, from_status, to_status, \
+               operation_version, actor, message, created_at \
+               FROM operation_history WHERE operation_id = ? ORDER BY id";
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(sql).bind(operation_id).fetch_all(pool).await
+    })
+}

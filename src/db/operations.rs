@@ -1,0 +1,237 @@
+//! The `operation` table: one row per attempt, with its fine-grained step.
+
+use chrono::NaiveDateTime;
+use sqlx::AssertSqlSafe;
+
+use super::{Db, DbTx, dialect};
+use crate::config::resolve::FlowOrder;
+use crate::domain::{BindingStatus, OperationKind, StepStatus};
+use crate::{with_pool, with_tx};
+
+/// A stored operation.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct OperationRow {
+    /// Row id; also the cursor for operator listings.
+    pub id: i64,
+    /// The public id (UUID).
+    pub operation_id: String,
+    /// Apply or close.
+    #[sqlx(try_from = "String")]
+    pub kind: OperationKind,
+    /// Who or what the binding is for.
+    pub subject_id: String,
+    /// The catalog key.
+    pub target_key: String,
+    /// The canonical identity that submitted it.
+    pub requested_by: String,
+    /// The order fixed when it was created.
+    #[sqlx(try_from = "String")]
+    pub flow_order: FlowOrder,
+    /// The current step.
+    #[sqlx(rename = "step_code", try_from = "i32")]
+    pub step: StepStatus,
+    /// The last step's explanation, if any.
+    pub message: Option<String>,
+    /// Requested parameters (JSON).
+    pub params: String,
+    /// The requester's reason.
+    pub reason: String,
+    /// When the binding should be removed by changegate.
+    pub expires_at: Option<NaiveDateTime>,
+    /// The Merge Request, once there is one.
+    pub mr_iid: Option<i64>,
+    /// Its web address.
+    pub mr_url: Option<String>,
+    /// Optimistic-concurrency version; grows by one per write.
+    pub version: i64,
+    /// Database time of creation.
+    pub created_at: NaiveDateTime,
+    /// Database time of the last write.
+    pub updated_at: NaiveDateTime,
+}
+
+const COLUMNS: &str = "id, operation_id, kind, subject_id, target_key, requested_by, flow_order, \
+    step_code, message, params, reason, expires_at, mr_iid, mr_url, version, created_at, updated_at";
+
+/// What a new operation row holds.
+#[derive(Debug, Clone)]
+pub struct NewOperation<'a> {
+    /// The public id.
+    pub operation_id: &'a str,
+    /// Apply or close.
+    pub kind: OperationKind,
+    /// Subject.
+    pub subject_id: &'a str,
+    /// Target.
+    pub target_key: &'a str,
+    /// Canonical identity of the requester.
+    pub requested_by: &'a str,
+    /// Flow order at creation.
+    pub flow_order: FlowOrder,
+    /// First step.
+    pub step: StepStatus,
+    /// Parameters (JSON text).
+    pub params: &'a str,
+    /// Reason.
+    pub reason: &'a str,
+    /// Expiry.
+    pub expires_at: Option<NaiveDateTime>,
+}
+
+/// Inserts an operation at version 1. A duplicate `operation_id` is a unique violation.
+pub async fn insert_operation(tx: &mut DbTx, new: &NewOperation<'_>) -> Result<(), sqlx::Error> {
+    let sql = "INSERT INTO operation (operation_id, kind, subject_id, target_key, requested_by, \
+               flow_order, step_code, params, reason, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    with_tx!(tx, |conn| {
+        sqlx::query(sql)
+            .bind(new.operation_id)
+            .bind(new.kind.as_str())
+            .bind(new.subject_id)
+            .bind(new.target_key)
+            .bind(new.requested_by)
+            .bind(new.flow_order.as_str())
+            .bind(new.step.code())
+            .bind(new.params)
+            .bind(new.reason)
+            .bind(new.expires_at)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })
+}
+
+/// Reads an operation and locks it for the transaction (the first lock of
+/// the fixed order: operation, then binding).
+pub async fn lock_operation(
+    tx: &mut DbTx,
+    operation_id: &str,
+) -> Result<Option<OperationRow>, sqlx::Error> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM operation WHERE operation_id = ?{}",
+        dialect::for_update(tx.backend())
+    );
+    with_tx!(tx, |conn| {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .bind(operation_id)
+            .fetch_optional(conn)
+            .await
+    })
+}
+
+/// Moves an operation to `step` if it is still at `expected_version`.
+/// Returns the affected rows: 1 on success, 0 when another writer got there first.
+pub async fn update_operation_step(
+    tx: &mut DbTx,
+    operation_id: &str,
+    expected_version: i64,
+    step: StepStatus,
+    message: Option<&str>,
+) -> Result<u64, sqlx::Error> {
+    let sql = format!(
+        "UPDATE operation SET step_code = ?, message = ?, version = version + 1, updated_at = {} \
+         WHERE operation_id = ? AND version = ?",
+        dialect::now_ms(tx.backend())
+    );
+    with_tx!(tx, |conn| {
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(step.code())
+            .bind(message)
+            .bind(operation_id)
+            .bind(expected_version)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected())
+    })
+}
+
+/// One operation by its public id.
+pub async fn get_operation(
+    db: &Db,
+    operation_id: &str,
+) -> Result<Option<OperationRow>, sqlx::Error> {
+    let sql = format!("SELECT {COLUMNS} FROM operation WHERE operation_id = ?");
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .bind(operation_id)
+            .fetch_optional(pool)
+            .await
+    })
+}
+
+/// Filters for the operators' listing; every field narrows the result.
+#[derive(Debug, Clone, Default)]
+pub struct OperationFilter {
+    /// Binding status of the relation the operation currently owns.
+    pub status: Option<BindingStatus>,
+    /// Current step.
+    pub step: Option<StepStatus>,
+    /// Last changed at least this long ago (by the database clock).
+    pub unchanged_for_ms: Option<i64>,
+    /// Only rows with `id` below this (the cursor of the previous page).
+    pub before_id: Option<i64>,
+    /// Page size.
+    pub limit: u32,
+}
+
+/// Operations newest first, joined to the status of the binding they own.
+/// Uses `ix_operation_step_updated` when filtering by step.
+pub async fn list_operations(
+    db: &Db,
+    filter: &OperationFilter,
+) -> Result<Vec<(OperationRow, Option<BindingStatus>)>, sqlx::Error> {
+    let mut sql = format!(
+        "SELECT {}, b.status AS binding_status FROM operation o \
+         LEFT JOIN binding b ON b.operation_id = o.operation_id WHERE 1 = 1",
+        COLUMNS
+            .split(", ")
+            .map(|column| format!("o.{column}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if filter.status.is_some() {
+        sql.push_str(" AND b.status = ?");
+    }
+    if filter.step.is_some() {
+        sql.push_str(" AND o.step_code = ?");
+    }
+    if filter.unchanged_for_ms.is_some() {
+        sql.push_str(&format!(
+            " AND o.updated_at < {}",
+            dialect::now_minus_ms(db.backend())
+        ));
+    }
+    if filter.before_id.is_some() {
+        sql.push_str(" AND o.id < ?");
+    }
+    sql.push_str(" ORDER BY o.id DESC LIMIT ?");
+
+    #[derive(sqlx::FromRow)]
+    struct Listed {
+        #[sqlx(flatten)]
+        operation: OperationRow,
+        binding_status: Option<String>,
+    }
+    let rows: Vec<Listed> = with_pool!(db, reader, |pool| {
+        let mut query = sqlx::query_as(AssertSqlSafe(sql));
+        if let Some(status) = filter.status {
+            query = query.bind(status.as_str());
+        }
+        if let Some(step) = filter.step {
+            query = query.bind(step.code());
+        }
+        if let Some(ms) = filter.unchanged_for_ms {
+            query = query.bind(ms);
+        }
+        if let Some(before) = filter.before_id {
+            query = query.bind(before);
+        }
+        query.bind(filter.limit).fetch_all(pool).await
+    })?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let status = row.binding_status.and_then(|s| s.parse().ok());
+            (row.operation, status)
+        })
+        .collect())
+}
