@@ -1,0 +1,68 @@
+//! The state store: every write to a request's state, guarded so that stale,
+//! duplicate or racing writers fail instead of corrupting it (SPEC §5).
+//!
+//! Each function here owns a transaction that writes `operation` and
+//! `binding` together, with the fixed lock order operation → binding, checks
+//! every binding move against [`crate::domain::check_transition`], appends the
+//! history, and appends one outbox event per real status flip.
+
+mod submit;
+mod transition;
+mod tx;
+
+pub use submit::{NewRequest, Submitted, submit};
+pub use transition::{Change, Flip, Transitioned, flip, flip_in, transition, transition_in};
+pub use tx::StoreTx;
+
+use crate::domain::{BindingStatus, IllegalTransition};
+
+/// Why a store write did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No such operation, or no binding for a close request.
+    #[error("not found")]
+    NotFound,
+    /// Another writer changed the row since it was read; nothing was written.
+    #[error("preempted: the row changed since it was read")]
+    Preempted,
+    /// The relation has a request in progress (or awaiting recovery).
+    #[error("the relation is {status}, which cannot be applied for again")]
+    InProgress {
+        /// Its current status.
+        status: BindingStatus,
+        /// The operation that owns it.
+        operation_id: String,
+    },
+    /// An operation with this id already exists.
+    #[error("operation id already used")]
+    DuplicateOperation,
+    /// The move is not in the transition table.
+    #[error(transparent)]
+    Illegal(#[from] IllegalTransition),
+    /// The database failed.
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// The outbox payload of a flip: what subscribers receive.
+fn event_payload(flip: &Flip, step: crate::domain::StepStatus) -> String {
+    serde_json::json!({
+        "operationId": flip.operation_id,
+        "subjectId": flip.subject_id,
+        "targetKey": flip.target_key,
+        "from": flip.from.map(BindingStatus::as_str),
+        "to": flip.to.as_str(),
+        "step": { "code": step.code(), "name": step.name() },
+    })
+    .to_string()
+}
+
+/// Counts a committed flip. Labels are fixed status names: bounded cardinality.
+fn count_flip(tx: &mut StoreTx, flip: &Flip) {
+    let from = flip.from.map_or("NONE", BindingStatus::as_str);
+    let to = flip.to.as_str();
+    tx.after_commit(move || {
+        metrics::counter!("changegate_binding_transitions_total", "from" => from, "to" => to)
+            .increment(1);
+    });
+}

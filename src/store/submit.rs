@@ -1,0 +1,211 @@
+//! Recording a new request: a new relation, a re-apply that resets the
+//! relation's row in place (I5), or a close of a live binding.
+
+use chrono::NaiveDateTime;
+
+use super::{Flip, StoreError, StoreTx, count_flip, event_payload};
+use crate::config::resolve::FlowOrder;
+use crate::db::bindings::{BindingOwner, BindingRow, get_binding, insert_binding, reset_binding};
+use crate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_event};
+use crate::db::history::{NewHistory, append_history};
+use crate::db::operations::{NewOperation, insert_operation};
+use crate::db::{Db, is_unique_violation};
+use crate::domain::{BindingStatus, OperationId, OperationKind, StepStatus, check_transition};
+
+/// A validated request to record.
+#[derive(Debug, Clone)]
+pub struct NewRequest {
+    /// The new operation's id.
+    pub operation_id: OperationId,
+    /// Apply or close.
+    pub kind: OperationKind,
+    /// Subject.
+    pub subject_id: String,
+    /// Target.
+    pub target_key: String,
+    /// Canonical identity of the requester.
+    pub requested_by: String,
+    /// The order this request will follow to the end.
+    pub flow_order: FlowOrder,
+    /// Parameters.
+    pub params: serde_json::Value,
+    /// Reason.
+    pub reason: String,
+    /// Expiry of the binding.
+    pub expires_at: Option<NaiveDateTime>,
+}
+
+/// A recorded request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    /// The binding's first status for this operation.
+    pub status: BindingStatus,
+    /// The operation's first step.
+    pub step: StepStatus,
+    /// The relation's status before, when an existing row was taken over.
+    pub replaced: Option<BindingStatus>,
+}
+
+impl NewRequest {
+    /// Where the binding and the operation start.
+    fn start(&self) -> (BindingStatus, StepStatus) {
+        match (self.kind, self.flow_order) {
+            (OperationKind::Close, _) => (BindingStatus::Closing, StepStatus::CloseRequested),
+            (OperationKind::Apply, FlowOrder::ApprovalFirst) => {
+                (BindingStatus::ApprovalSending, StepStatus::Accepted)
+            }
+            (OperationKind::Apply, FlowOrder::MrFirst) => {
+                (BindingStatus::MrCreating, StepStatus::Accepted)
+            }
+        }
+    }
+
+    /// Whether a row in `status` may be taken over by this request.
+    fn may_replace(&self, status: BindingStatus) -> bool {
+        match self.kind {
+            OperationKind::Apply => status.is_reappliable(),
+            OperationKind::Close => {
+                matches!(status, BindingStatus::Merged | BindingStatus::Validated)
+            }
+        }
+    }
+}
+
+/// Records `request`. The relation's row is read without a lock; the write
+/// then names exactly the status and version read, so of several concurrent
+/// submissions for one relation exactly one wins and the others get
+/// [`StoreError::Preempted`] with nothing written.
+pub async fn submit(db: &Db, request: &NewRequest) -> Result<Submitted, StoreError> {
+    let existing = get_binding(db, &request.subject_id, &request.target_key).await?;
+    let (status, step) = request.start();
+    match &existing {
+        None if request.kind == OperationKind::Close => return Err(StoreError::NotFound),
+        Some(row) if !request.may_replace(row.status) => {
+            return Err(StoreError::InProgress {
+                status: row.status,
+                operation_id: row.operation_id.clone(),
+            });
+        }
+        Some(row) => check_transition(row.status, status)?,
+        None => {}
+    }
+
+    let mut tx = StoreTx::begin(db).await?;
+    let outcome = record(&mut tx, request, existing.as_ref(), status, step).await;
+    tx.finish(outcome).await
+}
+
+/// The writes of [`submit`], inside its transaction.
+async fn record(
+    tx: &mut StoreTx,
+    request: &NewRequest,
+    existing: Option<&BindingRow>,
+    status: BindingStatus,
+    step: StepStatus,
+) -> Result<Submitted, StoreError> {
+    let operation_id = request.operation_id.as_string();
+    let params = request.params.to_string();
+    let inserted = insert_operation(
+        tx.db(),
+        &NewOperation {
+            operation_id: &operation_id,
+            kind: request.kind,
+            subject_id: &request.subject_id,
+            target_key: &request.target_key,
+            requested_by: &request.requested_by,
+            flow_order: request.flow_order,
+            step,
+            params: &params,
+            reason: &request.reason,
+            expires_at: request.expires_at,
+        },
+    )
+    .await;
+    match inserted {
+        Err(err) if is_unique_violation(&err) => return Err(StoreError::DuplicateOperation),
+        other => other?,
+    }
+
+    // A close keeps the applicant as the binding's requester, so the binding
+    // stays in the applicant's list; the closer is on the operation.
+    let (requested_by, binding_params, expires_at) = match (existing, request.kind) {
+        (Some(row), OperationKind::Close) => (
+            row.requested_by.as_str(),
+            row.params.as_str(),
+            row.expires_at,
+        ),
+        _ => (
+            request.requested_by.as_str(),
+            params.as_str(),
+            request.expires_at,
+        ),
+    };
+    let owner = BindingOwner {
+        operation_id: &operation_id,
+        status,
+        requested_by,
+        params: binding_params,
+        expires_at,
+    };
+    match existing {
+        None => {
+            let inserted =
+                insert_binding(tx.db(), &request.subject_id, &request.target_key, &owner).await;
+            match inserted {
+                Err(err) if is_unique_violation(&err) => return Err(StoreError::Preempted),
+                other => other?,
+            }
+        }
+        Some(BindingRow {
+            id,
+            status: read_status,
+            version,
+            ..
+        }) => {
+            if reset_binding(tx.db(), *id, *read_status, *version, &owner).await? != 1 {
+                return Err(StoreError::Preempted);
+            }
+        }
+    }
+
+    let flip = Flip {
+        operation_id: operation_id.clone(),
+        subject_id: request.subject_id.clone(),
+        target_key: request.target_key.clone(),
+        from: existing.map(|row| row.status),
+        to: status,
+    };
+    append_event(
+        tx.db(),
+        &NewEvent {
+            event_type: BINDING_STATUS_CHANGED,
+            operation_id: &operation_id,
+            subject_id: &request.subject_id,
+            target_key: &request.target_key,
+            from_status: flip.from,
+            to_status: status,
+            payload: &event_payload(&flip, step),
+        },
+    )
+    .await?;
+    append_history(
+        tx.db(),
+        &NewHistory {
+            operation_id: &operation_id,
+            from_step: None,
+            to_step: step,
+            from_status: flip.from,
+            to_status: Some(status),
+            operation_version: 1,
+            actor: &request.requested_by,
+            message: None,
+        },
+    )
+    .await?;
+    count_flip(tx, &flip);
+    Ok(Submitted {
+        status,
+        step,
+        replaced: flip.from,
+    })
+}

@@ -1,0 +1,70 @@
+//! A write transaction that carries effects to run only after it commits.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use crate::db::{Db, DbTx};
+
+type Effect = Box<dyn FnOnce() + Send>;
+
+/// A write transaction plus the effects (metrics, notifications) that must
+/// happen only if it commits. [`StoreTx::rollback`] (or dropping it) rolls
+/// back and discards the effects, so a rolled-back flip is never counted.
+/// Prefer [`StoreTx::finish`], which never leaves locks behind.
+pub struct StoreTx {
+    tx: DbTx,
+    effects: Vec<Effect>,
+}
+
+impl StoreTx {
+    /// Begins a write transaction.
+    pub async fn begin(db: &Db) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            tx: db.begin().await?,
+            effects: Vec::new(),
+        })
+    }
+
+    /// The underlying transaction, for `db::*` functions.
+    pub fn db(&mut self) -> &mut DbTx {
+        &mut self.tx
+    }
+
+    /// Queues `effect` to run after a successful commit.
+    pub fn after_commit(&mut self, effect: impl FnOnce() + Send + 'static) {
+        self.effects.push(Box::new(effect));
+    }
+
+    /// Commits, then runs the queued effects in order. An effect that panics
+    /// is logged and skipped: observability never changes the outcome.
+    pub async fn commit(self) -> Result<(), sqlx::Error> {
+        self.tx.commit().await?;
+        for effect in self.effects {
+            if catch_unwind(AssertUnwindSafe(effect)).is_err() {
+                tracing::error!("an after-commit effect panicked; the commit stands");
+            }
+        }
+        Ok(())
+    }
+
+    /// Rolls back and discards the queued effects.
+    pub async fn rollback(self) -> Result<(), sqlx::Error> {
+        self.tx.rollback().await
+    }
+
+    /// Commits when `outcome` is `Ok`, rolls back when it is `Err`, and
+    /// passes the outcome on. Rolling back explicitly matters on MySQL: a
+    /// dropped transaction is only rolled back when its pooled connection is
+    /// next used, and until then its row locks block every other writer.
+    pub async fn finish<T, E: From<sqlx::Error>>(self, outcome: Result<T, E>) -> Result<T, E> {
+        match outcome {
+            Ok(value) => {
+                self.commit().await?;
+                Ok(value)
+            }
+            Err(err) => {
+                self.rollback().await?;
+                Err(err)
+            }
+        }
+    }
+}
