@@ -12,3 +12,4 @@ mod helpers;
 mod readiness;
 mod reload;
 mod storage;
+mod store;
