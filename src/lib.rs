@@ -6,6 +6,8 @@ pub mod config;
 pub mod db;
 pub mod domain;
 pub mod http;
+pub mod signature;
+pub mod sim;
 pub mod state;
 pub mod store;
 pub mod telemetry;

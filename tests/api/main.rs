@@ -11,5 +11,6 @@ mod health;
 mod helpers;
 mod readiness;
 mod reload;
+mod sim;
 mod storage;
 mod store;

@@ -1,0 +1,103 @@
+//! Accounts and token authentication: `PRIVATE-TOKEN` (or `Authorization: Bearer`) names
+//! the caller, whose identity the approval and merge rules are relative to.
+
+use std::collections::{BTreeMap, HashMap};
+
+use axum::extract::FromRequestParts;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+
+use super::SimContext;
+use super::error::ApiError;
+use super::state::{Ids, UserId};
+use serde_json::{Value, json};
+
+/// The authenticated user of a request; extracting it answers GitLab's 401 otherwise.
+#[derive(Clone, Copy, Debug)]
+pub struct Caller(pub UserId);
+
+impl FromRequestParts<SimContext> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, ctx: &SimContext) -> Result<Self, ApiError> {
+        let private = parts.headers.get("private-token");
+        let bearer = parts
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "));
+        let token = private
+            .and_then(|value| value.to_str().ok())
+            .or(bearer)
+            .ok_or(ApiError::Unauthorized)?;
+        let user = ctx.lock().users.by_token(token.trim());
+        user.map(Caller).ok_or(ApiError::Unauthorized)
+    }
+}
+
+/// A registered account.
+#[derive(Clone, Debug)]
+pub struct User {
+    pub id: UserId,
+    pub username: String,
+    pub web_url: String,
+}
+
+/// Accounts and their tokens.
+#[derive(Debug, Default)]
+pub struct Users {
+    by_id: BTreeMap<UserId, User>,
+    by_token: HashMap<String, UserId>,
+}
+
+impl Users {
+    /// Registers a user, or adds `token` to the existing user of that name.
+    pub fn add(&mut self, ids: &mut Ids, username: &str, token: &str, base_url: &str) -> UserId {
+        let existing = self.by_id.values().find(|user| user.username == username);
+        let id = match existing {
+            Some(user) => user.id,
+            None => {
+                let id = ids.user();
+                let web_url = format!("{base_url}/{username}");
+                let username = username.to_owned();
+                self.by_id.insert(
+                    id,
+                    User {
+                        id,
+                        username,
+                        web_url,
+                    },
+                );
+                id
+            }
+        };
+        self.by_token.insert(token.to_owned(), id);
+        id
+    }
+
+    /// The user a token authenticates.
+    pub fn by_token(&self, token: &str) -> Option<UserId> {
+        self.by_token.get(token).copied()
+    }
+
+    /// A registered user.
+    pub fn get(&self, id: UserId) -> Option<&User> {
+        self.by_id.get(&id)
+    }
+
+    /// `UserBasic`, or `null` for an unknown id.
+    pub fn json(&self, id: Option<UserId>) -> Value {
+        match id.and_then(|id| self.get(id)) {
+            Some(user) => json!({
+                "id": user.id,
+                "username": user.username,
+                "name": user.username,
+                "state": "active",
+                "locked": false,
+                "avatar_url": null,
+                "web_url": user.web_url,
+            }),
+            None => Value::Null,
+        }
+    }
+}

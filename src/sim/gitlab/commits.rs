@@ -1,0 +1,250 @@
+//! Commits API (`POST …/repository/commits` with actions, `Commits::CreateService`'s
+//! checks) and the Files API reads (`GET …/repository/files/:path[/raw]`).
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::SimContext;
+use super::auth::Caller;
+use super::error::{ApiError, ApiResult};
+use super::merge_requests::on_push;
+use super::params::JsonBody;
+use super::repo::{Change, apply, line_stats};
+use super::state::{Scope, UserId, hex_id};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+
+/// Body of `POST /projects/:id/repository/commits`.
+#[derive(Debug, Deserialize)]
+pub struct CommitParams {
+    branch: Option<String>,
+    commit_message: Option<String>,
+    actions: Option<Value>,
+    start_branch: Option<String>,
+    start_sha: Option<String>,
+}
+
+/// One raw entry of `actions[]`.
+#[derive(Debug, Deserialize)]
+struct ActionParams {
+    action: Option<String>,
+    file_path: Option<String>,
+    previous_path: Option<String>,
+    content: Option<String>,
+    encoding: Option<String>,
+}
+
+/// Turns `actions[]` into validated changes, with `lib/api/commits.rb`'s messages.
+fn parse_actions(actions: Value) -> ApiResult<Vec<Change>> {
+    let Value::Array(actions) = actions else {
+        return Err(ApiError::bad_request_because("actions must be an array"));
+    };
+    let mut changes = Vec::with_capacity(actions.len());
+    for (i, raw) in actions.into_iter().enumerate() {
+        let field = |name: &str| format!("actions[{i}][{name}]");
+        let params: ActionParams = serde_json::from_value(raw)
+            .map_err(|err| ApiError::bad_request_because(format!("{}: {err}", field("action"))))?;
+        let action = params.action.ok_or_else(|| {
+            ApiError::bad_request_because(format!("{} is required", field("action")))
+        })?;
+        let path = params.file_path.ok_or_else(|| {
+            ApiError::bad_request_because(format!("{} is required", field("file_path")))
+        })?;
+        let content = match (params.content, params.encoding.as_deref()) {
+            (Some(text), Some("base64")) => Some(
+                BASE64
+                    .decode(text.split_whitespace().collect::<String>())
+                    .ok()
+                    .and_then(|bytes| String::from_utf8(bytes).ok())
+                    .ok_or_else(|| {
+                        ApiError::bad_request_because(format!(
+                            "{} is not valid base64",
+                            field("content")
+                        ))
+                    })?,
+            ),
+            (content, _) => content,
+        };
+        let required = |what: &str, action: &str| {
+            ApiError::bad_request_because(format!(
+                "{} is required for {action} action",
+                field(what)
+            ))
+        };
+        changes.push(match action.as_str() {
+            "create" => Change::Create {
+                path,
+                content: content.unwrap_or_default(),
+            },
+            "update" => Change::Update {
+                path,
+                content: content.ok_or_else(|| required("content", "update"))?,
+            },
+            "delete" => Change::Delete { path },
+            "move" => Change::Move {
+                from: params
+                    .previous_path
+                    .ok_or_else(|| required("previous_path", "move"))?,
+                to: path,
+                content,
+            },
+            "chmod" => Change::Chmod { path },
+            _ => {
+                return Err(ApiError::bad_request_because(format!(
+                    "{} must be one of: create, update, move, delete, chmod",
+                    field("action")
+                )));
+            }
+        });
+    }
+    Ok(changes)
+}
+
+/// Commits `changes` on `branch`, starting from `start` (a commit id) when the branch is
+/// new, moves the branch and runs the push hooks. Returns the new commit's id.
+pub fn commit(
+    scope: &mut Scope,
+    user: UserId,
+    branch: &str,
+    start: &str,
+    message: &str,
+    changes: &[Change],
+) -> Result<String, String> {
+    let repo = &scope.project.repo;
+    let parent = repo.commit(start).ok_or("Invalid start commit")?;
+    let tree = apply(&parent.tree, changes)?;
+    let parent_id = parent.id.clone();
+    let author = scope
+        .users
+        .get(user)
+        .map_or("unknown", |u| u.username.as_str());
+    let sha = scope
+        .project
+        .repo
+        .commit_tree(scope.ids, vec![parent_id], message, author, tree);
+    scope.project.repo.set_branch(branch, &sha);
+    on_push(scope, branch, user);
+    Ok(sha)
+}
+
+/// `POST /projects/:id/repository/commits`
+pub async fn create_commit(
+    State(ctx): State<SimContext>,
+    Caller(user): Caller,
+    Path(project): Path<String>,
+    JsonBody(params): JsonBody<CommitParams>,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    let is_required = |name: &str| ApiError::bad_request_because(format!("{name} is required"));
+    let branch = params.branch.ok_or_else(|| is_required("branch"))?;
+    let message = params
+        .commit_message
+        .ok_or_else(|| is_required("commit_message"))?;
+    let changes = parse_actions(params.actions.ok_or_else(|| is_required("actions"))?)?;
+    if params.start_branch.is_some() && params.start_sha.is_some() {
+        let message = "start_branch, start_sha are mutually exclusive";
+        return Err(ApiError::bad_request_because(message));
+    }
+    let mut state = ctx.lock();
+    let mut scope = state.scope(&project)?;
+    if !scope.project.can_write(user) {
+        return Err(ApiError::ForbiddenBecause(
+            "You are not allowed to push into this branch",
+        ));
+    }
+    let repo = &scope.project.repo;
+    let start_branch = params.start_branch.as_deref().unwrap_or(&branch);
+    let start = match params.start_sha.as_deref() {
+        Some(sha) => repo
+            .commit(sha)
+            .ok_or_else(|| ApiError::bad_request(format!("Cannot find start_sha '{sha}'")))?,
+        None => repo.head(start_branch).ok_or_else(|| {
+            ApiError::bad_request("You can only create or edit files when you are on a branch")
+        })?,
+    };
+    let different_branch = params.start_sha.is_some() || start_branch != branch;
+    if different_branch && repo.head(&branch).is_some() {
+        return Err(ApiError::bad_request(format!(
+            "A branch called '{branch}' already exists. Switch to that branch in order to make changes"
+        )));
+    }
+    let (start, before) = (start.id.clone(), start.tree.clone());
+    let sha = commit(&mut scope, user, &branch, &start, &message, &changes)
+        .map_err(ApiError::bad_request)?;
+    let commit = scope
+        .project
+        .repo
+        .commit(&sha)
+        .expect("the commit was just stored");
+    let (additions, deletions) = line_stats(&before, &commit.tree);
+    let mut body = commit.json(&scope.project.web_url);
+    let detail = json!({
+        "stats": { "additions": additions, "deletions": deletions, "total": additions + deletions },
+        "status": null,
+        "last_pipeline": null,
+        "project_id": scope.project.id,
+    });
+    if let (Value::Object(fields), Value::Object(detail)) = (&mut body, detail) {
+        fields.extend(detail);
+    }
+    Ok((StatusCode::CREATED, Json(body)))
+}
+
+/// Query of the Files API.
+#[derive(Debug, Deserialize)]
+pub struct FileQuery {
+    #[serde(rename = "ref")]
+    reference: Option<String>,
+}
+
+/// Finds `path` at `ref`: 400 without `ref`, 404 for an unknown ref or a missing file.
+fn read_file(
+    ctx: &SimContext,
+    project: &str,
+    path: &str,
+    query: FileQuery,
+) -> ApiResult<(String, String, String)> {
+    let reference = query
+        .reference
+        .ok_or_else(|| ApiError::InvalidParam("ref is missing".to_owned()))?;
+    let mut state = ctx.lock();
+    let scope = state.scope(project)?;
+    let commit = scope.project.repo.resolve(&reference);
+    let commit = commit.ok_or(ApiError::NotFound("Commit"))?;
+    let content = commit.tree.get(path).ok_or(ApiError::NotFound("File"))?;
+    Ok((content.clone(), commit.id.clone(), reference))
+}
+
+/// `GET /projects/:id/repository/files/:file_path?ref=`: content in base64, as GitLab does.
+pub async fn get_file(
+    State(ctx): State<SimContext>,
+    _caller: Caller,
+    Path((project, path)): Path<(String, String)>,
+    Query(query): Query<FileQuery>,
+) -> ApiResult<Json<Value>> {
+    let (content, commit_id, reference) = read_file(&ctx, &project, &path, query)?;
+    Ok(Json(json!({
+        "file_name": path.rsplit('/').next().unwrap_or(&path),
+        "file_path": path,
+        "size": content.len(),
+        "encoding": "base64",
+        "content": BASE64.encode(content.as_bytes()),
+        "ref": reference,
+        "blob_id": hex_id(&content),
+        "commit_id": commit_id,
+        "last_commit_id": commit_id,
+        "execute_filemode": false,
+    })))
+}
+
+/// `GET /projects/:id/repository/files/:file_path/raw?ref=`
+pub async fn get_raw_file(
+    State(ctx): State<SimContext>,
+    _caller: Caller,
+    Path((project, path)): Path<(String, String)>,
+    Query(query): Query<FileQuery>,
+) -> ApiResult<String> {
+    read_file(&ctx, &project, &path, query).map(|(content, _, _)| content)
+}

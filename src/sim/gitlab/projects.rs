@@ -1,0 +1,69 @@
+//! `GET /projects/:id` and project creation for the control API.
+
+use std::collections::{HashMap, VecDeque};
+
+use axum::Json;
+use axum::extract::{Path, State};
+use chrono::Utc;
+use serde_json::{Value, json};
+
+use super::SimContext;
+use super::auth::Caller;
+use super::error::ApiResult;
+use super::repo::{Repo, Tree};
+use super::state::{Project, ProjectId, ProjectSettings, SimState, timestamp};
+
+/// Creates a project whose default branch `main` holds one commit with a README.
+pub fn create(state: &mut SimState, path: &str) -> ProjectId {
+    let id = state.ids.project();
+    let mut repo = Repo::default();
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let tree = Tree::from([("README.md".to_owned(), format!("# {name}\n"))]);
+    let sha = repo.commit_tree(&mut state.ids, Vec::new(), "Initial commit", "root", tree);
+    repo.set_branch("main", &sha);
+    state.projects.push(Project {
+        id,
+        path: path.to_owned(),
+        default_branch: "main".to_owned(),
+        web_url: format!("{}/{path}", state.base_url),
+        created_at: Utc::now(),
+        members: HashMap::new(),
+        settings: ProjectSettings::default(),
+        repo,
+        merge_requests: Vec::new(),
+        pipelines: Vec::new(),
+        pipeline_script: VecDeque::new(),
+    });
+    id
+}
+
+/// `GET /projects/:id`, by numeric id or URL-encoded full path.
+pub async fn get_project(
+    State(ctx): State<SimContext>,
+    _caller: Caller,
+    Path(project): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let mut state = ctx.lock();
+    let base_url = state.base_url.clone();
+    let scope = state.scope(&project)?;
+    let project = &*scope.project;
+    let name = project.path.rsplit('/').next().unwrap_or(&project.path);
+    let namespace = project.path.rsplit_once('/').map_or("", |(ns, _)| ns);
+    Ok(Json(json!({
+        "id": project.id,
+        "name": name,
+        "path": name,
+        "path_with_namespace": project.path,
+        "name_with_namespace": project.path.replace('/', " / "),
+        "namespace": { "full_path": namespace, "path": namespace, "kind": "group" },
+        "default_branch": project.default_branch,
+        "visibility": "internal",
+        "web_url": project.web_url,
+        "http_url_to_repo": format!("{}.git", project.web_url),
+        "created_at": timestamp(project.created_at),
+        "merge_method": "rebase_merge",
+        "only_allow_merge_if_pipeline_succeeds": true,
+        "approvals_before_merge": project.settings.approvals_required,
+        "_links": { "self": format!("{base_url}/api/v4/projects/{}", project.id) },
+    })))
+}

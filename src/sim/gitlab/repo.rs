@@ -1,0 +1,302 @@
+//! The git model: commits holding whole-tree snapshots, branches as movable heads, and the
+//! tree arithmetic (file actions, merge base, replaying one side onto another) that the
+//! commit, merge and rebase endpoints build on.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use super::state::{Ids, timestamp};
+
+/// Every file of a commit, path → content. Whole snapshots keep merge and rebase simple to
+/// express, and the simulated repositories hold a handful of small files.
+pub type Tree = BTreeMap<String, String>;
+
+/// One commit, with the whole tree it points at.
+#[derive(Clone, Debug)]
+pub struct Commit {
+    pub id: String,
+    pub parent_ids: Vec<String>,
+    pub message: String,
+    pub author_name: String,
+    pub created_at: DateTime<Utc>,
+    pub tree: Tree,
+}
+
+impl Commit {
+    /// The first line of the message.
+    pub fn title(&self) -> &str {
+        self.message.lines().next().unwrap_or_default()
+    }
+
+    /// The `Commit` entity (`API::Entities::Commit`).
+    pub fn json(&self, project_web_url: &str) -> Value {
+        let email = format!("{}@example.com", self.author_name);
+        let at = timestamp(self.created_at);
+        json!({
+            "id": self.id,
+            "short_id": &self.id[..11],
+            "created_at": at,
+            "parent_ids": self.parent_ids,
+            "title": self.title(),
+            "message": self.message,
+            "author_name": self.author_name,
+            "author_email": email,
+            "authored_date": at,
+            "committer_name": self.author_name,
+            "committer_email": email,
+            "committed_date": at,
+            "trailers": {},
+            "web_url": format!("{project_web_url}/-/commit/{}", self.id),
+        })
+    }
+}
+
+/// One validated commit action (`move` keeps the old content unless new is given).
+#[derive(Clone, Debug)]
+pub enum Change {
+    Create {
+        path: String,
+        content: String,
+    },
+    Update {
+        path: String,
+        content: String,
+    },
+    Delete {
+        path: String,
+    },
+    Move {
+        from: String,
+        to: String,
+        content: Option<String>,
+    },
+    /// Accepted for fidelity; file modes are not modelled.
+    Chmod {
+        path: String,
+    },
+}
+
+/// The messages GitLab's `Files::MultiService` answers with.
+const FILE_EXISTS: &str = "A file with this name already exists";
+const FILE_MISSING: &str = "A file with this name doesn't exist";
+
+/// Applies actions in order to a copy of `tree`, or answers GitLab's 400 message.
+pub fn apply(tree: &Tree, changes: &[Change]) -> Result<Tree, String> {
+    let mut tree = tree.clone();
+    for change in changes {
+        match change {
+            Change::Create { path, content } => {
+                if tree.insert(path.clone(), content.clone()).is_some() {
+                    return Err(FILE_EXISTS.to_owned());
+                }
+            }
+            Change::Update { path, content } => match tree.get_mut(path) {
+                Some(existing) => existing.clone_from(content),
+                None => return Err(FILE_MISSING.to_owned()),
+            },
+            Change::Delete { path } => {
+                tree.remove(path).ok_or(FILE_MISSING)?;
+            }
+            Change::Move { from, to, content } => {
+                let previous = tree.remove(from).ok_or(FILE_MISSING)?;
+                let moved = content.clone().unwrap_or(previous);
+                if tree.insert(to.clone(), moved).is_some() {
+                    return Err(FILE_EXISTS.to_owned());
+                }
+            }
+            Change::Chmod { path } => {
+                tree.get(path).ok_or(FILE_MISSING)?;
+            }
+        }
+    }
+    Ok(tree)
+}
+
+/// path → new content (`None`: deleted) for every path that differs from `base` to `head`.
+fn diff<'a>(base: &'a Tree, head: &'a Tree) -> BTreeMap<&'a str, Option<&'a str>> {
+    let mut changes = BTreeMap::new();
+    for (path, content) in head {
+        if base.get(path) != Some(content) {
+            changes.insert(path.as_str(), Some(content.as_str()));
+        }
+    }
+    for path in base.keys() {
+        if !head.contains_key(path) {
+            changes.insert(path.as_str(), None);
+        }
+    }
+    changes
+}
+
+/// How many files differ from `base` to `head` (the MR's `changes_count`).
+pub fn diff_len(base: &Tree, head: &Tree) -> usize {
+    diff(base, head).len()
+}
+
+/// Replays the changes `base → source` onto `target`, as a rebase does. `None` when both
+/// sides changed the same file differently: a conflict git cannot resolve on its own.
+pub fn replay(base: &Tree, source: &Tree, target: &Tree) -> Option<Tree> {
+    let theirs = diff(base, target);
+    let mut result = target.clone();
+    for (path, content) in diff(base, source) {
+        if theirs.get(path).is_some_and(|other| *other != content) {
+            return None;
+        }
+        match content {
+            Some(content) => result.insert(path.to_owned(), content.to_owned()),
+            None => result.remove(path),
+        };
+    }
+    Some(result)
+}
+
+/// Line additions and deletions from `old` to `new`, counted as a multiset difference
+/// (close enough to git's numstat for the `stats` field).
+pub fn line_stats(old: &Tree, new: &Tree) -> (usize, usize) {
+    let mut additions = 0;
+    let mut deletions = 0;
+    for (path, content) in diff(old, new) {
+        let mut before: HashMap<&str, usize> = HashMap::new();
+        for line in old
+            .get(path)
+            .map(String::as_str)
+            .unwrap_or_default()
+            .lines()
+        {
+            *before.entry(line).or_default() += 1;
+        }
+        for line in content.unwrap_or_default().lines() {
+            match before.get_mut(line) {
+                Some(count) if *count > 0 => *count -= 1,
+                _ => additions += 1,
+            }
+        }
+        deletions += before.values().sum::<usize>();
+    }
+    (additions, deletions)
+}
+
+/// Whether git would accept `name` as a branch name (`git check-ref-format --branch`).
+pub fn valid_branch_name(name: &str) -> bool {
+    let bad_char = |c: char| c.is_ascii_control() || " ~^:?*[\\".contains(c);
+    !name.is_empty()
+        && name != "@"
+        && !name.starts_with('-')
+        && !name.ends_with('/')
+        && !name.ends_with('.')
+        && !name.ends_with(".lock")
+        && !name.contains("..")
+        && !name.contains("@{")
+        && !name.chars().any(bad_char)
+        && name
+            .split('/')
+            .all(|part| !part.is_empty() && !part.starts_with('.'))
+}
+
+/// A project's repository: every commit ever made, and the branch heads.
+#[derive(Debug, Default)]
+pub struct Repo {
+    commits: HashMap<String, Commit>,
+    branches: BTreeMap<String, String>,
+}
+
+impl Repo {
+    /// Records a new commit with a fresh id and returns the id; no branch moves.
+    pub fn commit_tree(
+        &mut self,
+        ids: &mut Ids,
+        parent_ids: Vec<String>,
+        message: &str,
+        author_name: &str,
+        tree: Tree,
+    ) -> String {
+        let id = ids.sha((&parent_ids, message, &tree));
+        let commit = Commit {
+            id: id.clone(),
+            parent_ids,
+            message: message.to_owned(),
+            author_name: author_name.to_owned(),
+            created_at: Utc::now(),
+            tree,
+        };
+        self.commits.insert(id.clone(), commit);
+        id
+    }
+
+    /// A commit by full id.
+    pub fn commit(&self, sha: &str) -> Option<&Commit> {
+        self.commits.get(sha)
+    }
+
+    /// The head commit of a branch.
+    pub fn head(&self, branch: &str) -> Option<&Commit> {
+        self.branches.get(branch).and_then(|sha| self.commit(sha))
+    }
+
+    /// A branch name, else a full commit id.
+    pub fn resolve(&self, reference: &str) -> Option<&Commit> {
+        self.head(reference).or_else(|| self.commit(reference))
+    }
+
+    /// Branch names and head ids, sorted by name.
+    pub fn branches(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.branches
+            .iter()
+            .map(|(name, sha)| (name.as_str(), sha.as_str()))
+    }
+
+    /// Creates or moves a branch.
+    pub fn set_branch(&mut self, name: &str, sha: &str) {
+        self.branches.insert(name.to_owned(), sha.to_owned());
+    }
+
+    /// Deletes a branch; false when it did not exist.
+    pub fn delete_branch(&mut self, name: &str) -> bool {
+        self.branches.remove(name).is_some()
+    }
+
+    /// Whether a new branch `name` clashes with the `a/b` vs `a` ref hierarchy.
+    pub fn hierarchy_conflict(&self, name: &str) -> bool {
+        self.branches.keys().any(|existing| {
+            existing.starts_with(&format!("{name}/")) || name.starts_with(&format!("{existing}/"))
+        })
+    }
+
+    /// `sha` and all its ancestors.
+    fn ancestors(&self, sha: &str) -> HashSet<&str> {
+        let mut seen = HashSet::new();
+        let mut queue = VecDeque::from([sha]);
+        while let Some(current) = queue.pop_front() {
+            if let Some(commit) = self.commits.get(current)
+                && seen.insert(commit.id.as_str())
+            {
+                queue.extend(commit.parent_ids.iter().map(String::as_str));
+            }
+        }
+        seen
+    }
+
+    /// Whether `ancestor` is reachable from `descendant` (or is it).
+    pub fn is_ancestor(&self, ancestor: &str, descendant: &str) -> bool {
+        self.ancestors(descendant).contains(ancestor)
+    }
+
+    /// The nearest common ancestor of two commits.
+    pub fn merge_base(&self, a: &str, b: &str) -> Option<&Commit> {
+        let of_a = self.ancestors(a);
+        let mut queue = VecDeque::from([b]);
+        let mut seen = HashSet::new();
+        while let Some(current) = queue.pop_front() {
+            let commit = self.commits.get(current)?;
+            if of_a.contains(current) {
+                return Some(commit);
+            }
+            if seen.insert(current) {
+                queue.extend(commit.parent_ids.iter().map(String::as_str));
+            }
+        }
+        None
+    }
+}

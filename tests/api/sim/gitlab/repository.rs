@@ -1,0 +1,237 @@
+//! Branches, commits with actions, and the Files API over a real in-memory tree.
+
+use reqwest::Method;
+use serde_json::json;
+
+use super::support::{BOT, Fixture, REPORTER};
+
+#[tokio::test]
+async fn branch_create_get_and_delete() {
+    let fx = Fixture::start().await;
+    let fx = &fx;
+    let branches = format!("{}/repository/branches", fx.root);
+    let main_head = fx.sim.branch_head(fx.project, "main").expect("main exists");
+    let created = fx
+        .post(
+            BOT,
+            &branches,
+            json!({ "branch": "bot/one", "ref": "main" }),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    assert_eq!(created.body["name"], "bot/one");
+    assert_eq!(created.body["commit"]["id"], main_head.as_str());
+    let again = fx
+        .post(
+            BOT,
+            &branches,
+            json!({ "branch": "bot/one", "ref": "main" }),
+        )
+        .await;
+    assert_eq!(again.status, 400);
+    assert_eq!(again.body, json!({ "message": "Branch already exists" }));
+    let bad_ref = fx
+        .post(
+            BOT,
+            &branches,
+            json!({ "branch": "bot/two", "ref": "nowhere" }),
+        )
+        .await;
+    assert_eq!(bad_ref.status, 400);
+    assert_eq!(
+        bad_ref.str("message"),
+        "Failed to create branch 'bot/two': invalid reference name 'nowhere'"
+    );
+    let missing = fx.post(BOT, &branches, json!({ "branch": "x" })).await;
+    assert_eq!(missing.body, json!({ "error": "ref is missing" }));
+    let forbidden = fx
+        .post(REPORTER, &branches, json!({ "branch": "r", "ref": "main" }))
+        .await;
+    assert_eq!(forbidden.status, 403);
+
+    let got = fx.get(BOT, &format!("{branches}/bot%2Fone")).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body["merged"], true);
+    let list = fx.get(BOT, &branches).await;
+    assert_eq!(list.body.as_array().map(Vec::len), Some(2));
+    assert_eq!(list.headers["x-total"], "2");
+
+    let delete = |name: &str| {
+        let path = format!("{branches}/{name}");
+        async move { fx.send(Method::DELETE, Some(BOT), &path, None).await }
+    };
+    assert_eq!(delete("bot%2Fone").await.status, 204);
+    let gone = delete("bot%2Fone").await;
+    assert_eq!(gone.status, 404);
+    assert_eq!(gone.body, json!({ "message": "404 Branch Not Found" }));
+    assert_eq!(delete("main").await.status, 405);
+    assert_eq!(fx.sim.branch_head(fx.project, "bot/one"), None);
+}
+
+#[tokio::test]
+async fn commits_apply_actions_to_the_branch_tree() {
+    let fx = Fixture::start().await;
+    let fx = &fx;
+    let commits = format!("{}/repository/commits", fx.root);
+    let main_head = fx.sim.branch_head(fx.project, "main").expect("main exists");
+    let first = fx
+        .post(
+            BOT,
+            &commits,
+            json!({
+                "branch": "bot/one",
+                "start_branch": "main",
+                "commit_message": "bot: add binding",
+                "actions": [
+                    { "action": "create", "file_path": "bindings/a.json", "content": "{}\n" },
+                    { "action": "create", "file_path": "bindings/b.json", "content": "b\n" }
+                ]
+            }),
+        )
+        .await;
+    assert_eq!(first.status, 201, "{}", first.text);
+    let first_sha = first.str("id").to_owned();
+    assert_eq!(first.body["parent_ids"], json!([main_head]));
+    assert_eq!(first.body["stats"]["additions"], 2);
+    assert_eq!(
+        fx.sim.branch_head(fx.project, "bot/one"),
+        Some(first_sha.clone())
+    );
+
+    let file = fx
+        .get(
+            BOT,
+            &format!(
+                "{}/repository/files/bindings%2Fa.json?ref=bot%2Fone",
+                fx.root
+            ),
+        )
+        .await;
+    assert_eq!(file.status, 200);
+    assert_eq!(file.body["encoding"], "base64");
+    assert_eq!(file.body["content"], "e30K");
+    assert_eq!(file.body["commit_id"], first_sha.as_str());
+    let raw = fx
+        .get(
+            BOT,
+            &format!(
+                "{}/repository/files/bindings%2Fa.json/raw?ref=bot%2Fone",
+                fx.root
+            ),
+        )
+        .await;
+    assert_eq!(raw.text, "{}\n");
+    let on_main = fx
+        .get(
+            BOT,
+            &format!("{}/repository/files/bindings%2Fa.json?ref=main", fx.root),
+        )
+        .await;
+    assert_eq!(on_main.status, 404);
+    assert_eq!(on_main.body, json!({ "message": "404 File Not Found" }));
+
+    let refused = |action: &str, path: &str| {
+        let body = json!({
+            "branch": "bot/one",
+            "commit_message": "x",
+            "actions": [{ "action": action, "file_path": path, "content": "x" }]
+        });
+        let commits = commits.clone();
+        async move { fx.post(BOT, &commits, body).await }
+    };
+    let exists = refused("create", "bindings/a.json").await;
+    assert_eq!(exists.status, 400);
+    assert_eq!(
+        exists.body,
+        json!({ "message": "A file with this name already exists" })
+    );
+    for action in ["update", "delete"] {
+        let missing = refused(action, "nope.json").await;
+        assert_eq!(missing.status, 400);
+        assert_eq!(
+            missing.body,
+            json!({ "message": "A file with this name doesn't exist" })
+        );
+    }
+    let bad_action = refused("copy", "x").await;
+    assert_eq!(
+        bad_action.str("message"),
+        "400 Bad request - actions[0][action] must be one of: create, update, move, delete, chmod"
+    );
+    assert_eq!(
+        fx.sim.branch_head(fx.project, "bot/one"),
+        Some(first_sha.clone())
+    );
+
+    let second = fx
+        .post(
+            BOT,
+            &commits,
+            json!({
+                "branch": "bot/one",
+                "commit_message": "bot: rework",
+                "actions": [
+                    { "action": "update", "file_path": "bindings/a.json", "content": "{\"k\":1}\n" },
+                    { "action": "move", "previous_path": "bindings/b.json", "file_path": "bindings/c.json" },
+                    { "action": "delete", "file_path": "README.md" },
+                    { "action": "create", "file_path": "d.txt", "content": "ZA==", "encoding": "base64" }
+                ]
+            }),
+        )
+        .await;
+    assert_eq!(second.status, 201, "{}", second.text);
+    assert_eq!(second.body["parent_ids"], json!([first_sha]));
+    let files = fx.sim.files(fx.project, "bot/one").expect("branch exists");
+    let paths: Vec<&str> = files.keys().map(String::as_str).collect();
+    assert_eq!(paths, ["bindings/a.json", "bindings/c.json", "d.txt"]);
+    assert_eq!(files["bindings/a.json"], "{\"k\":1}\n");
+    assert_eq!(files["bindings/c.json"], "b\n");
+    assert_eq!(files["d.txt"], "d");
+    assert!(fx.sim.file(fx.project, "main", "README.md").is_some());
+}
+
+#[tokio::test]
+async fn commit_branch_rules_follow_commits_create_service() {
+    let fx = Fixture::start().await;
+    let fx = &fx;
+    let commits = format!("{}/repository/commits", fx.root);
+    let body = |branch: &str, start: Option<&str>| {
+        let mut body = json!({
+            "branch": branch,
+            "commit_message": "x",
+            "actions": [{ "action": "create", "file_path": "x", "content": "x" }]
+        });
+        if let Some(start) = start {
+            body["start_branch"] = json!(start);
+        }
+        body
+    };
+    let no_branch = fx.post(BOT, &commits, body("new", None)).await;
+    assert_eq!(no_branch.status, 400);
+    assert_eq!(
+        no_branch.str("message"),
+        "You can only create or edit files when you are on a branch"
+    );
+    let existing = fx.post(BOT, &commits, body("main", Some("other"))).await;
+    assert_eq!(existing.status, 400);
+    let created = fx.post(BOT, &commits, body("new", Some("main"))).await;
+    assert_eq!(created.status, 201);
+    let again = fx.post(BOT, &commits, body("new", Some("main"))).await;
+    assert_eq!(
+        again.str("message"),
+        "A branch called 'new' already exists. Switch to that branch in order to make changes"
+    );
+    let forbidden = fx.post(REPORTER, &commits, body("new", None)).await;
+    assert_eq!(forbidden.status, 403);
+    assert_eq!(
+        forbidden.str("message"),
+        "403 Forbidden - You are not allowed to push into this branch"
+    );
+    let missing = fx.post(BOT, &commits, json!({ "branch": "new" })).await;
+    assert_eq!(
+        missing.str("message"),
+        "400 Bad request - commit_message is required"
+    );
+    let empty = fx.send(Method::POST, Some(BOT), &commits, None).await;
+    assert_eq!(empty.str("message"), "400 Bad request - branch is required");
+}
