@@ -2,7 +2,9 @@
 //! with dynamic settings hot-reloaded from the watched file (SPEC §4).
 
 mod live;
+mod reader;
 pub mod resolve;
+mod sections;
 mod settings;
 pub mod source;
 mod watch;
@@ -11,6 +13,10 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use live::{LevelSetter, LiveConfig, ReloadOutcome};
+pub use sections::{
+    AuthzProvider, AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings,
+    JwtSettings, TargetSettings,
+};
 pub use settings::{
     AccessSettings, ApprovalProvider, ApprovalSettings, BatchSettings, DatabaseSettings,
     GitLabSettings, LogFormat, LogSettings, ServerSettings, Settings,

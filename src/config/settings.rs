@@ -11,8 +11,12 @@ use std::time::Duration;
 use secrecy::SecretString;
 use toml::{Table, Value};
 
-use super::resolve::{self, AccessMode, AccessWindow, ApproveImpl, FlowOrder, Resolved};
-use super::{Problem, Severity};
+use super::reader::Reader;
+use super::resolve::{self, AccessMode, AccessWindow, ApproveImpl, FlowOrder};
+use super::sections::{
+    AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings, TargetSettings,
+};
+use super::{Problem, sections};
 
 /// One immutable snapshot of the whole configuration. Hot reload swaps in a
 /// new snapshot; readers never lock and never see a half-applied file.
@@ -28,8 +32,16 @@ pub struct Settings {
     pub access: AccessSettings,
     /// Dynamic: requests per minute per bucket; `None` means no limit.
     pub rate_limit: BTreeMap<String, Option<u32>>,
-    /// Dynamic: rule codes per route; `None` (or no entry) denies.
-    pub authz_rules: BTreeMap<String, Option<Vec<String>>>,
+    /// Who is calling.
+    pub identity: IdentitySettings,
+    /// Who may do what; rules and grants are dynamic.
+    pub authz: AuthzSettings,
+    /// Dynamic: the target catalog.
+    pub targets: BTreeMap<String, TargetSettings>,
+    /// Idempotency records.
+    pub idempotency: IdempotencySettings,
+    /// Static: the bounded worker pool.
+    pub executor: ExecutorSettings,
     /// Dynamic: the order new requests follow.
     pub flow_order: FlowOrder,
     /// GitLab connection (static) and approve implementation (dynamic).
@@ -164,7 +176,11 @@ const SCHEMA: &[(&str, Option<&[&str]>)] = &[
     ("log", Some(&["level", "format"])),
     ("access", Some(&["mode", "window", "timezone"])),
     ("rate_limit", None),
-    ("authz", Some(&["rules"])),
+    ("authz", Some(sections::AUTHZ_KEYS)),
+    ("identity", Some(sections::IDENTITY_KEYS)),
+    ("targets", None),
+    ("idempotency", Some(sections::IDEMPOTENCY_KEYS)),
+    ("executor", Some(sections::EXECUTOR_KEYS)),
     ("workflow", Some(&["flow_order"])),
     (
         "gitlab",
@@ -186,85 +202,13 @@ const SCHEMA: &[(&str, Option<&[&str]>)] = &[
     ("webhooks", Some(&["silent"])),
 ];
 
-/// Collects problems while reading a table, each named by its dotted key.
-struct Reader<'a> {
-    table: &'a Table,
-    problems: Vec<Problem>,
-}
-
-impl<'a> Reader<'a> {
-    fn get(&self, section: &str, key: &str) -> Option<&'a Value> {
-        self.table.get(section)?.as_table()?.get(key)
-    }
-
-    fn error(&mut self, key: &str, message: impl Into<String>) {
-        self.problems
-            .push(Problem::new(Severity::Error, key, message));
-    }
-
-    fn resolved<T>(&mut self, key: &str, resolved: Resolved<T>) -> T {
-        if let Some(message) = resolved.warning {
-            self.problems
-                .push(Problem::new(Severity::Warning, key, message));
-        }
-        resolved.value
-    }
-
-    fn check_schema(&mut self) {
-        for (section, value) in self.table {
-            let Some((_, keys)) = SCHEMA.iter().find(|(name, _)| name == section) else {
-                self.error(section, "unknown section");
-                continue;
-            };
-            let Some(entries) = value.as_table() else {
-                self.error(section, "must be a table, like [section]");
-                continue;
-            };
-            if let Some(keys) = keys {
-                for key in entries.keys().filter(|key| !keys.contains(&key.as_str())) {
-                    self.error(&format!("{section}.{key}"), "unknown key");
-                }
-            }
-        }
-    }
-
-    fn string(&mut self, section: &str, key: &str, default: &str) -> String {
-        match self.get(section, key) {
-            None => default.to_owned(),
-            Some(Value::String(text)) => text.trim().to_owned(),
-            Some(other) => {
-                let name = format!("{section}.{key}");
-                self.error(&name, format!("must be a string, not {}", other.type_str()));
-                default.to_owned()
-            }
-        }
-    }
-
-    fn secret(&mut self, section: &str, key: &str) -> Option<SecretString> {
-        let text = self.string(section, key, "");
-        (!text.is_empty()).then(|| SecretString::from(text))
-    }
-
-    fn static_duration(&mut self, section: &str, key: &str, default: Duration) -> Duration {
-        let name = format!("{section}.{key}");
-        let resolved = resolve::duration(self.get(section, key), default);
-        if resolved.warning.is_some() {
-            self.error(&name, "must be a positive duration like \"10s\"");
-        }
-        resolved.value
-    }
-}
-
 impl Settings {
     /// Builds a snapshot from a table. `previous` is the running snapshot on a
     /// reload (for "keep the last good value" rules). Problems of severity
     /// [`Severity::Error`] mean the table must not be used.
     pub fn from_table(table: &Table, previous: Option<&Settings>) -> (Settings, Vec<Problem>) {
-        let mut r = Reader {
-            table,
-            problems: Vec::new(),
-        };
-        r.check_schema();
+        let mut r = Reader::new(table);
+        r.check_schema(SCHEMA);
 
         let listen_text = r.string("server", "listen", "127.0.0.1:8080");
         let listen = listen_text.parse().unwrap_or_else(|_| {
@@ -347,8 +291,7 @@ impl Settings {
 
         let mut rate_limit = BTreeMap::new();
         for (bucket, raw) in r
-            .table
-            .get("rate_limit")
+            .at(&["rate_limit"])
             .and_then(Value::as_table)
             .into_iter()
             .flatten()
@@ -360,20 +303,11 @@ impl Settings {
             rate_limit.insert(bucket.clone(), value);
         }
 
-        let mut authz_rules = BTreeMap::new();
-        match r.get("authz", "rules") {
-            None => {}
-            Some(Value::Table(rules)) => {
-                for (route, raw) in rules {
-                    let value = r.resolved(
-                        &format!("authz.rules.{route}"),
-                        resolve::authz_rule(Some(raw)),
-                    );
-                    authz_rules.insert(route.clone(), value);
-                }
-            }
-            Some(_) => r.error("authz.rules", "must be a table of route = [rule codes]"),
-        }
+        let identity = sections::identity(&mut r);
+        let authz = sections::authz(&mut r);
+        let targets = sections::targets(&mut r);
+        let idempotency = sections::idempotency(&mut r);
+        let executor = sections::executor(&mut r);
 
         let flow_order = r.resolved(
             "workflow.flow_order",
@@ -457,7 +391,11 @@ impl Settings {
             log,
             access,
             rate_limit,
-            authz_rules,
+            identity,
+            authz,
+            targets,
+            idempotency,
+            executor,
             flow_order,
             gitlab,
             approval,
@@ -468,6 +406,6 @@ impl Settings {
                 resolve::webhook_silent(r.get("webhooks", "silent")),
             ),
         };
-        (settings, r.problems)
+        (settings, r.into_problems())
     }
 }

@@ -1,0 +1,303 @@
+//! Settings of the request edge: identity, authorisation, the target catalog,
+//! idempotency and the worker pool.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use secrecy::SecretString;
+use toml::Value;
+
+use super::reader::Reader;
+use super::resolve;
+
+/// `[identity]`: who is calling (SPEC §3, identity).
+#[derive(Debug, Clone)]
+pub struct IdentitySettings {
+    /// `trusted_proxies`: CIDRs whose identity headers and `X-Forwarded-For`
+    /// are believed. Default: loopback only.
+    pub trusted_proxies: Vec<IpNet>,
+    /// `user_header`, default `x-auth-request-user`.
+    pub user_header: String,
+    /// `email_header`, default `x-auth-request-email`.
+    pub email_header: String,
+    /// `employee_id_header`, default `x-auth-request-employee-id`.
+    pub employee_id_header: String,
+    /// `canonical_email_domain`: emails in this domain resolve to their local part.
+    pub canonical_email_domain: Option<String>,
+    /// `[identity.aliases]`: email or employee id → canonical identity.
+    pub aliases: BTreeMap<String, String>,
+    /// `[identity.jwt]`: bearer tokens.
+    pub jwt: JwtSettings,
+}
+
+/// `[identity.jwt]`: keys for bearer tokens; with none set, tokens are refused.
+#[derive(Debug, Clone, Default)]
+pub struct JwtSettings {
+    /// `hs256_secret`.
+    pub hs256_secret: Option<SecretString>,
+    /// `rs256_public_key`: PEM.
+    pub rs256_public_key: Option<String>,
+    /// `issuer`: required `iss` when set.
+    pub issuer: Option<String>,
+    /// `audience`: required `aud` when set.
+    pub audience: Option<String>,
+}
+
+/// `[authz]`: who may do what (SPEC §3, authz).
+#[derive(Debug, Clone)]
+pub struct AuthzSettings {
+    /// `provider`: `static` (default) or `http`.
+    pub provider: AuthzProvider,
+    /// `url`: the permission service for the `http` provider.
+    pub url: String,
+    /// `timeout`, default `2s`: a slower permission service means "deny".
+    pub timeout: Duration,
+    /// `[authz.rules]`: route name → rule codes, any of which grants access.
+    /// Dynamic; a route with no (valid) entry is denied.
+    pub rules: BTreeMap<String, Option<Vec<String>>>,
+    /// `[authz.grants]` (static provider): rule code → identities; `"*"` is
+    /// every authenticated identity. Dynamic.
+    pub grants: BTreeMap<String, Vec<String>>,
+}
+
+/// Where permissions come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthzProvider {
+    /// `[authz.grants]` in this file.
+    Static,
+    /// An HTTP permission service.
+    Http,
+}
+
+/// One entry of the target catalog, `[targets."<key>"]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetSettings {
+    /// `description`, shown in the SPA.
+    pub description: String,
+    /// `project`: GitLab project id or path; empty means `gitlab.project`.
+    pub project: String,
+    /// `path`: file path template with `{target}` and `{subject}`.
+    pub path: String,
+    /// `rule_codes`: any of these lets a caller apply for this target.
+    pub rule_codes: Vec<String>,
+    /// `self_only` (default true): the subject must be the requester's own
+    /// identity, unless the requester is an operator.
+    pub self_only: bool,
+    /// `params`: the parameter names a request may set; empty means none.
+    pub params: Vec<String>,
+}
+
+/// `[idempotency]`
+#[derive(Debug, Clone)]
+pub struct IdempotencySettings {
+    /// `ttl`, default `24h`: how long a key answers with the original result.
+    pub ttl: Duration,
+    /// `cleanup_interval`, default `10m`: how often expired keys are deleted.
+    pub cleanup_interval: Duration,
+}
+
+/// `[executor]`: the bounded pool that runs the long steps (static).
+#[derive(Debug, Clone)]
+pub struct ExecutorSettings {
+    /// `workers`, default 4.
+    pub workers: u32,
+    /// `queue_capacity`, default 256: beyond it, submissions fail visibly as busy.
+    pub queue_capacity: u32,
+}
+
+/// Keys of the sections defined here.
+pub(super) const IDENTITY_KEYS: &[&str] = &[
+    "trusted_proxies",
+    "user_header",
+    "email_header",
+    "employee_id_header",
+    "canonical_email_domain",
+    "aliases",
+    "jwt",
+];
+pub(super) const AUTHZ_KEYS: &[&str] = &["provider", "url", "timeout", "rules", "grants"];
+pub(super) const IDEMPOTENCY_KEYS: &[&str] = &["ttl", "cleanup_interval"];
+pub(super) const EXECUTOR_KEYS: &[&str] = &["workers", "queue_capacity"];
+const JWT_KEYS: &[&str] = &["hs256_secret", "rs256_public_key", "issuer", "audience"];
+const TARGET_KEYS: &[&str] = &[
+    "description",
+    "project",
+    "path",
+    "rule_codes",
+    "self_only",
+    "params",
+];
+
+fn optional(text: String) -> Option<String> {
+    (!text.is_empty()).then_some(text)
+}
+
+pub(super) fn identity(r: &mut Reader<'_>) -> IdentitySettings {
+    let trusted_proxies = match r.at(&["identity", "trusted_proxies"]) {
+        None => vec![
+            "127.0.0.0/8".parse().expect("valid CIDR"),
+            "::1/128".parse().expect("valid CIDR"),
+        ],
+        Some(_) => r
+            .string_list_at(&["identity", "trusted_proxies"])
+            .into_iter()
+            .filter_map(|text| {
+                let parsed = text
+                    .parse::<IpNet>()
+                    .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from));
+                if parsed.is_err() {
+                    r.error(
+                        "identity.trusted_proxies",
+                        format!("{text:?} is not an address or CIDR"),
+                    );
+                }
+                parsed.ok()
+            })
+            .collect(),
+    };
+    let mut aliases = BTreeMap::new();
+    if let Some(value) = r.at(&["identity", "aliases"]) {
+        r.check_keys("identity.aliases", value, None);
+        for (alias, target) in value.as_table().into_iter().flatten() {
+            match target.as_str().map(str::trim).filter(|t| !t.is_empty()) {
+                Some(canonical) => {
+                    aliases.insert(alias.trim().to_lowercase(), canonical.to_owned());
+                }
+                None => r.error(
+                    &format!("identity.aliases.{alias}"),
+                    "must be a canonical identity string",
+                ),
+            }
+        }
+    }
+    if let Some(value) = r.at(&["identity", "jwt"]) {
+        r.check_keys("identity.jwt", value, Some(JWT_KEYS));
+    }
+    let jwt = JwtSettings {
+        hs256_secret: optional(r.string_at(&["identity", "jwt", "hs256_secret"], ""))
+            .map(SecretString::from),
+        rs256_public_key: optional(r.string_at(&["identity", "jwt", "rs256_public_key"], "")),
+        issuer: optional(r.string_at(&["identity", "jwt", "issuer"], "")),
+        audience: optional(r.string_at(&["identity", "jwt", "audience"], "")),
+    };
+    IdentitySettings {
+        trusted_proxies,
+        user_header: r
+            .string_at(&["identity", "user_header"], "x-auth-request-user")
+            .to_lowercase(),
+        email_header: r
+            .string_at(&["identity", "email_header"], "x-auth-request-email")
+            .to_lowercase(),
+        employee_id_header: r
+            .string_at(
+                &["identity", "employee_id_header"],
+                "x-auth-request-employee-id",
+            )
+            .to_lowercase(),
+        canonical_email_domain: optional(
+            r.string_at(&["identity", "canonical_email_domain"], "")
+                .to_lowercase(),
+        ),
+        aliases,
+        jwt,
+    }
+}
+
+pub(super) fn authz(r: &mut Reader<'_>) -> AuthzSettings {
+    let provider = match r.string_at(&["authz", "provider"], "static").as_str() {
+        "static" => AuthzProvider::Static,
+        "http" => AuthzProvider::Http,
+        other => {
+            r.error("authz.provider", format!("{other:?} is not static or http"));
+            AuthzProvider::Static
+        }
+    };
+    let url = r.string_at(&["authz", "url"], "");
+    if provider == AuthzProvider::Http && url.is_empty() {
+        r.error("authz.url", "required when authz.provider = \"http\"");
+    }
+    let mut rules = BTreeMap::new();
+    match r.at(&["authz", "rules"]) {
+        None => {}
+        Some(Value::Table(table)) => {
+            for (route, raw) in table {
+                let value = r.resolved(
+                    &format!("authz.rules.{route}"),
+                    resolve::authz_rule(Some(raw)),
+                );
+                rules.insert(route.clone(), value);
+            }
+        }
+        Some(_) => r.error("authz.rules", "must be a table of route = [rule codes]"),
+    }
+    let mut grants = BTreeMap::new();
+    match r.at(&["authz", "grants"]) {
+        None => {}
+        Some(Value::Table(table)) => {
+            for code in table.keys() {
+                let holders = r.string_list_at(&["authz", "grants", code]);
+                grants.insert(code.clone(), holders);
+            }
+        }
+        Some(_) => r.error(
+            "authz.grants",
+            "must be a table of rule code = [identities]",
+        ),
+    }
+    AuthzSettings {
+        provider,
+        url,
+        timeout: r.static_duration_at(&["authz", "timeout"], Duration::from_secs(2)),
+        rules,
+        grants,
+    }
+}
+
+pub(super) fn targets(r: &mut Reader<'_>) -> BTreeMap<String, TargetSettings> {
+    let mut catalog = BTreeMap::new();
+    let Some(Value::Table(table)) = r.at(&["targets"]) else {
+        return catalog;
+    };
+    for (key, value) in table {
+        let name = format!("targets.{key}");
+        r.check_keys(&name, value, Some(TARGET_KEYS));
+        let path = r.string_at(
+            &["targets", key, "path"],
+            "bindings/{target}/{subject}.json",
+        );
+        if !path.contains("{subject}") {
+            r.error(
+                &format!("{name}.path"),
+                "must contain {subject}, one file per binding",
+            );
+        }
+        let target = TargetSettings {
+            description: r.string_at(&["targets", key, "description"], ""),
+            project: r.string_at(&["targets", key, "project"], ""),
+            path,
+            rule_codes: r.string_list_at(&["targets", key, "rule_codes"]),
+            self_only: r.bool_at(&["targets", key, "self_only"], true),
+            params: r.string_list_at(&["targets", key, "params"]),
+        };
+        catalog.insert(key.clone(), target);
+    }
+    catalog
+}
+
+pub(super) fn idempotency(r: &mut Reader<'_>) -> IdempotencySettings {
+    IdempotencySettings {
+        ttl: r.static_duration_at(&["idempotency", "ttl"], Duration::from_secs(24 * 3600)),
+        cleanup_interval: r.static_duration_at(
+            &["idempotency", "cleanup_interval"],
+            Duration::from_secs(600),
+        ),
+    }
+}
+
+pub(super) fn executor(r: &mut Reader<'_>) -> ExecutorSettings {
+    ExecutorSettings {
+        workers: r.count_at(&["executor", "workers"], 1..=256, 4),
+        queue_capacity: r.count_at(&["executor", "queue_capacity"], 1..=100_000, 256),
+    }
+}
