@@ -1,0 +1,92 @@
+//! Permission checks: several rule codes answered in one round trip, by the
+//! static grants in configuration or by an HTTP permission service. Any
+//! failure of the provider means "not granted" (SPEC §3, authz).
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{AuthzProvider, AuthzSettings};
+use crate::identity::Identity;
+
+/// In static grants, holds every authenticated identity.
+pub const EVERYONE: &str = "*";
+
+/// Why the provider could not answer; callers deny.
+#[derive(Debug, thiserror::Error)]
+pub enum PermissionError {
+    /// The permission service failed, timed out or answered nonsense.
+    #[error("permission service: {0}")]
+    Service(String),
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CheckRequest<'a> {
+    identity: &'a str,
+    rule_codes: &'a [String],
+}
+
+#[derive(Deserialize)]
+struct CheckResponse {
+    granted: Vec<String>,
+}
+
+/// Answers which of some rule codes an identity holds.
+#[derive(Clone)]
+pub struct Permissions {
+    client: reqwest::Client,
+}
+
+impl Permissions {
+    /// A checker using `client` for the HTTP provider (timeouts come from
+    /// `authz.timeout` per call).
+    pub fn new(client: reqwest::Client) -> Self {
+        Self { client }
+    }
+
+    /// The subset of `codes` that `identity` holds.
+    pub async fn granted(
+        &self,
+        settings: &AuthzSettings,
+        identity: &Identity,
+        codes: &[String],
+    ) -> Result<BTreeSet<String>, PermissionError> {
+        match settings.provider {
+            AuthzProvider::Static => Ok(codes
+                .iter()
+                .filter(|code| {
+                    settings.grants.get(*code).is_some_and(|holders| {
+                        holders
+                            .iter()
+                            .any(|holder| holder == EVERYONE || holder == identity.as_str())
+                    })
+                })
+                .cloned()
+                .collect()),
+            AuthzProvider::Http => {
+                let failed = |err: reqwest::Error| PermissionError::Service(err.to_string());
+                let response = self
+                    .client
+                    .post(&settings.url)
+                    .timeout(settings.timeout)
+                    .json(&CheckRequest {
+                        identity: identity.as_str(),
+                        rule_codes: codes,
+                    })
+                    .send()
+                    .await
+                    .map_err(failed)?
+                    .error_for_status()
+                    .map_err(failed)?;
+                let answer: CheckResponse = response.json().await.map_err(failed)?;
+                // Only codes that were asked for can be granted.
+                Ok(answer
+                    .granted
+                    .into_iter()
+                    .filter(|code| codes.contains(code))
+                    .collect())
+            }
+        }
+    }
+}

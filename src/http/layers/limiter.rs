@@ -1,0 +1,156 @@
+//! A keyed sliding-window-log rate limiter.
+//!
+//! Hand-written because the well-kept crates do not fit: `governor` is GCRA
+//! (a smoothed rate, not "N requests in the last minute") with the quota
+//! fixed when a limiter is built, while our limit is re-read from live
+//! configuration on every request. Here each key keeps the arrival times
+//! inside the window (at most `limit` of them, so memory per key is bounded),
+//! trimmed, checked and appended atomically under the key's map shard lock.
+//! A key whose window empties is removed, and [`SlidingWindow::evict_idle`]
+//! drops keys that have gone quiet.
+
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
+use smallvec::SmallVec;
+
+/// Arrival times in milliseconds since the limiter started; two fit inline,
+/// so an idle subject costs no allocation beyond its key.
+type Arrivals = SmallVec<[u64; 2]>;
+
+/// The limiter shared by every rate-limited route.
+pub struct SlidingWindow {
+    window_ms: u64,
+    started: Instant,
+    keys: DashMap<Box<str>, Arrivals>,
+}
+
+impl SlidingWindow {
+    /// A limiter counting requests within `window`.
+    pub fn new(window: Duration) -> Self {
+        Self {
+            window_ms: u64::try_from(window.as_millis()).unwrap_or(u64::MAX),
+            started: Instant::now(),
+            keys: DashMap::new(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Counts a request for `key` if fewer than `limit` arrived within the
+    /// window; `false` means it is over the limit (and is not counted).
+    pub fn try_acquire(&self, key: &str, limit: u32) -> bool {
+        self.try_acquire_at(key, limit, self.now_ms())
+    }
+
+    fn try_acquire_at(&self, key: &str, limit: u32, now: u64) -> bool {
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        let fresh = |arrival: &u64| now.saturating_sub(*arrival) < self.window_ms;
+        match self.keys.entry(key.into()) {
+            Entry::Vacant(vacant) => {
+                if limit == 0 {
+                    return false;
+                }
+                vacant.insert(SmallVec::from_slice(&[now]));
+                true
+            }
+            Entry::Occupied(mut occupied) => {
+                let arrivals = occupied.get_mut();
+                arrivals.retain(|arrival| fresh(arrival));
+                // A limit lowered by a reload leaves more arrivals than it
+                // allows; only the newest `limit` can matter.
+                if arrivals.len() > limit {
+                    arrivals.drain(..arrivals.len() - limit);
+                }
+                if arrivals.len() < limit {
+                    arrivals.push(now);
+                    true
+                } else {
+                    if arrivals.is_empty() {
+                        occupied.remove();
+                    }
+                    false
+                }
+            }
+        }
+    }
+
+    /// Removes keys with no arrival inside the window and releases the map's
+    /// spare capacity. Returns how many keys were removed.
+    pub fn evict_idle(&self) -> usize {
+        let now = self.now_ms();
+        let before = self.keys.len();
+        self.keys.retain(|_, arrivals| {
+            arrivals
+                .last()
+                .is_some_and(|last| now.saturating_sub(*last) < self.window_ms)
+        });
+        self.keys.shrink_to_fit();
+        before - self.keys.len()
+    }
+
+    /// Keys currently tracked.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether no key is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allows_limit_requests_per_window_then_refuses() {
+        let limiter = SlidingWindow::new(Duration::from_secs(60));
+        for i in 0..10 {
+            assert!(limiter.try_acquire_at("apply:alice", 10, 1_000 + i));
+        }
+        assert!(!limiter.try_acquire_at("apply:alice", 10, 1_020));
+        assert!(
+            limiter.try_acquire_at("apply:bob", 10, 1_020),
+            "keys are independent"
+        );
+    }
+
+    #[test]
+    fn the_window_slides_rather_than_resets() {
+        let limiter = SlidingWindow::new(Duration::from_secs(60));
+        assert!(limiter.try_acquire_at("k", 2, 0));
+        assert!(limiter.try_acquire_at("k", 2, 30_000));
+        assert!(!limiter.try_acquire_at("k", 2, 59_999));
+        // The first arrival leaves the window; the second still counts.
+        assert!(limiter.try_acquire_at("k", 2, 60_000));
+        assert!(!limiter.try_acquire_at("k", 2, 60_001));
+    }
+
+    #[test]
+    fn a_lowered_limit_applies_at_once_and_memory_stays_bounded() {
+        let limiter = SlidingWindow::new(Duration::from_secs(60));
+        for i in 0..50 {
+            assert!(limiter.try_acquire_at("k", 50, i));
+        }
+        assert!(!limiter.try_acquire_at("k", 5, 100));
+        assert_eq!(limiter.keys.get("k").map(|a| a.len()), Some(5));
+    }
+
+    #[test]
+    fn idle_keys_are_evicted() {
+        let limiter = SlidingWindow::new(Duration::from_millis(20));
+        for i in 0..100 {
+            assert!(limiter.try_acquire(&format!("ip:10.0.0.{i}"), 3));
+        }
+        assert_eq!(limiter.len(), 100);
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(limiter.try_acquire("fresh", 3));
+        assert_eq!(limiter.evict_idle(), 100);
+        assert_eq!(limiter.len(), 1);
+    }
+}
