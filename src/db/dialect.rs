@@ -33,3 +33,26 @@ pub fn for_update(backend: Backend) -> &'static str {
         Backend::MySql => " FOR UPDATE",
     }
 }
+
+/// SQL expression for the database's current time plus `?` milliseconds
+/// (one bound integer parameter).
+pub fn now_plus_ms(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => {
+            "strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || (? / 1000.0) || ' seconds')"
+        }
+        Backend::MySql => "(CURRENT_TIMESTAMP(3) + INTERVAL (? * 1000) MICROSECOND)",
+    }
+}
+
+/// Deletes up to `?` rows of `table` whose `column` is before now: MySQL
+/// takes `DELETE … LIMIT`, SQLite (built without that option) a sub-select.
+pub fn delete_expired(backend: Backend, table: &str, column: &str) -> String {
+    let now = now_ms(backend);
+    match backend {
+        Backend::Sqlite => format!(
+            "DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {column} < {now} LIMIT ?)"
+        ),
+        Backend::MySql => format!("DELETE FROM {table} WHERE {column} < {now} LIMIT ?"),
+    }
+}

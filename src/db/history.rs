@@ -81,3 +81,16 @@ pub async fn list_history(db: &Db, operation_id: &str) -> Result<Vec<HistoryRow>
         sqlx::query_as(sql).bind(operation_id).fetch_all(pool).await
     })
 }
+
+/// The last binding status recorded for an operation (its status even after
+/// a re-apply handed the binding to a newer operation).
+pub async fn last_status(db: &Db, operation_id: &str) -> Result<Option<String>, sqlx::Error> {
+    let sql = "SELECT to_status FROM operation_history \
+               WHERE operation_id = ? AND to_status IS NOT NULL ORDER BY id DESC LIMIT 1";
+    with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(sql)
+            .bind(operation_id)
+            .fetch_optional(pool)
+            .await
+    })
+}

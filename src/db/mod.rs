@@ -9,6 +9,7 @@ pub mod bindings;
 pub mod dialect;
 pub mod events;
 pub mod history;
+pub mod idempotency;
 mod open;
 pub mod operations;
 mod readiness;

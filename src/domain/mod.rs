@@ -3,6 +3,7 @@
 
 mod binding_status;
 mod ids;
+pub mod render;
 mod step;
 mod transitions;
 

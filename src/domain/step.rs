@@ -46,6 +46,13 @@ macro_rules! steps {
                 }
             }
 
+            /// What the step means, in words for people.
+            pub const fn description(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $doc,)+
+                }
+            }
+
             /// The step with this stored code.
             pub fn from_code(code: i32) -> Result<Self, UnknownCode> {
                 match code {
@@ -174,7 +181,9 @@ impl Next {
 
 /// The advice for a binding in `status` whose operation is at `step`.
 pub fn next_action(status: BindingStatus, step: StepStatus) -> Next {
-    if status.is_reappliable() {
+    // A request refused for lack of capacity may always be sent again, also
+    // a close (whose binding then stays live).
+    if status.is_reappliable() || step == StepStatus::BusyRejected {
         Next::Reapply
     } else if status == BindingStatus::Validated {
         Next::None
@@ -226,6 +235,8 @@ mod tests {
             (B::Merged, S::DeployFailed, Next::ContactTeam),
             (B::Rejected, S::CalledBackRejected, Next::Reapply),
             (B::BusyRejected, S::BusyRejected, Next::Reapply),
+            (B::CloseFailed, S::BusyRejected, Next::Reapply),
+            (B::CloseFailed, S::CloseFailed, Next::ContactTeam),
             (B::Closed, S::Closed, Next::Reapply),
             (B::Abandoned, S::ManualAbandoned, Next::Reapply),
             (B::Validated, S::DeployConfirmed, Next::None),

@@ -10,7 +10,7 @@ mod submit;
 mod transition;
 mod tx;
 
-pub use submit::{NewRequest, Submitted, submit};
+pub use submit::{IdempotencyClaim, NewRequest, Submitted, submit};
 pub use transition::{Change, Flip, Transitioned, flip, flip_in, transition, transition_in};
 pub use tx::StoreTx;
 
@@ -36,6 +36,9 @@ pub enum StoreError {
     /// An operation with this id already exists.
     #[error("operation id already used")]
     DuplicateOperation,
+    /// The idempotency key is held by another request (committed or in flight).
+    #[error("idempotency key already used")]
+    DuplicateKey,
     /// The move is not in the transition table.
     #[error(transparent)]
     Illegal(#[from] IllegalTransition),

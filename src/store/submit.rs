@@ -8,6 +8,7 @@ use crate::config::resolve::FlowOrder;
 use crate::db::bindings::{BindingOwner, BindingRow, get_binding, insert_binding, reset_binding};
 use crate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_event};
 use crate::db::history::{NewHistory, append_history};
+use crate::db::idempotency::{NewIdempotency, insert_idempotency};
 use crate::db::operations::{NewOperation, insert_operation};
 use crate::db::{Db, is_unique_violation};
 use crate::domain::{BindingStatus, OperationId, OperationKind, StepStatus, check_transition};
@@ -33,6 +34,20 @@ pub struct NewRequest {
     pub reason: String,
     /// Expiry of the binding.
     pub expires_at: Option<NaiveDateTime>,
+    /// The idempotency key to claim with the operation, if the caller sent one.
+    pub idempotency: Option<IdempotencyClaim>,
+}
+
+/// An idempotency key, claimed in the same transaction as the operation so
+/// that the key exists exactly when the operation does.
+#[derive(Debug, Clone)]
+pub struct IdempotencyClaim {
+    /// The key (owned by the requester).
+    pub key: String,
+    /// SHA-256 (hex) of the canonical request.
+    pub request_hash: String,
+    /// Lifetime in milliseconds.
+    pub ttl_ms: i64,
 }
 
 /// A recorded request.
@@ -64,9 +79,11 @@ impl NewRequest {
     fn may_replace(&self, status: BindingStatus) -> bool {
         match self.kind {
             OperationKind::Apply => status.is_reappliable(),
-            OperationKind::Close => {
-                matches!(status, BindingStatus::Merged | BindingStatus::Validated)
-            }
+            // A close that failed may be requested again.
+            OperationKind::Close => matches!(
+                status,
+                BindingStatus::Merged | BindingStatus::Validated | BindingStatus::CloseFailed
+            ),
         }
     }
 }
@@ -104,6 +121,23 @@ async fn record(
     step: StepStatus,
 ) -> Result<Submitted, StoreError> {
     let operation_id = request.operation_id.as_string();
+    if let Some(claim) = &request.idempotency {
+        let claimed = insert_idempotency(
+            tx.db(),
+            &NewIdempotency {
+                requester: &request.requested_by,
+                key: &claim.key,
+                request_hash: &claim.request_hash,
+                operation_id: &operation_id,
+                ttl_ms: claim.ttl_ms,
+            },
+        )
+        .await;
+        match claimed {
+            Err(err) if is_unique_violation(&err) => return Err(StoreError::DuplicateKey),
+            other => other?,
+        }
+    }
     let params = request.params.to_string();
     let inserted = insert_operation(
         tx.db(),
