@@ -9,11 +9,39 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::authz::Permissions;
 use crate::config::LiveConfig;
 use crate::db::{self, Backend, DbSlot};
 use crate::http;
+use crate::http::layers::limiter::SlidingWindow;
+use crate::jobs::{self, Outcome};
+use crate::observer::{Observer, PrometheusObserver};
 use crate::state::AppState;
 use crate::telemetry;
+use crate::workflow::{AwaitingWorkflow, Executor, Steps};
+
+/// Rate limits count requests per minute.
+const RATE_LIMIT_WINDOW: Duration = Duration::from_secs(60);
+
+/// The parts of an application that tests may replace.
+pub struct Parts {
+    /// What the workers run for accepted operations.
+    pub steps: Arc<dyn Steps>,
+    /// Where API and business metrics go.
+    pub observer: Arc<dyn Observer>,
+}
+
+impl Default for Parts {
+    fn default() -> Self {
+        Self {
+            steps: Arc::new(AwaitingWorkflow),
+            observer: Arc::new(PrometheusObserver),
+        }
+    }
+}
 
 /// A bound, ready-to-run changegate.
 pub struct Application {
@@ -31,6 +59,11 @@ impl Application {
     /// background with retries, so the service starts (not ready) even when
     /// the server is down or the database does not exist yet.
     pub async fn build(config: LiveConfig) -> anyhow::Result<Self> {
+        Self::build_with(config, Parts::default()).await
+    }
+
+    /// [`Application::build`] with replaceable parts (tests pass their own).
+    pub async fn build_with(config: LiveConfig, parts: Parts) -> anyhow::Result<Self> {
         let metrics = telemetry::metrics_handle();
         let settings = config.current();
         let listener = TcpListener::bind(settings.server.listen)
@@ -60,10 +93,35 @@ impl Application {
             }
         });
 
+        let client = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .timeout(std::time::Duration::from_secs(30))
+            .build()
+            .context("building the HTTP client")?;
+        let executor = Executor::start(
+            settings.executor.workers,
+            settings.executor.queue_capacity,
+            parts.steps,
+            shutdown.child_token(),
+            &mut workers,
+        );
+        let limiter = Arc::new(SlidingWindow::new(RATE_LIMIT_WINDOW));
+        spawn_jobs(
+            &mut workers,
+            &shutdown,
+            &limiter,
+            &db,
+            settings.idempotency.cleanup_interval,
+        );
+
         let state = AppState {
             config,
             db,
             metrics,
+            observer: parts.observer,
+            limiter,
+            permissions: Permissions::new(client),
+            executor,
         };
         Ok(Self {
             listener,
@@ -138,4 +196,48 @@ impl Application {
         }
         Ok(())
     }
+}
+
+/// Starts the housekeeping jobs: idle rate-limit keys and expired idempotency records.
+fn spawn_jobs(
+    workers: &mut JoinSet<()>,
+    shutdown: &CancellationToken,
+    limiter: &Arc<SlidingWindow>,
+    db: &DbSlot,
+    cleanup_interval: Duration,
+) {
+    let limiter = limiter.clone();
+    workers.spawn(jobs::run_loop(
+        "rate_limit_eviction",
+        RATE_LIMIT_WINDOW,
+        shutdown.child_token(),
+        move || {
+            let evicted = limiter.evict_idle();
+            async move {
+                Ok(if evicted == 0 {
+                    Outcome::Idle
+                } else {
+                    Outcome::Worked {
+                        done: evicted as u64,
+                        full: false,
+                    }
+                })
+            }
+        },
+    ));
+    let db = db.clone();
+    workers.spawn(jobs::run_loop(
+        "idempotency_cleanup",
+        cleanup_interval,
+        shutdown.child_token(),
+        move || {
+            let db = db.get().cloned();
+            async move {
+                match db {
+                    Some(db) => jobs::idempotency_cleanup::run_once(&db).await,
+                    None => Ok(Outcome::Idle),
+                }
+            }
+        },
+    ));
 }

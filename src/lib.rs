@@ -2,12 +2,17 @@
 //! Merge Request, CI, two reviewer bots, merge and deploy confirmation.
 
 pub mod app;
+pub mod authz;
 pub mod config;
 pub mod db;
 pub mod domain;
 pub mod http;
+pub mod identity;
+pub mod jobs;
+pub mod observer;
 pub mod signature;
 pub mod sim;
 pub mod state;
 pub mod store;
 pub mod telemetry;
+pub mod workflow;

@@ -1,5 +1,6 @@
 //! The one error type of the HTTP edge and its JSON shape (SPEC §2):
-//! `{"code": "...", "message": "...", "requestId": "..."}`.
+//! `{"code": "...", "message": "...", "requestId": "..."}`. Client errors say
+//! what to change; server errors say nothing internal (details go to the log).
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -8,12 +9,45 @@ use serde::Serialize;
 
 use super::request_id;
 
+/// The fixed answer to a caller without permission: it never names what is missing.
+pub const ACCESS_DENIED: &str = "Access denied";
+
 /// Every error a handler or layer answers with.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    /// No route or resource at this path.
+    /// Malformed input; the message names the field.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// No readable identity.
+    #[error("authentication required")]
+    Unauthenticated,
+    /// A valid identity without permission.
+    #[error("{ACCESS_DENIED}")]
+    Forbidden,
+    /// No route or resource at this path (or not the caller's).
     #[error("no such resource")]
     NotFound,
+    /// The relation has a request in progress or awaiting recovery.
+    #[error("a request for this target is already {0}; wait for it to finish or contact the team")]
+    InProgress(String),
+    /// A concurrent duplicate whose original vanished: safe to retry.
+    #[error("a request with this key was being processed and did not complete; retry")]
+    RetryLater,
+    /// The idempotency key was used before with a different request.
+    #[error("this idempotency key was already used for a different request; use a new key")]
+    IdempotencyKeyReused,
+    /// Over the rate limit; the message is the route's own.
+    #[error("{0}")]
+    RateLimited(&'static str),
+    /// The access mode does not allow submissions now.
+    #[error("submissions are closed right now; see GET /api/v1/access for when they open")]
+    ServiceClosed,
+    /// The body is larger than allowed.
+    #[error("request body too large")]
+    PayloadTooLarge,
+    /// The body is not JSON.
+    #[error("send the body as application/json")]
+    UnsupportedMediaType,
     /// The database is not connected or not migrated yet.
     #[error("service not ready")]
     NotReady,
@@ -37,21 +71,48 @@ struct ErrorBody<'a> {
 }
 
 impl ApiError {
-    fn status_and_code(&self) -> (StatusCode, &'static str) {
+    /// The HTTP status and the stable code.
+    pub fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
+            Self::InvalidArgument(_) => (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT"),
+            Self::Unauthenticated => (StatusCode::UNAUTHORIZED, "UNAUTHENTICATED"),
+            Self::Forbidden => (StatusCode::FORBIDDEN, "FORBIDDEN"),
             Self::NotFound => (StatusCode::NOT_FOUND, "NOT_FOUND"),
+            Self::InProgress(_) => (StatusCode::CONFLICT, "IN_PROGRESS"),
+            Self::RetryLater => (StatusCode::CONFLICT, "RETRY_LATER"),
+            Self::IdempotencyKeyReused => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "IDEMPOTENCY_KEY_REUSED")
+            }
+            Self::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED"),
+            Self::ServiceClosed => (StatusCode::SERVICE_UNAVAILABLE, "SERVICE_CLOSED"),
+            Self::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE"),
+            Self::UnsupportedMediaType => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE")
+            }
             Self::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "NOT_READY"),
             Self::Timeout => (StatusCode::SERVICE_UNAVAILABLE, "TIMEOUT"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL"),
         }
+    }
+
+    /// An internal error from anything displayable.
+    pub fn internal(err: impl Into<anyhow::Error>) -> Self {
+        Self::Internal(err.into())
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(err: sqlx::Error) -> Self {
+        Self::Internal(err.into())
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        if let Self::Internal(err) = &self {
-            tracing::error!(error = ?err, "request failed");
+        match &self {
+            Self::Internal(err) => tracing::error!(error = ?err, "request failed"),
+            other => tracing::debug!(code, "{other}"),
         }
         let message = self.to_string();
         let body = ErrorBody {

@@ -1,6 +1,10 @@
 //! The HTTP edge: routers per trust boundary and the layer stack, in one place.
 
+mod api;
+pub mod client_addr;
 pub mod error;
+pub mod extract;
+pub mod layers;
 mod ops;
 pub mod request_id;
 
@@ -10,26 +14,43 @@ use axum::Router;
 use axum::extract::{MatchedPath, Request};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::header::CONTENT_TYPE;
+use axum::routing::get;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::state::AppState;
 use error::ApiError;
 
-/// Request bodies above this are refused before a handler reads them.
-const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Request bodies above this are refused (413) when a handler reads them.
+const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// The whole application router with its layers.
 pub fn router(state: AppState) -> Router {
     let request_timeout = state.config.current().server.request_timeout;
+    let (api, document) = api::router(&state);
+    // Serialised once: the document is fixed for the life of the process.
+    let document: Arc<str> = serde_json::to_string(&document)
+        .expect("the OpenAPI document serialises")
+        .into();
     Router::new()
         .merge(ops::router())
+        .merge(api)
+        .route(
+            "/api/openapi.json",
+            get(move || {
+                let document = document.clone();
+                async move { ([(CONTENT_TYPE, "application/json")], document.to_string()) }
+            }),
+        )
         .fallback(|| async { ApiError::NotFound })
         .with_state(state)
         // Listed innermost first: the request id wraps everything, so traces,
         // panics and timeouts all carry it.
-        .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn(move |request: Request, next: Next| {
             limit_duration(request_timeout, request, next)
         }))

@@ -1,0 +1,90 @@
+//! `GET /api/v1/me/bindings`: the caller's bindings, newest first.
+
+use axum::Json;
+use axum::extract::Query;
+use serde::{Deserialize, Serialize};
+
+use super::status::rfc3339;
+use crate::db::bindings::list_bindings_of_requester;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::{Caller, Database};
+
+const DEFAULT_PAGE: u32 = 20;
+const MAX_PAGE: u32 = 100;
+
+/// Page selection.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct PageQuery {
+    /// `nextCursor` of the previous page.
+    cursor: Option<String>,
+    /// Page size, 1 to 100 (default 20).
+    limit: Option<u32>,
+}
+
+/// One page of bindings.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingPage {
+    items: Vec<BindingView>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+}
+
+/// One binding.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingView {
+    subject_id: String,
+    target_key: String,
+    status: String,
+    operation_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires_at: Option<String>,
+    updated_at: String,
+}
+
+/// The caller's bindings, newest first, cursor-paginated.
+#[utoipa::path(get, path = "/api/v1/me/bindings", tag = "requests", params(PageQuery),
+    responses((status = 200, body = BindingPage), (status = 400, description = "Bad cursor or limit")))]
+pub async fn list_my_bindings(
+    Caller(caller): Caller,
+    Database(db): Database,
+    Query(page): Query<PageQuery>,
+) -> ApiResult<Json<BindingPage>> {
+    let limit = page.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::InvalidArgument(
+            "query `limit`: 1 to 100".to_owned(),
+        ));
+    }
+    let before = page
+        .cursor
+        .map(|cursor| {
+            cursor.parse::<i64>().map_err(|_| {
+                ApiError::InvalidArgument("query `cursor`: not a cursor from this API".to_owned())
+            })
+        })
+        .transpose()?;
+    // One row more than asked tells whether another page exists.
+    let mut rows =
+        list_bindings_of_requester(&db, caller.identity.as_str(), before, limit + 1).await?;
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    let next_cursor = more
+        .then(|| rows.last().map(|row| row.id.to_string()))
+        .flatten();
+    let items = rows
+        .into_iter()
+        .map(|row| BindingView {
+            subject_id: row.subject_id,
+            target_key: row.target_key,
+            status: row.status.to_string(),
+            operation_id: row.operation_id,
+            expires_at: row.expires_at.map(rfc3339),
+            updated_at: rfc3339(row.updated_at),
+        })
+        .collect();
+    Ok(Json(BindingPage { items, next_cursor }))
+}

@@ -1,0 +1,129 @@
+//! `GET /api/v1/targets` and `GET /api/v1/preview`.
+
+use axum::Json;
+use axum::extract::{Query, State};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::db::bindings::get_binding;
+use crate::domain::OperationId;
+use crate::domain::render::{BindingFile, file_path, valid_subject};
+use crate::http::error::ApiResult;
+use crate::http::extract::Caller;
+use crate::state::AppState;
+
+/// A catalog entry the caller may apply for.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetView {
+    key: String,
+    description: String,
+    /// Parameter names the target accepts.
+    params: Vec<String>,
+    /// Whether the subject must be the caller.
+    self_only: bool,
+}
+
+/// The catalog entries the caller may apply for: one permission round trip
+/// for every rule code of the catalog.
+#[utoipa::path(get, path = "/api/v1/targets", tag = "requests",
+    responses((status = 200, body = Vec<TargetView>)))]
+pub async fn list_targets(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> ApiResult<Json<Vec<TargetView>>> {
+    let settings = state.config.current();
+    let mut codes: Vec<String> = settings
+        .targets
+        .values()
+        .flat_map(|t| t.rule_codes.clone())
+        .collect();
+    codes.sort();
+    codes.dedup();
+    let granted = if codes.is_empty() || caller.operator {
+        codes.iter().cloned().collect()
+    } else {
+        state
+            .permissions
+            .granted(&settings.authz, &caller.identity, &codes)
+            .await
+            .unwrap_or_else(|err| {
+                tracing::warn!("permission check failed; listing open targets only: {err}");
+                Default::default()
+            })
+    };
+    Ok(Json(
+        settings
+            .targets
+            .iter()
+            .filter(|(_, t)| {
+                t.rule_codes.is_empty() || t.rule_codes.iter().any(|c| granted.contains(c))
+            })
+            .map(|(key, t)| TargetView {
+                key: key.clone(),
+                description: t.description.clone(),
+                params: t.params.clone(),
+                self_only: t.self_only,
+            })
+            .collect(),
+    ))
+}
+
+/// What to preview.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase")]
+pub struct PreviewQuery {
+    /// The target.
+    target_key: Option<String>,
+    /// The subject; default the caller.
+    subject_id: Option<String>,
+}
+
+/// The file change the request would make, read-only. On any failure it
+/// answers 200 with `data: null`: a preview never blocks submitting.
+#[utoipa::path(get, path = "/api/v1/preview", tag = "requests", params(PreviewQuery),
+    responses((status = 200, description = "`{data: {path, action, content, current}}` or `{data: null}`", body = Object)))]
+pub async fn preview(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Query(query): Query<PreviewQuery>,
+) -> Json<Value> {
+    let data = build_preview(&state, &caller.identity, query).await;
+    Json(json!({ "data": data }))
+}
+
+async fn build_preview(
+    state: &AppState,
+    identity: &crate::identity::Identity,
+    query: PreviewQuery,
+) -> Option<Value> {
+    let settings = state.config.current();
+    let target_key = query.target_key?;
+    let target = settings.targets.get(&target_key)?;
+    let subject = query
+        .subject_id
+        .unwrap_or_else(|| identity.as_str().to_owned());
+    if !valid_subject(&subject) {
+        return None;
+    }
+    let current = match state.db.get() {
+        Some(db) => get_binding(db, &subject, &target_key).await.ok()?,
+        None => None,
+    };
+    let params = json!({});
+    let content = BindingFile {
+        subject: &subject,
+        target: &target_key,
+        params: &params,
+        expires_at: None,
+        operation_id: &OperationId::new().as_string(),
+        requested_by: identity.as_str(),
+    }
+    .render();
+    Some(json!({
+        "path": file_path(&target.path, &target_key, &subject),
+        "action": if current.is_some() { "update" } else { "create" },
+        "content": content,
+        "current": current.map(|b| b.status.to_string()),
+    }))
+}

@@ -1,0 +1,103 @@
+//! The requester API, `/api/v1` (SPEC §2.1), and its OpenAPI document.
+
+mod access;
+pub mod applications;
+mod bindings;
+mod catalog;
+mod status;
+mod submission;
+
+use axum::Router;
+use axum::middleware::from_fn_with_state;
+use utoipa::OpenApi;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
+use utoipa_axum::routes;
+
+use super::layers::{RateLimitSpec, RouteSpec, guard, identify::identify};
+use crate::state::AppState;
+
+const APPLY: RouteSpec = RouteSpec {
+    name: "apply",
+    rate_limit: Some(RateLimitSpec {
+        bucket: "apply",
+        default_limit: 10,
+        message: "too many applications; wait a minute before applying again",
+    }),
+    activity: Some("apply"),
+};
+const CLOSE: RouteSpec = RouteSpec {
+    name: "close",
+    rate_limit: Some(RateLimitSpec {
+        bucket: "close",
+        default_limit: 10,
+        message: "too many removal requests; wait a minute before trying again",
+    }),
+    activity: Some("close"),
+};
+const READ_OPERATION: RouteSpec = RouteSpec {
+    name: "read",
+    rate_limit: None,
+    activity: None,
+};
+const LIST_BINDINGS: RouteSpec = RouteSpec {
+    name: "read",
+    rate_limit: None,
+    activity: None,
+};
+const TARGETS: RouteSpec = RouteSpec {
+    name: "read",
+    rate_limit: None,
+    activity: None,
+};
+const PREVIEW: RouteSpec = RouteSpec {
+    name: "read",
+    rate_limit: None,
+    activity: None,
+};
+const ACCESS: RouteSpec = RouteSpec {
+    name: "read",
+    rate_limit: None,
+    activity: None,
+};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "changegate", description = "Self-service configuration changes through GitLab"),
+    tags((name = "requests", description = "The requester API")),
+)]
+struct ApiDoc;
+
+fn guarded(
+    state: &AppState,
+    spec: &'static RouteSpec,
+    route: UtoipaMethodRouter<AppState>,
+) -> UtoipaMethodRouter<AppState> {
+    let (schemas, paths, method_router) = route;
+    (schemas, paths, guard(state, spec, method_router))
+}
+
+/// The requester routes, each behind its layers, with the document that
+/// describes exactly these routes (generated from them, so it cannot drift).
+pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    let (router, document) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(guarded(state, &APPLY, routes!(applications::apply)))
+        .routes(guarded(state, &CLOSE, routes!(applications::close)))
+        .routes(guarded(
+            state,
+            &READ_OPERATION,
+            routes!(status::get_operation_status),
+        ))
+        .routes(guarded(
+            state,
+            &LIST_BINDINGS,
+            routes!(bindings::list_my_bindings),
+        ))
+        .routes(guarded(state, &TARGETS, routes!(catalog::list_targets)))
+        .routes(guarded(state, &PREVIEW, routes!(catalog::preview)))
+        .routes(guarded(state, &ACCESS, routes!(access::get_access)))
+        .split_for_parts();
+    (
+        router.layer(from_fn_with_state(state.clone(), identify)),
+        document,
+    )
+}

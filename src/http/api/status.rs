@@ -1,0 +1,122 @@
+//! `GET /api/v1/operations/{operationId}`: where a request is and what to do next.
+
+use axum::Json;
+use axum::extract::Path;
+use chrono::NaiveDateTime;
+use serde::Serialize;
+
+use crate::db::Db;
+use crate::db::bindings::get_binding_of;
+use crate::db::history::last_status;
+use crate::db::operations::{OperationRow, get_operation};
+use crate::domain::{BindingStatus, Next, OperationId, next_action};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::{Caller, Database};
+
+/// The status of one operation.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationView {
+    operation_id: String,
+    subject_id: String,
+    target_key: String,
+    /// Binding status (what the requester sees).
+    status: String,
+    step: StepView,
+    /// `WAIT`, `CONTACT_TEAM`, `REAPPLY` or `NONE`.
+    next: &'static str,
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    merge_request: Option<MergeRequestView>,
+    #[schema(value_type = String, format = DateTime)]
+    created_at: String,
+    #[schema(value_type = String, format = DateTime)]
+    updated_at: String,
+}
+
+/// A step code and its name.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct StepView {
+    code: i32,
+    name: &'static str,
+}
+
+/// The Merge Request of an operation.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct MergeRequestView {
+    iid: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+}
+
+/// Database times are UTC; the API speaks RFC 3339 with milliseconds.
+pub fn rfc3339(at: NaiveDateTime) -> String {
+    at.and_utc()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// The binding status of an operation (live, or the last one recorded once
+/// a newer operation took the binding over) and the advice that follows.
+pub async fn current_status(
+    db: &Db,
+    operation_id: &str,
+) -> ApiResult<(Option<BindingStatus>, Next)> {
+    let Some(operation) = get_operation(db, operation_id).await? else {
+        return Ok((None, Next::Wait));
+    };
+    let status = status_of(db, &operation).await?;
+    Ok((
+        status,
+        status.map_or(Next::Wait, |s| next_action(s, operation.step)),
+    ))
+}
+
+async fn status_of(db: &Db, operation: &OperationRow) -> ApiResult<Option<BindingStatus>> {
+    if let Some(binding) = get_binding_of(db, &operation.operation_id).await? {
+        return Ok(Some(binding.status));
+    }
+    Ok(last_status(db, &operation.operation_id)
+        .await?
+        .and_then(|s| s.parse().ok()))
+}
+
+/// Status of an operation. Another person's operation answers 404, as if it
+/// did not exist; operators see every operation.
+#[utoipa::path(get, path = "/api/v1/operations/{operationId}", tag = "requests",
+    params(("operationId" = String, Path, description = "The operation id (UUID)")),
+    responses((status = 200, body = OperationView), (status = 404, description = "Unknown, or not yours")))]
+pub async fn get_operation_status(
+    Caller(caller): Caller,
+    Database(db): Database,
+    Path(operation_id): Path<String>,
+) -> ApiResult<Json<OperationView>> {
+    let id = OperationId::parse(&operation_id).map_err(|_| ApiError::NotFound)?;
+    let operation = get_operation(&db, &id.as_string())
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    if operation.requested_by != caller.identity.as_str() && !caller.operator {
+        return Err(ApiError::NotFound);
+    }
+    let status = status_of(&db, &operation).await?;
+    let next = status.map_or(Next::Wait, |s| next_action(s, operation.step));
+    Ok(Json(OperationView {
+        operation_id: operation.operation_id,
+        subject_id: operation.subject_id,
+        target_key: operation.target_key,
+        status: status.map_or_else(|| "UNKNOWN".to_owned(), |s| s.to_string()),
+        step: StepView {
+            code: operation.step.code(),
+            name: operation.step.name(),
+        },
+        next: next.as_str(),
+        message: operation
+            .message
+            .unwrap_or_else(|| operation.step.description().to_owned()),
+        merge_request: operation.mr_iid.map(|iid| MergeRequestView {
+            iid,
+            url: operation.mr_url,
+        }),
+        created_at: rfc3339(operation.created_at),
+        updated_at: rfc3339(operation.updated_at),
+    }))
+}

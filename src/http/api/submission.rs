@@ -1,0 +1,277 @@
+//! The synchronous part of a submission (SPEC §6): validate, check the access
+//! mode, resolve idempotency, record the request, hand it to the workers.
+
+use axum::http::HeaderMap;
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::applications::Accepted;
+use super::status::current_status;
+use crate::config::resolve::access_open;
+use crate::config::{Settings, TargetSettings};
+use crate::db::Db;
+use crate::db::idempotency::{IdempotencyRow, delete_expired_key, get_idempotency};
+use crate::domain::render::{canonical_json, valid_subject};
+use crate::domain::{BindingStatus, Next, OperationId, OperationKind, StepStatus};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::layers::authz::Authorized;
+use crate::state::AppState;
+use crate::store::{self, Change, IdempotencyClaim, NewRequest, StoreError};
+
+/// The idempotency header.
+const IDEMPOTENCY_KEY: &str = "idempotency-key";
+const MAX_KEY_LEN: usize = 191;
+const MAX_REASON_CHARS: usize = 2000;
+const MAX_PARAMS_BYTES: usize = 8 * 1024;
+
+/// A parsed apply or close request.
+pub struct Submission {
+    /// Apply or close.
+    pub kind: OperationKind,
+    /// Client-chosen operation id.
+    pub operation_id: Option<String>,
+    /// Target.
+    pub target_key: String,
+    /// Subject; default the caller.
+    pub subject_id: Option<String>,
+    /// Parameters.
+    pub params: Option<Value>,
+    /// Expiry.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Reason.
+    pub reason: String,
+}
+
+fn invalid(message: &str) -> ApiError {
+    ApiError::InvalidArgument(message.to_owned())
+}
+
+/// Records a submission and starts its work.
+pub async fn submit(
+    state: &AppState,
+    db: &Db,
+    caller: &Authorized,
+    headers: &HeaderMap,
+    submission: Submission,
+) -> ApiResult<Accepted> {
+    let settings = state.config.current();
+    if !access_open(settings.access.mode, &settings.access.window, Utc::now()) {
+        return Err(ApiError::ServiceClosed);
+    }
+    let target = settings
+        .targets
+        .get(&submission.target_key)
+        .ok_or_else(|| invalid("field `targetKey`: not in the catalog; see GET /api/v1/targets"))?;
+    let request = validate(&settings, target, caller, headers, submission)?;
+    may_use_target(state, &settings, target, caller).await?;
+
+    let requester = request.requested_by.clone();
+    if let Some(claim) = &request.idempotency {
+        if let Some(found) = get_idempotency(db, &requester, &claim.key).await? {
+            return replay(db, &found, &claim.request_hash).await;
+        }
+        delete_expired_key(db, &requester, &claim.key).await?;
+    }
+    let outcome = store::submit(db, &request).await;
+    // A concurrent duplicate may lose on the key or on the relation (its
+    // winner already holds the row): either way, re-read the key.
+    if let (
+        Some(claim),
+        Err(StoreError::DuplicateKey | StoreError::InProgress { .. } | StoreError::Preempted),
+    ) = (&request.idempotency, &outcome)
+        && let Some(found) = get_idempotency(db, &requester, &claim.key).await?
+    {
+        return replay(db, &found, &claim.request_hash).await;
+    }
+    match outcome {
+        Ok(submitted) => Ok(hand_off(state, db, &request, submitted.status).await?),
+        // The winner rolled back: nothing exists, the caller may retry.
+        Err(StoreError::DuplicateKey) => Err(ApiError::RetryLater),
+        Err(StoreError::InProgress { status, .. }) => Err(ApiError::InProgress(status.to_string())),
+        Err(StoreError::Preempted) => Err(ApiError::InProgress(
+            "being changed by another request".to_owned(),
+        )),
+        Err(StoreError::NotFound) => Err(ApiError::NotFound),
+        Err(StoreError::DuplicateOperation) => Err(ApiError::IdempotencyKeyReused),
+        Err(err) => Err(ApiError::internal(err)),
+    }
+}
+
+fn validate(
+    settings: &Settings,
+    target: &TargetSettings,
+    caller: &Authorized,
+    headers: &HeaderMap,
+    submission: Submission,
+) -> ApiResult<NewRequest> {
+    let subject = submission
+        .subject_id
+        .unwrap_or_else(|| caller.identity.as_str().to_owned());
+    if !valid_subject(&subject) {
+        return Err(invalid(
+            "field `subjectId`: 1 to 128 letters, digits or . _ - @ +, not starting with a dot",
+        ));
+    }
+    if target.self_only && subject != caller.identity.as_str() && !caller.operator {
+        return Err(ApiError::Forbidden);
+    }
+    let params = canonical_json(&submission.params.unwrap_or_else(|| json!({})));
+    let Value::Object(fields) = &params else {
+        return Err(invalid("field `params`: must be a JSON object"));
+    };
+    if let Some(unknown) = fields.keys().find(|key| !target.params.contains(key)) {
+        let allowed = if target.params.is_empty() {
+            "none".to_owned()
+        } else {
+            target.params.join(", ")
+        };
+        return Err(ApiError::InvalidArgument(format!(
+            "field `params.{}`: not a parameter of this target (allowed: {allowed})",
+            unknown.chars().take(64).collect::<String>()
+        )));
+    }
+    if params.to_string().len() > MAX_PARAMS_BYTES {
+        return Err(invalid("field `params`: larger than 8 KiB"));
+    }
+    let reason = submission.reason.trim().to_owned();
+    if reason.is_empty() || reason.chars().count() > MAX_REASON_CHARS || reason.contains('\0') {
+        return Err(invalid("field `reason`: 1 to 2000 characters, required"));
+    }
+    if submission.expires_at.is_some_and(|at| at <= Utc::now()) {
+        return Err(invalid("field `expiresAt`: must be in the future"));
+    }
+    let client_id = submission
+        .operation_id
+        .as_deref()
+        .map(|text| {
+            OperationId::parse(text).map_err(|_| invalid("field `operationId`: must be a UUID"))
+        })
+        .transpose()?;
+    let operation_id = client_id.unwrap_or_default();
+    let key = match headers.get(IDEMPOTENCY_KEY) {
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .map(str::trim)
+                .filter(|key| !key.is_empty() && key.len() <= MAX_KEY_LEN)
+                .ok_or_else(|| {
+                    invalid("header `Idempotency-Key`: 1 to 191 visible ASCII characters")
+                })?
+                .to_owned(),
+        ),
+        None => client_id.map(|id| format!("operation:{id}")),
+    };
+    let expires_at = submission.expires_at.map(|at| at.naive_utc());
+    let request_hash = hex_sha256(&json!({
+        "kind": submission.kind.as_str(),
+        "operationId": client_id.map(|id| id.as_string()),
+        "targetKey": submission.target_key,
+        "subjectId": subject,
+        "params": params,
+        "expiresAt": submission.expires_at.map(|at| at.to_rfc3339()),
+        "reason": reason,
+    }));
+    let ttl_ms = i64::try_from(settings.idempotency.ttl.as_millis()).unwrap_or(i64::MAX);
+    Ok(NewRequest {
+        operation_id,
+        kind: submission.kind,
+        subject_id: subject,
+        target_key: submission.target_key,
+        requested_by: caller.identity.as_str().to_owned(),
+        flow_order: settings.flow_order,
+        params,
+        reason,
+        expires_at,
+        idempotency: key.map(|key| IdempotencyClaim {
+            key,
+            request_hash,
+            ttl_ms,
+        }),
+    })
+}
+
+/// A target with rule codes needs one of them (operators need none).
+async fn may_use_target(
+    state: &AppState,
+    settings: &Settings,
+    target: &TargetSettings,
+    caller: &Authorized,
+) -> ApiResult<()> {
+    if target.rule_codes.is_empty() || caller.operator {
+        return Ok(());
+    }
+    match state
+        .permissions
+        .granted(&settings.authz, &caller.identity, &target.rule_codes)
+        .await
+    {
+        Ok(granted) if !granted.is_empty() => Ok(()),
+        Ok(_) => Err(ApiError::Forbidden),
+        Err(err) => {
+            tracing::warn!("permission check failed; denying: {err}");
+            Err(ApiError::Forbidden)
+        }
+    }
+}
+
+fn hex_sha256(value: &Value) -> String {
+    Sha256::digest(value.to_string().as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// The answer to a repeated key: the original operation, or 422 when the
+/// key was used for a different request.
+async fn replay(db: &Db, found: &IdempotencyRow, request_hash: &str) -> ApiResult<Accepted> {
+    if found.request_hash != request_hash {
+        return Err(ApiError::IdempotencyKeyReused);
+    }
+    let (status, next) = current_status(db, &found.operation_id).await?;
+    Ok(Accepted {
+        code: "DUPLICATE_SUBMIT",
+        operation_id: found.operation_id.clone(),
+        status: status.map_or_else(|| "UNKNOWN".to_owned(), |s| s.to_string()),
+        next: next.as_str(),
+    })
+}
+
+/// Queues the operation; a full pool is recorded as a busy failure the
+/// requester sees (and may re-apply after), never an eternal "processing".
+async fn hand_off(
+    state: &AppState,
+    db: &Db,
+    request: &NewRequest,
+    status: BindingStatus,
+) -> ApiResult<Accepted> {
+    let operation_id = request.operation_id.as_string();
+    if state.executor.try_submit(operation_id.clone()).is_ok() {
+        return Ok(Accepted {
+            code: "ACCEPTED",
+            operation_id,
+            status: status.to_string(),
+            next: Next::Wait.as_str(),
+        });
+    }
+    let busy = match request.kind {
+        OperationKind::Apply => BindingStatus::BusyRejected,
+        OperationKind::Close => BindingStatus::CloseFailed,
+    };
+    let change = Change {
+        step: StepStatus::BusyRejected,
+        message: Some("changegate was too busy to start this request; submit it again"),
+        actor: "executor",
+    };
+    store::transition(db, &operation_id, 1, Some(busy), change)
+        .await
+        .map_err(ApiError::internal)?;
+    metrics::counter!("changegate_executor_rejected_total").increment(1);
+    Ok(Accepted {
+        code: "ACCEPTED",
+        operation_id,
+        status: busy.to_string(),
+        next: Next::Reapply.as_str(),
+    })
+}
