@@ -67,10 +67,17 @@ fn check_config_reports_toml_syntax_errors_with_the_line() {
 }
 
 #[test]
-fn the_shipped_default_config_is_valid() {
+fn the_shipped_configs_are_valid() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let output = run(root, &["check-config", "config/default.toml"], &[]);
-    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stdout));
+    for file in ["config/default.toml", "config/demo.toml"] {
+        let output = run(root, &["check-config", file], &[]);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{file}: {}",
+            text(&output.stdout)
+        );
+    }
 }
 
 #[test]

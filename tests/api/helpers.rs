@@ -3,7 +3,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use changegate::app::Application;
+use changegate::app::{Application, Parts};
 use changegate::config::{LiveConfig, Settings, source};
 use changegate::db::{self, Db};
 use tokio_util::sync::CancellationToken;
@@ -185,15 +185,42 @@ pub struct TestApp {
     server: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
 
+/// Authorisation and catalog for requester tests: everyone applies and reads,
+/// `admin` is the operator, submissions are open.
+pub const REQUESTER_CONFIG: &str = r#"
+[access]
+mode = "OPEN"
+[authz.rules]
+apply = ["changegate.requester"]
+close = ["changegate.requester"]
+read = ["changegate.requester"]
+operator = ["changegate.operator"]
+[authz.grants]
+"changegate.requester" = ["*"]
+"changegate.operator" = ["admin"]
+[targets."demo.feature-flags"]
+description = "Demo flags"
+[targets."team.access"]
+self_only = false
+params = ["level"]
+[targets."restricted"]
+rule_codes = ["restricted.apply"]
+"#;
+
 /// Starts changegate on `database_url` with `extra` TOML appended to the
 /// test defaults.
 pub async fn spawn_app(database_url: &str, extra: &str) -> TestApp {
+    spawn_app_with(database_url, extra, Parts::default()).await
+}
+
+/// [`spawn_app`] with replaced parts (worker steps, metrics observer).
+pub async fn spawn_app_with(database_url: &str, extra: &str, parts: Parts) -> TestApp {
     let (settings, problems) = settings_from(&format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_timeout = \"2s\"\n\
          [database]\nurl = {database_url:?}\nconnect_timeout = \"2s\"\nretry_max_interval = \"200ms\"\n{extra}"
     ));
     assert!(problems.is_empty(), "test config problems: {problems:?}");
-    let app = Application::build(LiveConfig::new(settings, None, None))
+    let app = Application::build_with(LiveConfig::new(settings, None, None), parts)
         .await
         .expect("application builds");
     let address = format!("http://127.0.0.1:{}", app.port());
@@ -216,6 +243,32 @@ impl TestApp {
     pub async fn get(&self, path: &str) -> reqwest::Response {
         self.client
             .get(format!("{}{path}", self.address))
+            .send()
+            .await
+            .expect("request reaches the app")
+    }
+
+    /// POSTs JSON `body` as `user` (through the trusted loopback proxy headers).
+    pub async fn post_as(
+        &self,
+        user: &str,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> reqwest::Response {
+        self.client
+            .post(format!("{}{path}", self.address))
+            .header("x-auth-request-user", user)
+            .json(body)
+            .send()
+            .await
+            .expect("request reaches the app")
+    }
+
+    /// GETs `path` as `user`.
+    pub async fn get_as(&self, user: &str, path: &str) -> reqwest::Response {
+        self.client
+            .get(format!("{}{path}", self.address))
+            .header("x-auth-request-user", user)
             .send()
             .await
             .expect("request reaches the app")

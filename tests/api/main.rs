@@ -11,6 +11,7 @@ mod health;
 mod helpers;
 mod readiness;
 mod reload;
+mod requests;
 mod sim;
 mod storage;
 mod store;

@@ -23,6 +23,7 @@ pub fn apply(subject: &str, target: &str) -> NewRequest {
         params: serde_json::json!({ "enabled": true }),
         reason: "testing".to_owned(),
         expires_at: None,
+        idempotency: None,
     }
 }
 
