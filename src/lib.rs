@@ -11,7 +11,6 @@ pub mod identity;
 pub mod jobs;
 pub mod observer;
 pub mod signature;
-pub mod sim;
 pub mod state;
 pub mod store;
 pub mod telemetry;

@@ -12,6 +12,6 @@ mod helpers;
 mod readiness;
 mod reload;
 mod requests;
-mod sim;
+mod signature;
 mod storage;
 mod store;

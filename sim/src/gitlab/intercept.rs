@@ -1,0 +1,132 @@
+//! The middleware in front of every simulated route: it counts the call, applies the first
+//! queued fault that strikes, and logs the call with its answer. Rebase conflicts and
+//! checklist 422s need the handler's help and travel to it as request extensions.
+
+use std::time::Duration;
+
+use axum::extract::{OriginalUri, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use chrono::Utc;
+
+use super::SimContext;
+use super::error::ApiError;
+use super::faults::{Endpoint, FaultKind, RecordedRequest};
+
+/// Request extension telling the rebase handler to fail this rebase.
+#[derive(Clone, Copy, Debug)]
+pub struct InjectedRebaseConflict;
+
+/// Request extension telling the approve handler to answer the checklist 422.
+#[derive(Clone, Copy, Debug)]
+pub struct InjectedChecklistMismatch;
+
+/// The per-route middleware. The call is logged before a slow or lost answer is held back,
+/// so the log shows what the simulator did even while the client is still waiting.
+pub async fn intercept(
+    State((ctx, endpoint)): State<(SimContext, Endpoint)>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let method = request.method().to_string();
+    // Nesting strips `/api/v4` from the request's URI; the log shows what the client sent.
+    let uri = request
+        .extensions()
+        .get::<OriginalUri>()
+        .map_or(request.uri(), |original| &original.0);
+    let path = uri
+        .path_and_query()
+        .map_or(uri.path(), |p| p.as_str())
+        .to_owned();
+    let (fault, hold) = {
+        let mut state = ctx.lock();
+        let fault = state.faults.record_call(endpoint);
+        (fault, state.options.lost_response_hold)
+    };
+    if let Some(fault) = &fault {
+        tracing::debug!(?endpoint, ?fault, "gitlab simulator injects a fault");
+    }
+    let response = match &fault {
+        Some(FaultKind::Status(code)) => status_response(*code),
+        Some(FaultKind::RateLimited { retry_after }) => rate_limited(Some(*retry_after)),
+        Some(FaultKind::RateLimitedBare) => rate_limited(None),
+        Some(FaultKind::MergeRefused(405)) => ApiError::MethodNotAllowed.into_response(),
+        Some(FaultKind::MergeRefused(code)) => {
+            let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY);
+            ApiError::CannotBeMerged(status).into_response()
+        }
+        Some(FaultKind::RebaseConflict) => {
+            request.extensions_mut().insert(InjectedRebaseConflict);
+            next.run(request).await
+        }
+        Some(FaultKind::ChecklistMismatch) => {
+            request.extensions_mut().insert(InjectedChecklistMismatch);
+            next.run(request).await
+        }
+        None | Some(FaultKind::Slow(_) | FaultKind::LostResponse) => next.run(request).await,
+    };
+    let status = response.status().as_u16();
+    ctx.lock().faults.record_answer(RecordedRequest {
+        endpoint,
+        method,
+        path,
+        status,
+        fault: fault.clone(),
+    });
+    match fault {
+        Some(FaultKind::Slow(delay)) => tokio::time::sleep(delay).await,
+        Some(FaultKind::LostResponse) => {
+            let mut released = ctx.released.clone();
+            tokio::select! {
+                () = tokio::time::sleep(hold) => {}
+                _ = released.changed() => {}
+            }
+        }
+        _ => {}
+    }
+    response
+}
+
+/// An error status as GitLab's stack sends it.
+fn status_response(code: u16) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let reason = status.canonical_reason().unwrap_or("Error");
+    if matches!(code, 502..=504) {
+        let page = format!(
+            "<!DOCTYPE html>\n<html><head><title>GitLab is not responding ({code})</title></head>\
+             <body><h1>{code}</h1><p>{reason}</p></body></html>\n"
+        );
+        let html = [(header::CONTENT_TYPE, "text/html; charset=utf-8")];
+        return (status, html, page).into_response();
+    }
+    ApiError::Message(status, format!("{} {reason}", status.as_u16())).into_response()
+}
+
+/// 429 with GitLab's throttle headers when `retry_after` is given, bare otherwise.
+fn rate_limited(retry_after: Option<Duration>) -> Response {
+    let text = [(header::CONTENT_TYPE, "text/plain")];
+    let mut response = (StatusCode::TOO_MANY_REQUESTS, text, "Retry later\n").into_response();
+    let Some(retry_after) = retry_after else {
+        return response;
+    };
+    let reset = Utc::now() + retry_after;
+    let headers = [
+        ("ratelimit-name", "throttle_authenticated_api".to_owned()),
+        ("ratelimit-limit", "600".to_owned()),
+        ("ratelimit-observed", "601".to_owned()),
+        ("ratelimit-remaining", "0".to_owned()),
+        ("ratelimit-reset", reset.timestamp().to_string()),
+        (
+            "ratelimit-resettime",
+            reset.format("%a, %d %b %Y %H:%M:%S GMT").to_string(),
+        ),
+        ("retry-after", retry_after.as_secs().to_string()),
+    ];
+    for (name, value) in headers {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
+}

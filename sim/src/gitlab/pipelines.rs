@@ -1,0 +1,265 @@
+//! CI pipelines: one per new merge request head, stepping `created → pending → running →`
+//! outcome once per poll (or on command), plus the two pipeline endpoints.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::SimContext;
+use super::auth::{Caller, Users};
+use super::error::{ApiError, ApiResult};
+use super::merge;
+use super::params::{PageQuery, paginate};
+use super::state::{MergeRequest, Project, Scope, UserId, timestamp, timestamp_opt};
+
+/// A pipeline's `status` (the subset the simulator moves through).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PipelineStatus {
+    /// `created`
+    Created,
+    /// `pending`
+    Pending,
+    /// `running`
+    Running,
+    /// `success`
+    Success,
+    /// `failed`
+    Failed,
+    /// `canceled`
+    Canceled,
+}
+
+impl PipelineStatus {
+    /// The REST spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "created",
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Success => "success",
+            Self::Failed => "failed",
+            Self::Canceled => "canceled",
+        }
+    }
+
+    /// Still in flight: auto-merge can be armed on it.
+    pub fn is_active(self) -> bool {
+        matches!(self, Self::Created | Self::Pending | Self::Running)
+    }
+}
+
+/// How a pipeline ends (`snake_case` in the control API, e.g. `stuck_running`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PipelineOutcome {
+    /// Ends `success`.
+    Success,
+    /// Ends `failed`.
+    Failed,
+    /// Ends `canceled`.
+    Canceled,
+    /// Reaches `running` and stays there: the timeout scenario.
+    StuckRunning,
+}
+
+/// One pipeline. Fields carry GitLab's names; only the others are documented.
+#[derive(Clone, Debug)]
+pub struct Pipeline {
+    pub id: u64,
+    pub iid: u64,
+    pub project_id: u64,
+    pub sha: String,
+    /// `ref`: `refs/merge-requests/<iid>/head`, as for merge request pipelines.
+    pub git_ref: String,
+    pub status: PipelineStatus,
+    /// Where the steps lead.
+    pub outcome: PipelineOutcome,
+    /// Who pushed the head (the pipeline's `user`).
+    pub user: UserId,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub web_url: String,
+}
+
+impl Pipeline {
+    /// One step towards the outcome; a finished or stuck pipeline stays as it is.
+    pub fn step(&mut self) {
+        let next = match (self.status, self.outcome) {
+            (PipelineStatus::Created, _) => PipelineStatus::Pending,
+            (PipelineStatus::Pending, _) => PipelineStatus::Running,
+            (PipelineStatus::Running, PipelineOutcome::Success) => PipelineStatus::Success,
+            (PipelineStatus::Running, PipelineOutcome::Failed) => PipelineStatus::Failed,
+            (PipelineStatus::Running, PipelineOutcome::Canceled) => PipelineStatus::Canceled,
+            _ => return,
+        };
+        self.status = next;
+        self.updated_at = Utc::now();
+    }
+
+    /// Jumps straight to an outcome (`StuckRunning`: to `running`, never to finish).
+    pub fn force(&mut self, outcome: PipelineOutcome) {
+        self.outcome = outcome;
+        self.status = match outcome {
+            PipelineOutcome::Success => PipelineStatus::Success,
+            PipelineOutcome::Failed => PipelineStatus::Failed,
+            PipelineOutcome::Canceled => PipelineStatus::Canceled,
+            PipelineOutcome::StuckRunning => PipelineStatus::Running,
+        };
+        self.updated_at = Utc::now();
+    }
+
+    /// `PipelineBasic`.
+    pub fn basic_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "iid": self.iid,
+            "project_id": self.project_id,
+            "sha": self.sha,
+            "ref": self.git_ref,
+            "status": self.status.as_str(),
+            "source": "merge_request_event",
+            "created_at": timestamp(self.created_at),
+            "updated_at": timestamp(self.updated_at),
+            "web_url": self.web_url,
+        })
+    }
+
+    /// The full `Pipeline` entity, as `GET /pipelines/:id` and `head_pipeline` show it.
+    pub fn json(&self, users: &Users) -> Value {
+        let started = self.status != PipelineStatus::Created;
+        let finished = !self.status.is_active();
+        let mut body = self.basic_json();
+        let extra = json!({
+            "before_sha": "0000000000000000000000000000000000000000",
+            "tag": false,
+            "yaml_errors": null,
+            "user": users.json(Some(self.user)),
+            "started_at": timestamp_opt(started.then_some(self.created_at)),
+            "finished_at": timestamp_opt(finished.then_some(self.updated_at)),
+            "committed_at": null,
+            "duration": null,
+            "queued_duration": null,
+            "coverage": null,
+            "detailed_status": {
+                "icon": format!("status_{}", self.status.as_str()),
+                "text": self.status.as_str(),
+                "label": self.status.as_str(),
+                "group": self.status.as_str(),
+            },
+        });
+        if let (Value::Object(body), Value::Object(extra)) = (&mut body, extra) {
+            body.extend(extra);
+        }
+        body
+    }
+}
+
+/// Starts the pipeline of a new merge request head; its outcome is the next scripted one.
+pub fn create(scope: &mut Scope, sha: &str, mr_iid: u64, user: UserId) -> u64 {
+    let project = &mut *scope.project;
+    let id = scope.ids.pipeline();
+    let now = Utc::now();
+    project.pipelines.push(Pipeline {
+        id,
+        iid: project.pipelines.len() as u64 + 1,
+        project_id: project.id,
+        sha: sha.to_owned(),
+        git_ref: format!("refs/merge-requests/{mr_iid}/head"),
+        status: PipelineStatus::Created,
+        outcome: project
+            .pipeline_script
+            .pop_front()
+            .unwrap_or(PipelineOutcome::Success),
+        user,
+        created_at: now,
+        updated_at: now,
+        web_url: format!("{}/-/pipelines/{id}", project.web_url),
+    });
+    id
+}
+
+/// The latest pipeline for the merge request's head SHA.
+pub fn head_pipeline<'a>(project: &'a Project, mr: &MergeRequest) -> Option<&'a Pipeline> {
+    project.pipelines.iter().rev().find(|p| p.sha == mr.sha)
+}
+
+/// Runs `change` on pipeline `id`, then lets merge requests react if it finished.
+pub fn update(scope: &mut Scope, id: u64, change: impl FnOnce(&mut Pipeline)) -> ApiResult<()> {
+    let index = scope.project.pipelines.iter().position(|p| p.id == id);
+    let index = index.ok_or(ApiError::NotFound("Pipeline"))?;
+    update_at(scope, index, change);
+    Ok(())
+}
+
+/// `update` for a pipeline already found at `index`.
+fn update_at(scope: &mut Scope, index: usize, change: impl FnOnce(&mut Pipeline)) {
+    let pipeline = &mut scope.project.pipelines[index];
+    let was_active = pipeline.status.is_active();
+    change(pipeline);
+    if was_active && !pipeline.status.is_active() {
+        let (sha, status) = (pipeline.sha.clone(), pipeline.status);
+        merge::pipeline_finished(scope, &sha, status);
+    }
+}
+
+/// Steps a pipeline as far as one poll goes.
+fn poll_step(steps: u32) -> impl FnOnce(&mut Pipeline) {
+    move |pipeline| {
+        for _ in 0..steps {
+            pipeline.step();
+        }
+    }
+}
+
+/// A poll of a merge request's head pipeline, if it has one.
+pub fn poll_head(scope: &mut Scope, mr_index: usize) {
+    let mr = &scope.project.merge_requests[mr_index];
+    let head = scope
+        .project
+        .pipelines
+        .iter()
+        .rposition(|p| p.sha == mr.sha);
+    if let Some(index) = head {
+        let steps = poll_step(scope.options.pipeline_steps_per_poll);
+        update_at(scope, index, steps);
+    }
+}
+
+/// `GET /projects/:id/pipelines/:pipeline_id`
+pub async fn get_pipeline(
+    State(ctx): State<SimContext>,
+    _caller: Caller,
+    Path((project, id)): Path<(String, u64)>,
+) -> ApiResult<Json<Value>> {
+    let mut state = ctx.lock();
+    let mut scope = state.scope(&project)?;
+    let steps = poll_step(scope.options.pipeline_steps_per_poll);
+    update(&mut scope, id, steps)?;
+    let pipeline = scope.project.pipelines.iter().find(|p| p.id == id);
+    let pipeline = pipeline.ok_or(ApiError::NotFound("Pipeline"))?;
+    Ok(Json(pipeline.json(scope.users)))
+}
+
+/// `GET /projects/:id/merge_requests/:iid/pipelines`, newest first.
+pub async fn list_mr_pipelines(
+    State(ctx): State<SimContext>,
+    _caller: Caller,
+    Path((project, iid)): Path<(String, u64)>,
+    Query(page): Query<PageQuery>,
+) -> ApiResult<Response> {
+    let mut state = ctx.lock();
+    let mut scope = state.scope(&project)?;
+    let index = scope.project.mr_index(iid)?;
+    poll_head(&mut scope, index);
+    let git_ref = format!("refs/merge-requests/{iid}/head");
+    let pipelines = scope.project.pipelines.iter().rev();
+    let items = pipelines
+        .filter(|p| p.git_ref == git_ref)
+        .map(Pipeline::basic_json)
+        .collect();
+    Ok(paginate(items, &page))
+}

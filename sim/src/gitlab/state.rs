@@ -1,0 +1,331 @@
+//! The simulator's in-memory model: projects with their settings and members, merge
+//! requests, the id and SHA counters, and the state behind the mutex.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::GitLabSimOptions;
+use super::auth::Users;
+use super::error::{ApiError, ApiResult};
+use super::faults::Faults;
+use super::pipelines::{Pipeline, PipelineOutcome};
+use super::repo::Repo;
+
+/// A user's numeric id.
+pub type UserId = u64;
+/// A project's numeric id.
+pub type ProjectId = u64;
+
+/// A project role; the simulated endpoints only tell reading from writing apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccessLevel {
+    /// Reads; cannot push, approve or merge.
+    Reporter,
+    /// Pushes, approves and merges.
+    Developer,
+}
+
+/// Which edition's `approvals` body the project answers with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// Free/CE: `MergeRequestApprovals`.
+    #[default]
+    Ce,
+    /// Premium/EE: `ApprovalState`.
+    Ee,
+}
+
+/// One item of the approval checklist extension.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChecklistItem {
+    /// Stable id the approver echoes back.
+    pub id: String,
+    /// Text shown to the approver.
+    pub label: String,
+}
+
+impl ChecklistItem {
+    /// Builds an item from its id and label.
+    pub fn new(id: impl Into<String>, label: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            label: label.into(),
+        }
+    }
+}
+
+/// Per-project behaviour, changeable at any time through the control API.
+#[derive(Clone, Debug)]
+pub struct ProjectSettings {
+    /// Approvals the merge gate requires (both tiers).
+    pub approvals_required: usize,
+    /// Which `approvals` body to answer with.
+    pub tier: Tier,
+    /// Whether approve requires the checklist extension's `checklist` field.
+    pub approval_checklist_required: bool,
+    /// The current checklist served by `GET /projects/:id/approval_checklist`.
+    pub approval_checklist: Vec<ChecklistItem>,
+}
+
+impl Default for ProjectSettings {
+    fn default() -> Self {
+        Self {
+            approvals_required: 2,
+            tier: Tier::default(),
+            approval_checklist_required: false,
+            approval_checklist: Vec::new(),
+        }
+    }
+}
+
+/// A merge request's `state`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MrState {
+    /// `opened`
+    Opened,
+    /// `closed`
+    Closed,
+    /// `merged`
+    Merged,
+}
+
+impl MrState {
+    /// The REST spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Opened => "opened",
+            Self::Closed => "closed",
+            Self::Merged => "merged",
+        }
+    }
+}
+
+/// A rebase that has been accepted (202) and finishes after some polls.
+#[derive(Clone, Copy, Debug)]
+pub struct RebaseJob {
+    /// GET polls that still report `rebase_in_progress: true`.
+    pub polls_left: u32,
+    /// Who asked; the rebased head's pipeline runs as them.
+    pub user: UserId,
+    /// Set by the rebase-conflict fault: fail even if the trees would replay cleanly.
+    pub forced_conflict: bool,
+}
+
+/// A merge request and everything GitLab tracks about it. Fields carry GitLab's names;
+/// only those whose meaning is not the REST field's are documented.
+#[derive(Clone, Debug)]
+pub struct MergeRequest {
+    pub id: u64,
+    pub iid: u64,
+    pub title: String,
+    pub description: String,
+    pub author: UserId,
+    pub state: MrState,
+    pub source_branch: String,
+    pub target_branch: String,
+    /// The diff head: the source branch head as of the last push the MR saw.
+    pub sha: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub merged_at: Option<DateTime<Utc>>,
+    pub closed_at: Option<DateTime<Utc>>,
+    pub closed_by: Option<UserId>,
+    /// Who merged, or who armed auto-merge.
+    pub merge_user: Option<UserId>,
+    pub merge_commit_sha: Option<String>,
+    /// Approvers in approval order.
+    pub approvals: Vec<UserId>,
+    /// GET polls left that still report the mergeability check as pending.
+    pub checks_pending: u32,
+    /// Whether the pending check has been reported once (`unchecked`, then `checking`).
+    pub checks_seen: bool,
+    /// `rebase_in_progress` is `rebase.is_some()`.
+    pub rebase: Option<RebaseJob>,
+    pub merge_error: Option<String>,
+    /// Auto-merge armed (`merge_when_pipeline_succeeds`).
+    pub auto_merge: bool,
+    pub should_remove_source_branch: bool,
+}
+
+impl MergeRequest {
+    /// Restarts the asynchronous mergeability check, as a push or rebase does.
+    pub fn recheck(&mut self, polls: u32) {
+        self.checks_pending = polls;
+        self.checks_seen = false;
+    }
+}
+
+/// A project: members, settings, repository, merge requests and pipelines. Fields carry
+/// GitLab's names; only those whose meaning is not the REST field's are documented.
+#[derive(Debug)]
+pub struct Project {
+    pub id: ProjectId,
+    pub path: String,
+    pub default_branch: String,
+    /// `{base_url}/{path}`; other web URLs extend it.
+    pub web_url: String,
+    pub created_at: DateTime<Utc>,
+    /// Non-members can still read (the projects are "internal").
+    pub members: HashMap<UserId, AccessLevel>,
+    pub settings: ProjectSettings,
+    pub repo: Repo,
+    /// Indexed by `iid - 1`.
+    pub merge_requests: Vec<MergeRequest>,
+    pub pipelines: Vec<Pipeline>,
+    /// Outcomes for the next pipelines created, in order; empty means success.
+    pub pipeline_script: VecDeque<PipelineOutcome>,
+}
+
+impl Project {
+    /// Push, approve and merge right.
+    pub fn can_write(&self, user: UserId) -> bool {
+        self.members.get(&user) == Some(&AccessLevel::Developer)
+    }
+
+    /// The index of merge request `iid`, or GitLab's 404.
+    pub fn mr_index(&self, iid: u64) -> ApiResult<usize> {
+        let index = usize::try_from(iid)
+            .ok()
+            .and_then(|iid| iid.checked_sub(1))
+            .filter(|index| *index < self.merge_requests.len());
+        index.ok_or(ApiError::NotFound("Merge Request"))
+    }
+}
+
+/// Id counters and the fake SHA generator.
+#[derive(Debug)]
+pub struct Ids {
+    users: u64,
+    projects: u64,
+    merge_requests: u64,
+    pipelines: u64,
+    shas: u64,
+}
+
+impl Ids {
+    fn new() -> Self {
+        // Each kind starts in its own range so a client mixing up ids fails loudly.
+        Self {
+            users: 10,
+            projects: 100,
+            merge_requests: 5000,
+            pipelines: 9000,
+            shas: 0,
+        }
+    }
+
+    /// The next user id.
+    pub fn user(&mut self) -> UserId {
+        self.users += 1;
+        self.users
+    }
+
+    /// The next project id.
+    pub fn project(&mut self) -> ProjectId {
+        self.projects += 1;
+        self.projects
+    }
+
+    /// The next (instance-wide) merge request id.
+    pub fn merge_request(&mut self) -> u64 {
+        self.merge_requests += 1;
+        self.merge_requests
+    }
+
+    /// The next (instance-wide) pipeline id.
+    pub fn pipeline(&mut self) -> u64 {
+        self.pipelines += 1;
+        self.pipelines
+    }
+
+    /// A fresh commit id: a [`hex_id`] of the content whose last 8 digits are a counter, so
+    /// every commit is unique even when two have identical content.
+    pub fn sha(&mut self, content: impl Hash) -> String {
+        self.shas += 1;
+        let digest = hex_id((self.shas, content));
+        format!("{}{:08x}", &digest[..32], self.shas)
+    }
+}
+
+/// 40 hex digits derived from `content`, shaped like a git object id. Real SHA-1 would
+/// need a new dependency and buys nothing here: chained `DefaultHasher` digests are
+/// deterministic within a run and spread well enough for a simulator.
+pub fn hex_id(content: impl Hash) -> String {
+    let mut digits = String::with_capacity(48);
+    let mut seed = 0u64;
+    for _ in 0..3 {
+        let mut hasher = DefaultHasher::new();
+        (seed, &content).hash(&mut hasher);
+        seed = hasher.finish();
+        digits.push_str(&format!("{seed:016x}"));
+    }
+    digits.truncate(40);
+    digits
+}
+
+/// Everything behind the simulator's mutex.
+#[derive(Debug)]
+pub struct SimState {
+    pub options: GitLabSimOptions,
+    pub base_url: String,
+    pub users: Users,
+    pub ids: Ids,
+    pub projects: Vec<Project>,
+    pub faults: Faults,
+}
+
+/// One project plus the shared pieces a handler needs next to it, borrowed together.
+pub struct Scope<'a> {
+    pub project: &'a mut Project,
+    pub ids: &'a mut Ids,
+    pub users: &'a Users,
+    pub options: &'a GitLabSimOptions,
+}
+
+impl SimState {
+    /// An empty simulator answering at `base_url`.
+    pub fn new(options: GitLabSimOptions, base_url: String) -> Self {
+        Self {
+            faults: Faults::new(options.fault_seed),
+            options,
+            base_url,
+            users: Users::default(),
+            ids: Ids::new(),
+            projects: Vec::new(),
+        }
+    }
+
+    /// The project named by a numeric id or a (decoded) full path, or GitLab's 404.
+    pub fn scope(&mut self, id: &str) -> ApiResult<Scope<'_>> {
+        let numeric = id.parse::<ProjectId>().ok();
+        let project = self
+            .projects
+            .iter_mut()
+            .find(|project| Some(project.id) == numeric || project.path == id)
+            .ok_or(ApiError::NotFound("Project"))?;
+        Ok(Scope {
+            project,
+            ids: &mut self.ids,
+            users: &self.users,
+            options: &self.options,
+        })
+    }
+}
+
+/// GitLab's timestamp format, e.g. `2024-05-01T10:00:00.000Z`.
+pub fn timestamp(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// A timestamp or `null`.
+pub fn timestamp_opt(at: Option<DateTime<Utc>>) -> Value {
+    at.map_or(Value::Null, |at| Value::String(timestamp(at)))
+}

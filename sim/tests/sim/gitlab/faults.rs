@@ -1,0 +1,258 @@
+//! Every fault kind, each scoped to an endpoint and a count.
+
+use std::time::{Duration, Instant};
+
+use changegate_sim::gitlab::{ChecklistItem, Endpoint, Fault, FaultKind, MrState};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use super::support::{ALICE, BOT, Fixture};
+
+#[tokio::test]
+async fn status_faults_hit_the_next_n_calls_without_applying_them() {
+    let fx = Fixture::start().await;
+    let iid = fx.open_mr("bot/one", &[("a", "a")]).await;
+    let approve = fx.mr_path(iid, "/approve");
+    fx.sim
+        .inject(Fault::new(Endpoint::Approve, FaultKind::Status(500)).times(2));
+    fx.sim
+        .inject(Fault::new(Endpoint::Approve, FaultKind::Status(502)));
+    fx.sim
+        .inject(Fault::new(Endpoint::Approve, FaultKind::Status(503)));
+    let before = fx.sim.calls(Endpoint::Approve);
+
+    let first = fx.post(ALICE, &approve, json!({})).await;
+    assert_eq!(first.status, 500);
+    assert_eq!(
+        first.body,
+        json!({ "message": "500 Internal Server Error" })
+    );
+    assert_eq!(fx.post(ALICE, &approve, json!({})).await.status, 500);
+    let bad_gateway = fx.post(ALICE, &approve, json!({})).await;
+    assert_eq!(bad_gateway.status, 502);
+    assert_eq!(bad_gateway.body, Value::Null);
+    assert!(
+        bad_gateway.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    assert_eq!(fx.post(ALICE, &approve, json!({})).await.status, 503);
+    assert!(
+        fx.sim
+            .merge_request(fx.project, iid)
+            .unwrap()
+            .approved_by
+            .is_empty()
+    );
+    // Other endpoints are untouched meanwhile; the approve goes through once the faults are spent.
+    assert_eq!(
+        fx.get(ALICE, &fx.mr_path(iid, "/approvals")).await.status,
+        200
+    );
+    assert_eq!(fx.post(ALICE, &approve, json!({})).await.status, 201);
+    assert_eq!(fx.sim.calls(Endpoint::Approve) - before, 5);
+
+    fx.sim.inject(Fault::any(FaultKind::Status(500)).times(3));
+    fx.sim.clear_faults();
+    assert_eq!(fx.get(BOT, &fx.root).await.status, 200);
+}
+
+#[tokio::test]
+async fn rate_limit_with_and_without_headers() {
+    let fx = Fixture::start().await;
+    let retry_after = Duration::from_secs(7);
+    fx.sim.inject(Fault::new(
+        Endpoint::GetProject,
+        FaultKind::RateLimited { retry_after },
+    ));
+    fx.sim
+        .inject(Fault::new(Endpoint::GetProject, FaultKind::RateLimitedBare));
+
+    let limited = fx.get(BOT, &fx.root).await;
+    assert_eq!(limited.status, 429);
+    assert_eq!(limited.text, "Retry later\n");
+    let header = |name: &str| limited.headers[name].to_str().unwrap().to_owned();
+    assert_eq!(header("retry-after"), "7");
+    assert_eq!(header("ratelimit-remaining"), "0");
+    let reset: i64 = header("ratelimit-reset").parse().unwrap();
+    let now = chrono::Utc::now().timestamp();
+    assert!(
+        (now + 5..=now + 8).contains(&reset),
+        "reset {reset} is an epoch, not a delta"
+    );
+    assert!(header("ratelimit-resettime").ends_with("GMT"));
+    assert!(limited.headers.contains_key("ratelimit-limit"));
+
+    let bare = fx.get(BOT, &fx.root).await;
+    assert_eq!(bare.status, 429);
+    assert!(!bare.headers.contains_key("retry-after"));
+    assert!(
+        !bare
+            .headers
+            .keys()
+            .any(|name| name.as_str().starts_with("ratelimit"))
+    );
+    assert_eq!(fx.get(BOT, &fx.root).await.status, 200);
+}
+
+#[tokio::test]
+async fn slow_response_is_applied_and_answered_late() {
+    let fx = Fixture::start().await;
+    let iid = fx.open_mr("bot/one", &[("a", "a")]).await;
+    let delay = Duration::from_millis(400);
+    fx.sim
+        .inject(Fault::new(Endpoint::Approve, FaultKind::Slow(delay)));
+    let started = Instant::now();
+    let reply = fx
+        .post(ALICE, &fx.mr_path(iid, "/approve"), json!({}))
+        .await;
+    assert_eq!(reply.status, 201);
+    assert!(started.elapsed() >= delay);
+}
+
+#[tokio::test]
+async fn lost_response_applies_the_change_although_the_client_times_out() {
+    let fx = Fixture::start().await;
+    let iid = fx.open_mr("bot/one", &[("a", "a")]).await;
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    fx.sim
+        .inject(Fault::new(Endpoint::Approve, FaultKind::LostResponse));
+    let approve = fx.mr_path(iid, "/approve");
+    let lost = fx
+        .try_send(
+            &impatient,
+            Method::POST,
+            Some(ALICE),
+            &approve,
+            Some(json!({})),
+        )
+        .await;
+    assert!(lost.is_err_and(|err| err.is_timeout()));
+    assert_eq!(
+        fx.sim.merge_request(fx.project, iid).unwrap().approved_by,
+        ["rev-alice"]
+    );
+    // The retry meets GitLab's quirk; reading the approvals tells what really happened.
+    let retry = fx.post(ALICE, &approve, json!({})).await;
+    assert_eq!(retry.status, 401);
+    let approvals = fx.get(ALICE, &fx.mr_path(iid, "/approvals")).await;
+    assert_eq!(approvals.body["user_has_approved"], true);
+
+    fx.sim.inject(Fault::new(
+        Endpoint::CreateMergeRequest,
+        FaultKind::LostResponse,
+    ));
+    let body = json!({ "source_branch": "main", "target_branch": "bot/one", "title": "back" });
+    let path = format!("{}/merge_requests", fx.root);
+    let lost = fx
+        .try_send(
+            &impatient,
+            Method::POST,
+            Some(BOT),
+            &path,
+            Some(body.clone()),
+        )
+        .await;
+    assert!(lost.is_err());
+    let duplicate = fx.post(BOT, &path, body).await;
+    assert_eq!(duplicate.status, 409);
+}
+
+#[tokio::test]
+async fn merge_refusals_leave_the_merge_request_open() {
+    let fx = Fixture::start().await;
+    let iid = fx.ready_mr("bot/one", &[("a", "a")]).await;
+    let merge = fx.mr_path(iid, "/merge");
+    for code in [405, 406, 422] {
+        fx.sim
+            .inject(Fault::new(Endpoint::Merge, FaultKind::MergeRefused(code)));
+        let refused = fx.put(BOT, &merge, json!({})).await;
+        assert_eq!(refused.status, code);
+        let message = if code == 405 {
+            "405 Method Not Allowed"
+        } else {
+            "Branch cannot be merged"
+        };
+        assert_eq!(refused.body, json!({ "message": message }));
+        assert_eq!(
+            fx.sim.merge_request(fx.project, iid).unwrap().state,
+            MrState::Opened
+        );
+    }
+    let merged = fx.put(BOT, &merge, json!({})).await;
+    assert_eq!(merged.status, 200);
+    assert_eq!(merged.body["state"], "merged");
+}
+
+#[tokio::test]
+async fn rebase_conflict_fault_fails_an_otherwise_clean_rebase() {
+    let fx = Fixture::start().await;
+    let iid = fx.ready_mr("bot/one", &[("a", "a")]).await;
+    fx.sim
+        .push(fx.project, fx.bot, "main", &[("b", Some("b"))])
+        .unwrap();
+    fx.sim
+        .inject(Fault::new(Endpoint::Rebase, FaultKind::RebaseConflict));
+    let sha = fx.sim.merge_request(fx.project, iid).unwrap().sha;
+    assert_eq!(
+        fx.put(BOT, &fx.mr_path(iid, "/rebase"), json!({}))
+            .await
+            .status,
+        202
+    );
+    fx.get(BOT, &fx.mr_path(iid, "")).await;
+    let failed = fx.get(BOT, &fx.mr_path(iid, "")).await.body;
+    assert!(
+        failed["merge_error"]
+            .as_str()
+            .unwrap()
+            .starts_with("Rebase failed")
+    );
+    assert_eq!(failed["sha"], sha.as_str());
+
+    assert_eq!(
+        fx.put(BOT, &fx.mr_path(iid, "/rebase"), json!({}))
+            .await
+            .status,
+        202
+    );
+    fx.get(BOT, &fx.mr_path(iid, "")).await;
+    let rebased = fx.get(BOT, &fx.mr_path(iid, "")).await.body;
+    assert_eq!(rebased["merge_error"], Value::Null);
+    assert_ne!(rebased["sha"], sha.as_str());
+}
+
+#[tokio::test]
+async fn checklist_fault_answers_422_with_the_current_list_without_approving() {
+    let fx = Fixture::start().await;
+    let iid = fx.open_mr("bot/one", &[("a", "a")]).await;
+    fx.sim
+        .update_settings(fx.project, |s| {
+            s.approval_checklist = vec![ChecklistItem::new("tests-pass", "Tests pass")];
+        })
+        .unwrap();
+    fx.sim
+        .inject(Fault::new(Endpoint::Approve, FaultKind::ChecklistMismatch));
+    let approve = fx.mr_path(iid, "/approve");
+    let refused = fx.post(ALICE, &approve, json!({})).await;
+    assert_eq!(refused.status, 422);
+    assert_eq!(
+        refused.body,
+        json!({
+            "message": "checklist mismatch",
+            "checklist": { "items": [{ "id": "tests-pass", "label": "Tests pass" }] }
+        })
+    );
+    assert!(
+        fx.sim
+            .merge_request(fx.project, iid)
+            .unwrap()
+            .approved_by
+            .is_empty()
+    );
+    assert_eq!(fx.post(ALICE, &approve, json!({})).await.status, 201);
+}
