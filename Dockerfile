@@ -4,10 +4,9 @@
 #           -v "$PWD/config:/etc/changegate:ro" changegate
 FROM rust:1-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
-COPY src ./src
-COPY migrations ./migrations
-RUN cargo build --release --locked
+COPY . .
+# Only the service: the simulators (workspace member `sim`) stay out of the image.
+RUN cargo build --release --locked -p changegate
 
 FROM debian:bookworm-slim
 RUN apt-get update \
