@@ -36,7 +36,7 @@ pub fn router(state: AppState) -> Router {
     let document: Arc<str> = serde_json::to_string(&document)
         .expect("the OpenAPI document serialises")
         .into();
-    Router::new()
+    let router = Router::new()
         .merge(ops::router())
         .merge(api)
         .route(
@@ -47,7 +47,14 @@ pub fn router(state: AppState) -> Router {
             }),
         )
         .fallback(|| async { ApiError::NotFound })
-        .with_state(state)
+        .with_state(state);
+    with_edge_layers(router, request_timeout)
+}
+
+/// The layers every route gets: request id, tracing, panic catching, the
+/// request timeout and the body limit.
+pub fn with_edge_layers(router: Router, request_timeout: Duration) -> Router {
+    router
         // Listed innermost first: the request id wraps everything, so traces,
         // panics and timeouts all carry it.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -1,0 +1,2 @@
+-- wrk script: GET with the bench identity.
+wrk.headers["X-Auth-Request-User"] = "bench"
