@@ -238,8 +238,8 @@ async fn layer_overhead(state: AppState) {
         .layer(from_fn_with_state(state.clone(), identify))
         .with_state(state);
     let stacked = serve(with_edge_layers(stacked_routes, Duration::from_secs(30))).await;
-    let bare = wrk(&format!("{bare}/trivial"), "get.lua");
-    let stacked = wrk(&format!("{stacked}/trivial"), "get.lua");
+    let bare = wrk(&format!("{bare}/trivial"), "many_users.lua");
+    let stacked = wrk(&format!("{stacked}/trivial"), "many_users.lua");
     println!(
         "\nLayer stack on a trivial route: bare {:.0} req/s, full stack {:.0} req/s ({:.1}% slower, {} non-2xx)",
         bare.requests_per_second,

@@ -158,6 +158,49 @@ pub async fn get_operation(
     })
 }
 
+/// One operation and the status of the binding it owns (if it still owns
+/// one), in a single round trip.
+pub async fn get_operation_with_status(
+    db: &Db,
+    operation_id: &str,
+) -> Result<Option<(OperationRow, Option<BindingStatus>)>, sqlx::Error> {
+    let sql = format!(
+        "SELECT {}, b.status AS binding_status FROM operation o \
+         LEFT JOIN binding b ON b.operation_id = o.operation_id WHERE o.operation_id = ?",
+        prefixed_columns()
+    );
+    let row: Option<WithStatus> = with_pool!(db, reader, |pool| {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .bind(operation_id)
+            .fetch_optional(pool)
+            .await
+    })?;
+    Ok(row.map(WithStatus::split))
+}
+
+/// An operation row joined with its binding's status.
+#[derive(sqlx::FromRow)]
+struct WithStatus {
+    #[sqlx(flatten)]
+    operation: OperationRow,
+    binding_status: Option<String>,
+}
+
+impl WithStatus {
+    fn split(self) -> (OperationRow, Option<BindingStatus>) {
+        let status = self.binding_status.and_then(|s| s.parse().ok());
+        (self.operation, status)
+    }
+}
+
+fn prefixed_columns() -> String {
+    COLUMNS
+        .split(", ")
+        .map(|column| format!("o.{column}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Filters for the operators' listing; every field narrows the result.
 #[derive(Debug, Clone, Default)]
 pub struct OperationFilter {
@@ -182,11 +225,7 @@ pub async fn list_operations(
     let mut sql = format!(
         "SELECT {}, b.status AS binding_status FROM operation o \
          LEFT JOIN binding b ON b.operation_id = o.operation_id WHERE 1 = 1",
-        COLUMNS
-            .split(", ")
-            .map(|column| format!("o.{column}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        prefixed_columns()
     );
     if filter.status.is_some() {
         sql.push_str(" AND b.status = ?");
@@ -205,13 +244,7 @@ pub async fn list_operations(
     }
     sql.push_str(" ORDER BY o.id DESC LIMIT ?");
 
-    #[derive(sqlx::FromRow)]
-    struct Listed {
-        #[sqlx(flatten)]
-        operation: OperationRow,
-        binding_status: Option<String>,
-    }
-    let rows: Vec<Listed> = with_pool!(db, reader, |pool| {
+    let rows: Vec<WithStatus> = with_pool!(db, reader, |pool| {
         let mut query = sqlx::query_as(AssertSqlSafe(sql));
         if let Some(status) = filter.status {
             query = query.bind(status.as_str());
@@ -227,11 +260,5 @@ pub async fn list_operations(
         }
         query.bind(filter.limit).fetch_all(pool).await
     })?;
-    Ok(rows
-        .into_iter()
-        .map(|row| {
-            let status = row.binding_status.and_then(|s| s.parse().ok());
-            (row.operation, status)
-        })
-        .collect())
+    Ok(rows.into_iter().map(WithStatus::split).collect())
 }

@@ -6,9 +6,8 @@ use chrono::NaiveDateTime;
 use serde::Serialize;
 
 use crate::db::Db;
-use crate::db::bindings::get_binding_of;
 use crate::db::history::last_status;
-use crate::db::operations::{OperationRow, get_operation};
+use crate::db::operations::{OperationRow, get_operation_with_status};
 use crate::domain::{BindingStatus, Next, OperationId, next_action};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{Caller, Database};
@@ -61,19 +60,23 @@ pub async fn current_status(
     db: &Db,
     operation_id: &str,
 ) -> ApiResult<(Option<BindingStatus>, Next)> {
-    let Some(operation) = get_operation(db, operation_id).await? else {
+    let Some((operation, live)) = get_operation_with_status(db, operation_id).await? else {
         return Ok((None, Next::Wait));
     };
-    let status = status_of(db, &operation).await?;
+    let status = status_of(db, &operation, live).await?;
     Ok((
         status,
         status.map_or(Next::Wait, |s| next_action(s, operation.step)),
     ))
 }
 
-async fn status_of(db: &Db, operation: &OperationRow) -> ApiResult<Option<BindingStatus>> {
-    if let Some(binding) = get_binding_of(db, &operation.operation_id).await? {
-        return Ok(Some(binding.status));
+async fn status_of(
+    db: &Db,
+    operation: &OperationRow,
+    live: Option<BindingStatus>,
+) -> ApiResult<Option<BindingStatus>> {
+    if live.is_some() {
+        return Ok(live);
     }
     Ok(last_status(db, &operation.operation_id)
         .await?
@@ -91,13 +94,13 @@ pub async fn get_operation_status(
     Path(operation_id): Path<String>,
 ) -> ApiResult<Json<OperationView>> {
     let id = OperationId::parse(&operation_id).map_err(|_| ApiError::NotFound)?;
-    let operation = get_operation(&db, &id.as_string())
+    let (operation, live) = get_operation_with_status(&db, &id.as_string())
         .await?
         .ok_or(ApiError::NotFound)?;
     if operation.requested_by != caller.identity.as_str() && !caller.operator {
         return Err(ApiError::NotFound);
     }
-    let status = status_of(&db, &operation).await?;
+    let status = status_of(&db, &operation, live).await?;
     let next = status.map_or(Next::Wait, |s| next_action(s, operation.step));
     Ok(Json(OperationView {
         operation_id: operation.operation_id,

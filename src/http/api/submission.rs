@@ -67,13 +67,19 @@ pub async fn submit(
     may_use_target(state, &settings, target, caller).await?;
 
     let requester = request.requested_by.clone();
-    if let Some(claim) = &request.idempotency {
-        if let Some(found) = get_idempotency(db, &requester, &claim.key).await? {
-            return replay(db, &found, &claim.request_hash).await;
-        }
-        delete_expired_key(db, &requester, &claim.key).await?;
+    if let Some(claim) = &request.idempotency
+        && let Some(found) = get_idempotency(db, &requester, &claim.key).await?
+    {
+        return replay(db, &found, &claim.request_hash).await;
     }
-    let outcome = store::submit(db, &request).await;
+    let mut outcome = store::submit(db, &request).await;
+    // The key is held by an expired record the cleanup job has not removed
+    // yet: remove it and try once more (rare, so kept off the common path).
+    if let (Some(claim), Err(StoreError::DuplicateKey)) = (&request.idempotency, &outcome)
+        && delete_expired_key(db, &requester, &claim.key).await? > 0
+    {
+        outcome = store::submit(db, &request).await;
+    }
     // A concurrent duplicate may lose on the key or on the relation (its
     // winner already holds the row): either way, re-read the key.
     if let (
