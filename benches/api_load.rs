@@ -233,16 +233,23 @@ const BENCH_ROUTE: RouteSpec = RouteSpec {
 
 async fn layer_overhead(state: AppState) {
     let bare = serve(Router::new().route("/trivial", get(trivial))).await;
+    let edge_only = serve(with_edge_layers(
+        Router::new().route("/trivial", get(trivial)),
+        Duration::from_secs(30),
+    ))
+    .await;
     let stacked_routes = Router::new()
         .route("/trivial", guard(&state, &BENCH_ROUTE, get(trivial)))
         .layer(from_fn_with_state(state.clone(), identify))
         .with_state(state);
     let stacked = serve(with_edge_layers(stacked_routes, Duration::from_secs(30))).await;
     let bare = wrk(&format!("{bare}/trivial"), "many_users.lua");
+    let edge_only = wrk(&format!("{edge_only}/trivial"), "many_users.lua");
     let stacked = wrk(&format!("{stacked}/trivial"), "many_users.lua");
     println!(
-        "\nLayer stack on a trivial route: bare {:.0} req/s, full stack {:.0} req/s ({:.1}% slower, {} non-2xx)",
+        "\nLayer stack on a trivial route: bare {:.0} req/s, edge layers only {:.0} req/s, full stack {:.0} req/s ({:.1}% slower than bare, {} non-2xx)",
         bare.requests_per_second,
+        edge_only.requests_per_second,
         stacked.requests_per_second,
         100.0 * (1.0 - stacked.requests_per_second / bare.requests_per_second),
         stacked.non_2xx,
@@ -268,8 +275,18 @@ fn limiter_memory() {
 }
 
 fn main() {
+    // `cargo bench --bench api_load -- layers` runs only the layer comparison.
+    let only_layers = std::env::args().any(|arg| arg == "layers");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
+        if only_layers {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let sqlite = format!("sqlite://{}", dir.path().join("bench.db").display());
+            let config = LiveConfig::new(settings(&sqlite), None, None);
+            let app = Application::build_with(config, Parts::default()).await.expect("app builds");
+            layer_overhead(app.state().clone()).await;
+            return;
+        }
         let dir = tempfile::tempdir().expect("temp dir");
         println!("| database | raw INSERT tx/s | POST applications req/s | POST p99 ms | non-2xx | GET operation req/s | GET p99 ms | peak RSS MB |");
         println!("|---|---|---|---|---|---|---|---|");
@@ -287,7 +304,9 @@ fn main() {
         layer_overhead(app.state().clone()).await;
     });
     drop(runtime);
-    limiter_memory();
+    if !only_layers {
+        limiter_memory();
+    }
 }
 
 async fn admin(server: &str, sql: &str) {

@@ -19,7 +19,7 @@ use crate::http;
 use crate::http::layers::limiter::SlidingWindow;
 use crate::jobs::{self, Outcome};
 use crate::observer::{Observer, PrometheusObserver};
-use crate::state::AppState;
+use crate::state::{App, AppState};
 use crate::telemetry;
 use crate::workflow::{AwaitingWorkflow, Executor, Steps};
 
@@ -114,7 +114,7 @@ impl Application {
             settings.idempotency.cleanup_interval,
         );
 
-        let state = AppState {
+        let state = AppState::new(App {
             config,
             db,
             metrics,
@@ -122,7 +122,7 @@ impl Application {
             limiter,
             permissions: Permissions::new(client),
             executor,
-        };
+        });
         Ok(Self {
             listener,
             state,

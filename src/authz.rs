@@ -45,6 +45,37 @@ impl Permissions {
         Self { client }
     }
 
+    /// Whether `identity` holds any of `route_codes`, and whether it holds any
+    /// of `operator_codes`: one round trip for both ("owner or admin").
+    pub async fn route_access(
+        &self,
+        settings: &AuthzSettings,
+        identity: &Identity,
+        route_codes: &[String],
+        operator_codes: &[String],
+    ) -> Result<(bool, bool), PermissionError> {
+        if settings.provider == AuthzProvider::Static {
+            // Answered from configuration without building any set.
+            let holds = |code: &String| holds_static(settings, identity, code);
+            return Ok((
+                route_codes.iter().any(holds),
+                operator_codes.iter().any(holds),
+            ));
+        }
+        let mut asked = route_codes.to_vec();
+        asked.extend(
+            operator_codes
+                .iter()
+                .filter(|code| !route_codes.contains(code))
+                .cloned(),
+        );
+        let granted = self.granted(settings, identity, &asked).await?;
+        Ok((
+            route_codes.iter().any(|code| granted.contains(code)),
+            operator_codes.iter().any(|code| granted.contains(code)),
+        ))
+    }
+
     /// The subset of `codes` that `identity` holds.
     pub async fn granted(
         &self,
@@ -55,13 +86,7 @@ impl Permissions {
         match settings.provider {
             AuthzProvider::Static => Ok(codes
                 .iter()
-                .filter(|code| {
-                    settings.grants.get(*code).is_some_and(|holders| {
-                        holders
-                            .iter()
-                            .any(|holder| holder == EVERYONE || holder == identity.as_str())
-                    })
-                })
+                .filter(|code| holds_static(settings, identity, code))
                 .cloned()
                 .collect()),
             AuthzProvider::Http => {
@@ -89,4 +114,12 @@ impl Permissions {
             }
         }
     }
+}
+
+fn holds_static(settings: &AuthzSettings, identity: &Identity, code: &String) -> bool {
+    settings.grants.get(code).is_some_and(|holders| {
+        holders
+            .iter()
+            .any(|holder| holder == EVERYONE || holder == identity.as_str())
+    })
 }

@@ -11,9 +11,29 @@ use crate::http::layers::limiter::SlidingWindow;
 use crate::observer::Observer;
 use crate::workflow::Executor;
 
-/// Cheap to clone; extracted by handlers with `State`.
+/// Cheap to clone (one reference count), as every layer and handler clones
+/// it per request; extracted by handlers with `State`, fields reached through
+/// `Deref`.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<App>);
+
+impl AppState {
+    /// Shares `app`.
+    pub fn new(app: App) -> Self {
+        Self(Arc::new(app))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = App;
+
+    fn deref(&self) -> &App {
+        &self.0
+    }
+}
+
+/// What the application shares.
+pub struct App {
     /// Live configuration snapshot.
     pub config: LiveConfig,
     /// The database, once connected and migrated.

@@ -51,6 +51,13 @@ impl LiveConfig {
         self.inner.current.load_full()
     }
 
+    /// The current snapshot for a short, synchronous use: cheaper than
+    /// [`LiveConfig::current`] on the per-request path (no reference count
+    /// is taken), but not to be held across an `.await`.
+    pub fn load(&self) -> arc_swap::Guard<Arc<Settings>> {
+        self.inner.current.load()
+    }
+
     /// The watched file, if any.
     pub fn path(&self) -> Option<&Path> {
         self.inner.path.as_deref()

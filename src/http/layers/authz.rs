@@ -1,14 +1,11 @@
 //! Per-route authorisation: 401 without identity, 403 `Access denied` without
 //! permission, before the body is read.
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::RouteSpec;
-use super::identify::Caller;
 use crate::http::error::ApiError;
-use crate::identity::Identity;
+use crate::identity::{Identity, IdentityError};
 use crate::state::AppState;
 
 /// The `[authz.rules]` entry that makes an identity an operator (who may, for
@@ -16,7 +13,7 @@ use crate::state::AppState;
 /// the route's own rule codes.
 pub const OPERATOR_RULE: &str = "operator";
 
-/// The authorised caller, in the request extensions after [`authorize`].
+/// The authorised caller, in the request extensions after [`check`].
 #[derive(Debug, Clone)]
 pub struct Authorized {
     /// Who.
@@ -25,16 +22,15 @@ pub struct Authorized {
     pub operator: bool,
 }
 
-/// Middleware: denies unless the caller holds one of the route's rule codes.
-/// A missing rule, a provider error or a timeout denies.
-pub async fn authorize(
-    State((state, spec)): State<(AppState, &'static RouteSpec)>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let identity = match request.extensions().get::<Caller>().map(|c| &c.identity) {
-        Some(Ok(identity)) => identity.clone(),
-        _ => return ApiError::Unauthenticated.into_response(),
+/// Denies unless the caller holds one of the route's rule codes; `Err` is
+/// the 401 or 403 to send. A missing rule, a provider error or a timeout denies.
+pub async fn check(
+    state: &AppState,
+    spec: &RouteSpec,
+    identity: Option<Result<Identity, IdentityError>>,
+) -> Result<Authorized, Response> {
+    let Some(Ok(identity)) = identity else {
+        return Err(ApiError::Unauthenticated.into_response());
     };
     let settings = state.config.current();
     let Some(Some(route_codes)) = settings.authz.rules.get(spec.name) else {
@@ -42,40 +38,25 @@ pub async fn authorize(
             route = spec.name,
             "no valid authz rule for this route; denying"
         );
-        return ApiError::Forbidden.into_response();
+        return Err(ApiError::Forbidden.into_response());
     };
-    let operator_codes = settings
-        .authz
-        .rules
-        .get(OPERATOR_RULE)
-        .cloned()
-        .flatten()
-        .unwrap_or_default();
-    let mut asked = route_codes.clone();
-    asked.extend(
-        operator_codes
-            .iter()
-            .filter(|code| !route_codes.contains(code))
-            .cloned(),
-    );
-
-    let granted = match state
+    let operator_codes: &[String] = match settings.authz.rules.get(OPERATOR_RULE) {
+        Some(Some(codes)) => codes,
+        _ => &[],
+    };
+    let access = state
         .permissions
-        .granted(&settings.authz, &identity, &asked)
-        .await
-    {
-        Ok(granted) => granted,
+        .route_access(&settings.authz, &identity, route_codes, operator_codes)
+        .await;
+    let (allowed, operator) = match access {
+        Ok(access) => access,
         Err(err) => {
             tracing::warn!(route = spec.name, "permission check failed; denying: {err}");
-            return ApiError::Forbidden.into_response();
+            return Err(ApiError::Forbidden.into_response());
         }
     };
-    if !route_codes.iter().any(|code| granted.contains(code)) {
-        return ApiError::Forbidden.into_response();
+    if !allowed {
+        return Err(ApiError::Forbidden.into_response());
     }
-    let operator = operator_codes.iter().any(|code| granted.contains(code));
-    request
-        .extensions_mut()
-        .insert(Authorized { identity, operator });
-    next.run(request).await
+    Ok(Authorized { identity, operator })
 }

@@ -21,7 +21,7 @@ pub struct Caller {
 
 /// Middleware: resolves the caller without rejecting; authz decides.
 pub async fn identify(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    let settings = state.config.current();
+    let settings = state.config.load();
     let peer = peer_of(&request);
     let caller = Caller {
         identity: identity::resolve(&settings.identity, request.headers(), peer),

@@ -49,6 +49,14 @@ impl SlidingWindow {
     fn try_acquire_at(&self, key: &str, limit: u32, now: u64) -> bool {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         let fresh = |arrival: &u64| now.saturating_sub(*arrival) < self.window_ms;
+        // The common case, a known key with room, needs no owned key.
+        if let Some(mut arrivals) = self.keys.get_mut(key) {
+            arrivals.retain(|arrival| fresh(arrival));
+            if arrivals.len() < limit {
+                arrivals.push(now);
+                return true;
+            }
+        }
         match self.keys.entry(key.into()) {
             Entry::Vacant(vacant) => {
                 if limit == 0 {

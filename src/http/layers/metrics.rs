@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
 
@@ -12,9 +12,16 @@ use super::RouteSpec;
 use crate::observer::observe;
 use crate::state::AppState;
 
-/// Middleware: latency and status per route template (never the raw path,
-/// which would make the series unbounded).
-pub async fn api_metrics(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// Runs the rest of the request with API metrics (latency and status per
+/// route template, never the raw path, which would make the series unbounded)
+/// around business-activity metrics ("received" on arrival, "succeeded" on a
+/// 2xx answer, for routes that declare an activity).
+pub async fn observed(
+    state: &AppState,
+    spec: &RouteSpec,
+    request: Request,
+    next: Next,
+) -> Response {
     let started = Instant::now();
     let route = request
         .extensions()
@@ -22,33 +29,25 @@ pub async fn api_metrics(State(state): State<AppState>, request: Request, next: 
         .map(|path| path.as_str().to_owned())
         .unwrap_or_default();
     let method = request.method().as_str().to_owned();
+    if let Some(activity) = spec.activity {
+        observe("activity_received", || {
+            state.observer.activity_received(activity)
+        });
+    }
     let response = next.run(request).await;
-    let status = response.status().as_u16();
-    let seconds = started.elapsed().as_secs_f64();
-    observe("api_request", || {
-        state.observer.api_request(&route, &method, status, seconds)
-    });
-    response
-}
-
-/// Middleware: "received" on arrival, "succeeded" on a 2xx answer, for routes
-/// that declare an activity.
-pub async fn business_activity(
-    State((state, spec)): State<(AppState, &'static RouteSpec)>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let Some(activity) = spec.activity else {
-        return next.run(request).await;
-    };
-    observe("activity_received", || {
-        state.observer.activity_received(activity)
-    });
-    let response = next.run(request).await;
-    if response.status().is_success() {
+    let status = response.status();
+    if let Some(activity) = spec.activity
+        && status.is_success()
+    {
         observe("activity_succeeded", || {
             state.observer.activity_succeeded(activity)
         });
     }
+    let seconds = started.elapsed().as_secs_f64();
+    observe("api_request", || {
+        state
+            .observer
+            .api_request(&route, &method, status.as_u16(), seconds)
+    });
     response
 }

@@ -1,7 +1,6 @@
 //! Per-route rate limiting, by identity or else by client address.
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 
 use super::RouteSpec;
@@ -10,29 +9,22 @@ use crate::http::error::ApiError;
 use crate::observer::observe;
 use crate::state::AppState;
 
-/// Middleware: counts the request against its route's bucket. The limit is
-/// read from live configuration on every request: `rate_limit.<bucket>`
-/// absent → the route's default; blank, 0, negative or unparsable → no limit.
+/// Counts the request against its route's bucket; `Some` is the 429 to send.
+/// The limit is read from live configuration on every request:
+/// `rate_limit.<bucket>` absent → the route's default; blank, 0, negative or
+/// unparsable → no limit.
 ///
 /// It runs before idempotency, so a duplicate submission over the limit is
 /// answered 429, not DUPLICATE_SUBMIT.
-pub async fn rate_limit(
-    State((state, spec)): State<(AppState, &'static RouteSpec)>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let Some(limit_spec) = &spec.rate_limit else {
-        return next.run(request).await;
-    };
+pub fn check(state: &AppState, spec: &RouteSpec, request: &Request) -> Option<Response> {
+    let limit_spec = spec.rate_limit.as_ref()?;
     let configured = state
         .config
-        .current()
+        .load()
         .rate_limit
         .get(limit_spec.bucket)
         .copied();
-    let Some(limit) = configured.unwrap_or(Some(limit_spec.default_limit)) else {
-        return next.run(request).await;
-    };
+    let limit = configured.unwrap_or(Some(limit_spec.default_limit))?;
     // The identity comes first so one person in several tabs or browsers
     // shares one allowance; the address only when there is no identity, with
     // a prefix so the two can never collide.
@@ -45,11 +37,10 @@ pub async fn rate_limit(
         None => format!("{}:ip:unknown", limit_spec.bucket),
     };
     if state.limiter.try_acquire(&subject, limit) {
-        next.run(request).await
-    } else {
-        observe("rate_limited", || {
-            state.observer.rate_limited(limit_spec.bucket)
-        });
-        ApiError::RateLimited(limit_spec.message).into_response()
+        return None;
     }
+    observe("rate_limited", || {
+        state.observer.rate_limited(limit_spec.bucket)
+    });
+    Some(ApiError::RateLimited(limit_spec.message).into_response())
 }
