@@ -11,6 +11,7 @@ mod approval;
 mod binary;
 mod contract;
 mod control_client;
+mod demo;
 mod deploy;
 mod gitlab;
 mod receiver;

@@ -1,0 +1,97 @@
+//! The one-command demo: changegate and the three simulators start together,
+//! wired by `config/demo.toml`, and answer on loopback.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn the_demo_starts_changegate_and_the_simulators_wired_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let (service, gitlab, approval, deploy) = (free_port(), free_port(), free_port(), free_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_changegate-demo"))
+        .args(["--gitlab-port", &gitlab.to_string()])
+        .args(["--approval-port", &approval.to_string()])
+        .args(["--deploy-port", &deploy.to_string()])
+        .current_dir(dir.path())
+        .env_clear()
+        // The shipped demo config with its ports moved aside, through the
+        // documented environment overrides.
+        .env("CHANGEGATE_LISTEN", format!("127.0.0.1:{service}"))
+        .env(
+            "CHANGEGATE__GITLAB__BASE_URL",
+            format!("http://127.0.0.1:{gitlab}"),
+        )
+        .env(
+            "CHANGEGATE__APPROVAL__URL",
+            format!("http://127.0.0.1:{approval}/approvals"),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut printed = String::new();
+    let ready = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            printed.push_str(&line);
+            printed.push('\n');
+            if line.starts_with("ready") {
+                return;
+            }
+        }
+        panic!("the demo stopped before it was ready");
+    };
+    tokio::time::timeout(Duration::from_secs(30), ready)
+        .await
+        .expect("the demo gets ready");
+    assert!(
+        printed.contains(&format!("http://127.0.0.1:{service}")),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(&format!("http://127.0.0.1:{gitlab}/api/v4")),
+        "{printed}"
+    );
+
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let targets: serde_json::Value = client
+        .get(format!("http://127.0.0.1:{service}/api/v1/targets"))
+        .header("x-auth-request-user", "alice")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(targets[0]["key"], "demo.feature-flags");
+    let project = client
+        .get(format!(
+            "http://127.0.0.1:{gitlab}/api/v4/projects/config%2Frepo"
+        ))
+        .header("private-token", "bot-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        project.status(),
+        200,
+        "the bot token of config/demo.toml works on the GitLab simulator"
+    );
+    assert!(
+        dir.path().join("data/demo.db").exists(),
+        "changegate runs on its embedded database"
+    );
+    child.kill().await.unwrap();
+}
