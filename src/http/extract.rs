@@ -65,9 +65,9 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for AppJson<T> {
 }
 
 /// The caller, as authorised by the route's authz layer.
-pub struct Caller(pub Authorized);
+pub struct AuthUser(pub Authorized);
 
-impl<S: Send + Sync> FromRequestParts<S> for Caller {
+impl<S: Send + Sync> FromRequestParts<S> for AuthUser {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
@@ -75,7 +75,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
             .extensions
             .get::<Authorized>()
             .cloned()
-            .map(Caller)
+            .map(AuthUser)
             // A route without the authz layer is a wiring mistake: fail closed.
             .ok_or(ApiError::Unauthenticated)
     }

@@ -6,13 +6,13 @@ use chrono::Utc;
 use serde_json::{Value, json};
 
 use crate::config::resolve::{AccessMode, AccessWindow, access_open};
-use crate::http::extract::Caller;
+use crate::http::extract::AuthUser;
 use crate::state::AppState;
 
 /// The current access mode and window.
 #[utoipa::path(get, path = "/api/v1/access", tag = "requests",
     responses((status = 200, description = "`{mode, open, window?}`", body = Object)))]
-pub async fn get_access(State(state): State<AppState>, _caller: Caller) -> Json<Value> {
+pub async fn get_access(State(state): State<AppState>, _caller: AuthUser) -> Json<Value> {
     let settings = state.config.current();
     let access = &settings.access;
     let mode = match access.mode {

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::submission::{Submission, submit};
 use crate::domain::OperationKind;
 use crate::http::error::ApiResult;
-use crate::http::extract::{AppJson, Caller, Database};
+use crate::http::extract::{AppJson, AuthUser, Database};
 use crate::state::AppState;
 
 /// Body of an apply request.
@@ -67,7 +67,7 @@ pub struct CloseBody {
         (status = 503, description = "SERVICE_CLOSED")))]
 pub async fn apply(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    AuthUser(caller): AuthUser,
     Database(db): Database,
     headers: HeaderMap,
     AppJson(body): AppJson<ApplyBody>,
@@ -95,7 +95,7 @@ pub async fn apply(
         (status = 404, description = "No such binding"), (status = 409, description = "IN_PROGRESS")))]
 pub async fn close(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    AuthUser(caller): AuthUser,
     Database(db): Database,
     Path(target_key): Path<String>,
     headers: HeaderMap,

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::status::rfc3339;
 use crate::db::bindings::list_bindings_of_requester;
 use crate::http::error::{ApiError, ApiResult};
-use crate::http::extract::{Caller, Database};
+use crate::http::extract::{AuthUser, Database};
 
 const DEFAULT_PAGE: u32 = 20;
 const MAX_PAGE: u32 = 100;
@@ -49,7 +49,7 @@ pub struct BindingView {
 #[utoipa::path(get, path = "/api/v1/me/bindings", tag = "requests", params(PageQuery),
     responses((status = 200, body = BindingPage), (status = 400, description = "Bad cursor or limit")))]
 pub async fn list_my_bindings(
-    Caller(caller): Caller,
+    AuthUser(caller): AuthUser,
     Database(db): Database,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<BindingPage>> {

@@ -9,7 +9,7 @@ use crate::db::bindings::get_binding;
 use crate::domain::OperationId;
 use crate::domain::render::{BindingFile, file_path, valid_subject};
 use crate::http::error::ApiResult;
-use crate::http::extract::Caller;
+use crate::http::extract::AuthUser;
 use crate::state::AppState;
 
 /// A catalog entry the caller may apply for.
@@ -30,7 +30,7 @@ pub struct TargetView {
     responses((status = 200, body = Vec<TargetView>)))]
 pub async fn list_targets(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    AuthUser(caller): AuthUser,
 ) -> ApiResult<Json<Vec<TargetView>>> {
     let settings = state.config.current();
     let mut codes: Vec<String> = settings
@@ -85,7 +85,7 @@ pub struct PreviewQuery {
     responses((status = 200, description = "`{data: {path, action, content, current}}` or `{data: null}`", body = Object)))]
 pub async fn preview(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    AuthUser(caller): AuthUser,
     Query(query): Query<PreviewQuery>,
 ) -> Json<Value> {
     let data = build_preview(&state, &caller.identity, query).await;

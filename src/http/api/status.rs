@@ -10,7 +10,7 @@ use crate::db::history::last_status;
 use crate::db::operations::{OperationRow, get_operation_with_status};
 use crate::domain::{BindingStatus, Next, OperationId, next_action};
 use crate::http::error::{ApiError, ApiResult};
-use crate::http::extract::{Caller, Database};
+use crate::http::extract::{AuthUser, Database};
 
 /// The status of one operation.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -89,7 +89,7 @@ async fn status_of(
     params(("operationId" = String, Path, description = "The operation id (UUID)")),
     responses((status = 200, body = OperationView), (status = 404, description = "Unknown, or not yours")))]
 pub async fn get_operation_status(
-    Caller(caller): Caller,
+    AuthUser(caller): AuthUser,
     Database(db): Database,
     Path(operation_id): Path<String>,
 ) -> ApiResult<Json<OperationView>> {
