@@ -55,6 +55,7 @@ pub(super) async fn announce(
         1
     };
     let bad_signature = fault == Some(ApprovalFaultKind::BadSignature);
+    let lost = fault == Some(ApprovalFaultKind::LostCallback);
     let mut attempts = Vec::new();
     for decision in sends {
         let callback_id = Uuid::new_v4();
@@ -77,6 +78,10 @@ pub(super) async fn announce(
             }
             state.callback_url.clone()
         };
+        if lost {
+            tracing::debug!(%operation, "approval simulator loses the callback");
+            continue;
+        }
         for _ in 0..copies {
             let sent = ctx
                 .0

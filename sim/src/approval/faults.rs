@@ -38,6 +38,9 @@ pub enum ApprovalFaultKind {
     },
     /// The decision's callback is signed with a random secret.
     BadSignature,
+    /// The decision is recorded but its callback is never sent, as if it
+    /// were lost on the way.
+    LostCallback,
 }
 
 /// The control API's spelling of [`ApprovalFaultKind`]: `{"kind": "status", "status": 503}`,
@@ -53,6 +56,7 @@ enum ApprovalFaultKindJson {
     LateCallback { delay_ms: u64 },
     OutOfOrder { first: Decision },
     BadSignature,
+    LostCallback,
 }
 
 impl From<ApprovalFaultKindJson> for ApprovalFaultKind {
@@ -67,6 +71,7 @@ impl From<ApprovalFaultKindJson> for ApprovalFaultKind {
             Json::LateCallback { delay_ms } => Self::LateCallback(Duration::from_millis(delay_ms)),
             Json::OutOfOrder { first } => Self::OutOfOrder { first },
             Json::BadSignature => Self::BadSignature,
+            Json::LostCallback => Self::LostCallback,
         }
     }
 }
@@ -87,6 +92,7 @@ impl From<ApprovalFaultKind> for ApprovalFaultKindJson {
             },
             Kind::OutOfOrder { first } => Self::OutOfOrder { first },
             Kind::BadSignature => Self::BadSignature,
+            Kind::LostCallback => Self::LostCallback,
         }
     }
 }

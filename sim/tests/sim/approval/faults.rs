@@ -165,6 +165,23 @@ async fn a_duplicate_callback_repeats_the_callback_id() {
 }
 
 #[tokio::test]
+async fn a_lost_callback_is_recorded_but_never_arrives() {
+    let fx = Fixture::manual().await;
+    let operation = Uuid::new_v4();
+    fx.request(operation).await;
+    fx.sim.inject(fault(ApprovalFaultKind::LostCallback));
+    let attempts = fx.sim.decide(operation, Decision::Approved).await.unwrap();
+    assert!(attempts.is_empty());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(fx.receiver.received().is_empty());
+    let approval = fx.sim.approval(operation).unwrap();
+    assert_eq!(approval.decisions, [Decision::Approved]);
+    // Used up: the next decision arrives.
+    fx.sim.decide(operation, Decision::Withdrawn).await.unwrap();
+    assert_eq!(fx.receiver.received().len(), 1);
+}
+
+#[tokio::test]
 async fn a_late_callback_comes_after_the_extra_delay() {
     let fx = Fixture::start(DecisionPolicy::Auto {
         result: Decision::Approved,
