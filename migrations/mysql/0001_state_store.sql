@@ -7,7 +7,9 @@
 -- to it is still detected as changed (no ABA).
 --
 -- utf8mb4_bin: keys compare byte for byte, as on SQLite, so "Alice" and
--- "alice" are never the same subject on one backend and different on the other.
+-- "alice" are never the same subject on one backend and different on the
+-- other. (It pads: 'x' equals 'x ' here but not on SQLite, so the service
+-- never stores keys with trailing spaces: subjects, keys and ids are validated.)
 -- Times: DATETIME(3) from the database clock (the connection runs in UTC).
 
 CREATE TABLE operation (

@@ -6,6 +6,7 @@
 //! one query body for each, so most SQL is written once.
 
 pub mod bindings;
+pub mod callbacks;
 pub mod dialect;
 pub mod events;
 pub mod history;
@@ -168,6 +169,19 @@ impl Db {
 pub fn is_unique_violation(err: &sqlx::Error) -> bool {
     err.as_database_error()
         .is_some_and(|db| matches!(db.kind(), sqlx::error::ErrorKind::UniqueViolation))
+}
+
+/// Whether an error means "lost a race for locks; trying again may work":
+/// an InnoDB deadlock (1213) or lock-wait timeout (1205), or SQLite busy or
+/// locked. Such a failure changed nothing (the transaction was rolled back).
+pub fn is_retryable_conflict(err: &sqlx::Error) -> bool {
+    let Some(db_error) = err.as_database_error() else {
+        return false;
+    };
+    if let Some(mysql) = db_error.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        return matches!(mysql.number(), 1205 | 1213);
+    }
+    matches!(db_error.code().as_deref(), Some("5" | "6" | "517"))
 }
 
 #[cfg(test)]

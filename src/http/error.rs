@@ -21,6 +21,9 @@ pub enum ApiError {
     /// No readable identity.
     #[error("authentication required")]
     Unauthenticated,
+    /// A callback without a valid signature.
+    #[error("missing or invalid webhook signature")]
+    BadSignature,
     /// A valid identity without permission.
     #[error("{ACCESS_DENIED}")]
     Forbidden,
@@ -76,6 +79,7 @@ impl ApiError {
         match self {
             Self::InvalidArgument(_) => (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT"),
             Self::Unauthenticated => (StatusCode::UNAUTHORIZED, "UNAUTHENTICATED"),
+            Self::BadSignature => (StatusCode::UNAUTHORIZED, "INVALID_SIGNATURE"),
             Self::Forbidden => (StatusCode::FORBIDDEN, "FORBIDDEN"),
             Self::NotFound => (StatusCode::NOT_FOUND, "NOT_FOUND"),
             Self::InProgress(_) => (StatusCode::CONFLICT, "IN_PROGRESS"),

@@ -1,6 +1,7 @@
 //! The HTTP edge: routers per trust boundary and the layer stack, in one place.
 
 mod api;
+mod callbacks;
 pub mod client_addr;
 pub mod error;
 pub mod extract;

@@ -11,7 +11,9 @@ mod transition;
 mod tx;
 
 pub use submit::{IdempotencyClaim, NewRequest, Submitted, submit};
-pub use transition::{Change, Flip, Transitioned, flip, flip_in, transition, transition_in};
+pub use transition::{
+    Change, Flip, Transitioned, flip, flip_in, note_in, transition, transition_in,
+};
 pub use tx::StoreTx;
 
 use crate::domain::{BindingStatus, IllegalTransition};

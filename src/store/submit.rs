@@ -3,7 +3,7 @@
 
 use chrono::NaiveDateTime;
 
-use super::{Flip, StoreError, StoreTx, count_flip, event_payload};
+use super::{Change, Flip, StoreError, StoreTx, count_flip, event_payload, transition_in};
 use crate::config::resolve::FlowOrder;
 use crate::db::bindings::{BindingOwner, BindingRow, get_binding, insert_binding, reset_binding};
 use crate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_event};
@@ -36,6 +36,9 @@ pub struct NewRequest {
     pub expires_at: Option<NaiveDateTime>,
     /// The idempotency key to claim with the operation, if the caller sent one.
     pub idempotency: Option<IdempotencyClaim>,
+    /// The workers had no room: the request is recorded and, in the same
+    /// transaction, refused as busy (re-appliable), never left "processing".
+    pub busy: bool,
 }
 
 /// An idempotency key, claimed in the same transaction as the operation so
@@ -237,6 +240,24 @@ async fn record(
     )
     .await?;
     count_flip(tx, &flip);
+    if request.busy {
+        let refused = match request.kind {
+            OperationKind::Apply => BindingStatus::BusyRejected,
+            OperationKind::Close => BindingStatus::CloseFailed,
+        };
+        let change = Change {
+            step: StepStatus::BusyRejected,
+            message: Some("changegate was too busy to start this request; submit it again"),
+            actor: "executor",
+        };
+        transition_in(tx, &operation_id, 1, Some(refused), change).await?;
+        metrics::counter!("changegate_executor_rejected_total").increment(1);
+        return Ok(Submitted {
+            status: refused,
+            step: StepStatus::BusyRejected,
+            replaced: flip.from,
+        });
+    }
     Ok(Submitted {
         status,
         step,

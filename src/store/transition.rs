@@ -91,14 +91,15 @@ pub async fn transition_in(
     })
 }
 
-/// Flips the binding owned by `operation_id` from `from` to `to` exactly once
-/// among racing callers (I7): it locks operation then binding, re-checks under
-/// the lock, and returns `Some` only to the caller whose write changed the
-/// status. Everyone else gets `None` and must not emit effects.
+/// Flips the binding owned by `operation_id` from any status in `from` to
+/// `to` exactly once among racing callers (I7): it locks operation then
+/// binding, re-checks under the lock, and returns `Some` only to the caller
+/// whose write changed the status. Everyone else gets `None` and must not
+/// emit effects.
 pub async fn flip(
     db: &Db,
     operation_id: &str,
-    from: BindingStatus,
+    from: &[BindingStatus],
     to: BindingStatus,
     change: Change<'_>,
 ) -> Result<Option<Flip>, StoreError> {
@@ -111,19 +112,41 @@ pub async fn flip(
 pub async fn flip_in(
     tx: &mut StoreTx,
     operation_id: &str,
-    from: BindingStatus,
+    from: &[BindingStatus],
     to: BindingStatus,
     change: Change<'_>,
 ) -> Result<Option<Flip>, StoreError> {
-    check_transition(from, to)?;
+    for status in from {
+        check_transition(*status, to)?;
+    }
     let operation = lock_operation(tx.db(), operation_id)
         .await?
         .ok_or(StoreError::NotFound)?;
     match lock_binding_of(tx.db(), operation_id).await? {
-        Some(binding) if binding.status == from => {
+        Some(binding) if from.contains(&binding.status) => {
             write(tx, &operation, Some((&binding, to)), change).await
         }
         _ => Ok(None),
+    }
+}
+
+/// Records `change` (a step, no status move) on the operation if the binding
+/// it owns is in one of `when`; `false` when it is not (stale or superseded).
+pub async fn note_in(
+    tx: &mut StoreTx,
+    operation_id: &str,
+    when: &[BindingStatus],
+    change: Change<'_>,
+) -> Result<bool, StoreError> {
+    let operation = lock_operation(tx.db(), operation_id)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+    match lock_binding_of(tx.db(), operation_id).await? {
+        Some(binding) if when.contains(&binding.status) => {
+            write(tx, &operation, None, change).await?;
+            Ok(true)
+        }
+        _ => Ok(false),
     }
 }
 

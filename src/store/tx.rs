@@ -62,7 +62,11 @@ impl StoreTx {
                 Ok(value)
             }
             Err(err) => {
-                self.rollback().await?;
+                // The original error is the answer; a failed rollback (the
+                // connection is gone, and the transaction with it) is only logged.
+                if let Err(rollback) = self.rollback().await {
+                    tracing::warn!("rollback failed: {rollback}");
+                }
                 Err(err)
             }
         }

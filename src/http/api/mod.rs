@@ -63,7 +63,8 @@ const ACCESS: RouteSpec = RouteSpec {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "changegate", description = "Self-service configuration changes through GitLab"),
-    tags((name = "requests", description = "The requester API")),
+    tags((name = "requests", description = "The requester API"),
+        (name = "callbacks", description = "Signed callbacks from the approval system and the deploy pipeline")),
 )]
 struct ApiDoc;
 
@@ -76,8 +77,9 @@ fn guarded(
     (schemas, paths, guard(state, spec, method_router))
 }
 
-/// The requester routes, each behind its layers, with the document that
-/// describes exactly these routes (generated from them, so it cannot drift).
+/// The requester routes, each behind its layers, and the callback routes,
+/// with the document that describes exactly these routes (generated from
+/// them, so it cannot drift).
 pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
     let (router, document) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(guarded(state, &APPLY, routes!(applications::apply)))
@@ -95,9 +97,10 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
         .routes(guarded(state, &TARGETS, routes!(catalog::list_targets)))
         .routes(guarded(state, &PREVIEW, routes!(catalog::preview)))
         .routes(guarded(state, &ACCESS, routes!(access::get_access)))
+        // Identity is resolved for the requester routes only: callbacks
+        // authenticate by signature.
+        .layer(from_fn_with_state(state.clone(), identify))
+        .merge(super::callbacks::router())
         .split_for_parts();
-    (
-        router.layer(from_fn_with_state(state.clone(), identify)),
-        document,
-    )
+    (router, document)
 }

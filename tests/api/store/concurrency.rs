@@ -117,7 +117,7 @@ async fn concurrent_flippers_flip_once_and_write_one_event() {
                     store::flip(
                         &db,
                         &id,
-                        BindingStatus::Merged,
+                        &[BindingStatus::Merged],
                         BindingStatus::Validated,
                         change(step),
                     )

@@ -24,6 +24,7 @@ pub fn apply(subject: &str, target: &str) -> NewRequest {
         reason: "testing".to_owned(),
         expires_at: None,
         idempotency: None,
+        busy: false,
     }
 }
 

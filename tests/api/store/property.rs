@@ -108,7 +108,7 @@ async fn run(db: &Db, prefix: &str, actions: Vec<Action>) -> Result<(), TestCase
                 for _ in 0..copies {
                     let (db, id, from) = (db.clone(), binding.operation_id.clone(), binding.status);
                     tasks.push(tokio::spawn(async move {
-                        store::flip(&db, &id, from, to, change(StepStatus::ManualRetry))
+                        store::flip(&db, &id, &[from], to, change(StepStatus::ManualRetry))
                             .await
                             .map(|f| f.is_some())
                     }));
@@ -159,8 +159,25 @@ async fn check_invariants(db: &Db, prefix: &str, seen: &mut Seen) -> Result<(), 
     .map_err(fail)?;
 
     let mut subjects: Vec<&String> = rows.iter().map(|(subject, _, _)| subject).collect();
+    subjects.sort();
     subjects.dedup();
     prop_assert_eq!(subjects.len(), rows.len(), "one binding row per relation");
+    // Every binding is owned by an operation for that same relation.
+    let owned: i64 = with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM binding b JOIN operation o ON o.operation_id = b.operation_id \
+             WHERE b.subject_id LIKE ? AND o.subject_id = b.subject_id AND o.target_key = b.target_key",
+        )
+        .bind(&pattern)
+        .fetch_one(pool)
+        .await
+    })
+    .map_err(fail)?;
+    prop_assert_eq!(
+        owned,
+        rows.len() as i64,
+        "each binding belongs to an operation of its relation"
+    );
     for (subject, _, version) in &rows {
         let last = seen.versions.insert(subject.clone(), *version).unwrap_or(0);
         prop_assert!(
