@@ -94,6 +94,13 @@ async fn serve(named: Option<PathBuf>) -> ExitCode {
     if let Some(path) = &path {
         tracing::info!(path = %path.display(), "configuration loaded");
     }
+    let signals = match ShutdownSignals::register() {
+        Ok(signals) => signals,
+        Err(err) => {
+            eprintln!("error: cannot listen for shutdown signals: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
     let live = LiveConfig::new(settings, path, Some(set_level));
     let app = match Application::build(live).await {
         Ok(app) => app,
@@ -103,7 +110,7 @@ async fn serve(named: Option<PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    tokio::spawn(cancel_on_signal(app.shutdown_token()));
+    signals.cancel_on_first(app.shutdown_token());
     match app.run_until_stopped().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -113,27 +120,37 @@ async fn serve(named: Option<PathBuf>) -> ExitCode {
     }
 }
 
-async fn cancel_on_signal(shutdown: tokio_util::sync::CancellationToken) {
-    let interrupt = tokio::signal::ctrl_c();
+/// SIGINT and SIGTERM, registered before the port opens, so a signal that
+/// arrives as soon as the service listens already shuts it down gracefully
+/// instead of killing the process.
+struct ShutdownSignals {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(err) => {
-                tracing::error!("cannot listen for SIGTERM: {err}");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = interrupt => {}
-        () = terminate => {}
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    fn register() -> std::io::Result<Self> {
+        Ok(Self {
+            #[cfg(unix)]
+            terminate: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?,
+        })
     }
-    shutdown.cancel();
+
+    /// Cancels `shutdown` on the first signal.
+    #[cfg_attr(not(unix), expect(unused_mut, reason = "only unix has SIGTERM"))]
+    fn cancel_on_first(mut self, shutdown: tokio_util::sync::CancellationToken) {
+        tokio::spawn(async move {
+            #[cfg(unix)]
+            let terminated = self.terminate.recv();
+            #[cfg(not(unix))]
+            let terminated = std::future::pending::<Option<()>>();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminated => {}
+            }
+            shutdown.cancel();
+        });
+    }
 }
 
 async fn migrate(named: Option<PathBuf>) -> ExitCode {

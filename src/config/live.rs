@@ -82,7 +82,12 @@ impl LiveConfig {
             }
         };
         for warning in &warnings {
-            tracing::warn!(key = %warning.key, "{}", warning.message);
+            // SPEC §4: a log level that cannot be applied is an error.
+            if warning.key == "log.level" {
+                tracing::error!(key = %warning.key, "{}", warning.message);
+            } else {
+                tracing::warn!(key = %warning.key, "{}", warning.message);
+            }
         }
         if next.server.listen != running.server.listen || next.database.url != running.database.url
         {

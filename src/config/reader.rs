@@ -80,11 +80,17 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// A string at `path`, trimmed; `default` when absent; an error when not a string.
+    /// A string at `path`, trimmed; `default` when absent; an error when not a
+    /// string. Numbers and booleans are taken as their text, so a numeric
+    /// project id or an all-digit token set through the environment (read as
+    /// TOML) still works.
     pub fn string_at(&mut self, path: &[&str], default: &str) -> String {
         match self.at(path) {
             None => default.to_owned(),
             Some(Value::String(text)) => text.trim().to_owned(),
+            Some(scalar @ (Value::Integer(_) | Value::Float(_) | Value::Boolean(_))) => {
+                scalar.to_string()
+            }
             Some(other) => {
                 let name = path.join(".");
                 self.error(&name, format!("must be a string, not {}", other.type_str()));

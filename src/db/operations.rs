@@ -158,15 +158,16 @@ pub async fn get_operation(
     })
 }
 
-/// One operation and the status of the binding it owns (if it still owns
-/// one), in a single round trip.
+/// One operation, the status of the binding it owns (if it still owns one)
+/// and that binding's requester, in a single round trip.
 pub async fn get_operation_with_status(
     db: &Db,
     operation_id: &str,
-) -> Result<Option<(OperationRow, Option<BindingStatus>)>, sqlx::Error> {
+) -> Result<Option<(OperationRow, Option<BindingStatus>, Option<String>)>, sqlx::Error> {
     let sql = format!(
-        "SELECT {}, b.status AS binding_status FROM operation o \
-         LEFT JOIN binding b ON b.operation_id = o.operation_id WHERE o.operation_id = ?",
+        "SELECT {}, b.status AS binding_status, b.requested_by AS binding_owner \
+         FROM operation o LEFT JOIN binding b ON b.operation_id = o.operation_id \
+         WHERE o.operation_id = ?",
         prefixed_columns()
     );
     let row: Option<WithStatus> = with_pool!(db, reader, |pool| {
@@ -175,15 +176,20 @@ pub async fn get_operation_with_status(
             .fetch_optional(pool)
             .await
     })?;
-    Ok(row.map(WithStatus::split))
+    Ok(row.map(|row| {
+        let owner = row.binding_owner.clone();
+        let (operation, status) = row.split();
+        (operation, status, owner)
+    }))
 }
 
-/// An operation row joined with its binding's status.
+/// An operation row joined with its binding's status and requester.
 #[derive(sqlx::FromRow)]
 struct WithStatus {
     #[sqlx(flatten)]
     operation: OperationRow,
     binding_status: Option<String>,
+    binding_owner: Option<String>,
 }
 
 impl WithStatus {
@@ -223,7 +229,7 @@ pub async fn list_operations(
     filter: &OperationFilter,
 ) -> Result<Vec<(OperationRow, Option<BindingStatus>)>, sqlx::Error> {
     let mut sql = format!(
-        "SELECT {}, b.status AS binding_status FROM operation o \
+        "SELECT {}, b.status AS binding_status, b.requested_by AS binding_owner FROM operation o \
          LEFT JOIN binding b ON b.operation_id = o.operation_id WHERE 1 = 1",
         prefixed_columns()
     );

@@ -35,13 +35,14 @@ pub fn client_addr(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAd
     peer
 }
 
-/// The socket peer of a request served with connect info; loopback otherwise
-/// (in-process tests that call the router directly).
+/// The socket peer of a request served with connect info; the unspecified
+/// address otherwise, which is never a trusted proxy (so a router served
+/// without connect info trusts nobody's identity headers).
 pub fn peer_of<B>(request: &Request<B>) -> IpAddr {
     request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
-        .map_or(IpAddr::from([127, 0, 0, 1]), |info| info.0.ip())
+        .map_or(IpAddr::from([0, 0, 0, 0]), |info| info.0.ip())
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! field), the authorised caller, and the ready database.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
@@ -94,5 +94,22 @@ impl FromRequestParts<AppState> for Database {
             .cloned()
             .map(Database)
             .ok_or(ApiError::NotReady)
+    }
+}
+
+/// Query parameters whose errors are our error JSON (400 naming the problem).
+pub struct AppQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for AppQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(value)| AppQuery(value))
+            .map_err(|rejection| {
+                let text: String = rejection.body_text().chars().take(200).collect();
+                ApiError::InvalidArgument(format!("query string: {text}"))
+            })
     }
 }

@@ -60,4 +60,21 @@ impl Executor {
     pub fn try_submit(&self, operation_id: String) -> Result<(), Busy> {
         self.queue.try_send(operation_id).map_err(|_| Busy)
     }
+
+    /// Holds a place in the queue before the work exists, so that whether
+    /// there is room is known before a request is recorded, and "busy" can be
+    /// written in the same transaction; `None` when the queue is full.
+    pub fn reserve(&self) -> Option<Reservation> {
+        self.queue.clone().try_reserve_owned().ok().map(Reservation)
+    }
+}
+
+/// A held place in the queue; dropping it gives the place back.
+pub struct Reservation(mpsc::OwnedPermit<String>);
+
+impl Reservation {
+    /// Queues `operation_id` in the held place (never fails, never waits).
+    pub fn send(self, operation_id: String) {
+        self.0.send(operation_id);
+    }
 }

@@ -3,7 +3,7 @@
 
 mod executor;
 
-pub use executor::{Busy, Executor, Steps};
+pub use executor::{Busy, Executor, Reservation, Steps};
 
 use std::future::Future;
 use std::pin::Pin;

@@ -1,13 +1,13 @@
 //! `GET /api/v1/me/bindings`: the caller's bindings, newest first.
 
 use axum::Json;
-use axum::extract::Query;
+
 use serde::{Deserialize, Serialize};
 
 use super::status::rfc3339;
 use crate::db::bindings::list_bindings_of_requester;
 use crate::http::error::{ApiError, ApiResult};
-use crate::http::extract::{AuthUser, Database};
+use crate::http::extract::{AppQuery, AuthUser, Database};
 
 const DEFAULT_PAGE: u32 = 20;
 const MAX_PAGE: u32 = 100;
@@ -51,7 +51,7 @@ pub struct BindingView {
 pub async fn list_my_bindings(
     AuthUser(caller): AuthUser,
     Database(db): Database,
-    Query(page): Query<PageQuery>,
+    AppQuery(page): AppQuery<PageQuery>,
 ) -> ApiResult<Json<BindingPage>> {
     let limit = page.limit.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&limit) {

@@ -1,15 +1,18 @@
 //! `GET /api/v1/targets` and `GET /api/v1/preview`.
 
 use axum::Json;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::submission::may_use_target;
 use crate::db::bindings::get_binding;
 use crate::domain::OperationId;
 use crate::domain::render::{BindingFile, file_path, valid_subject};
 use crate::http::error::ApiResult;
 use crate::http::extract::AuthUser;
+use crate::http::layers::authz::Authorized;
 use crate::state::AppState;
 
 /// A catalog entry the caller may apply for.
@@ -86,24 +89,35 @@ pub struct PreviewQuery {
 pub async fn preview(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
-    Query(query): Query<PreviewQuery>,
+    query: Result<Query<PreviewQuery>, QueryRejection>,
 ) -> Json<Value> {
-    let data = build_preview(&state, &caller.identity, query).await;
+    let data = match query {
+        Ok(Query(query)) => build_preview(&state, &caller, query).await,
+        Err(_) => None,
+    };
     Json(json!({ "data": data }))
 }
 
+/// The preview, under the same subject and permission rules as submitting,
+/// so it shows nothing a caller could not apply for.
 async fn build_preview(
     state: &AppState,
-    identity: &crate::identity::Identity,
+    caller: &Authorized,
     query: PreviewQuery,
 ) -> Option<Value> {
+    let identity = &caller.identity;
     let settings = state.config.current();
     let target_key = query.target_key?;
     let target = settings.targets.get(&target_key)?;
     let subject = query
         .subject_id
         .unwrap_or_else(|| identity.as_str().to_owned());
-    if !valid_subject(&subject) {
+    if !valid_subject(&subject)
+        || (target.self_only && subject != identity.as_str() && !caller.operator)
+        || may_use_target(state, &settings, target, caller)
+            .await
+            .is_err()
+    {
         return None;
     }
     let current = match state.db.get() {

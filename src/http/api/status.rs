@@ -60,7 +60,7 @@ pub async fn current_status(
     db: &Db,
     operation_id: &str,
 ) -> ApiResult<(Option<BindingStatus>, Next)> {
-    let Some((operation, live)) = get_operation_with_status(db, operation_id).await? else {
+    let Some((operation, live, _)) = get_operation_with_status(db, operation_id).await? else {
         return Ok((None, Next::Wait));
     };
     let status = status_of(db, &operation, live).await?;
@@ -94,10 +94,13 @@ pub async fn get_operation_status(
     Path(operation_id): Path<String>,
 ) -> ApiResult<Json<OperationView>> {
     let id = OperationId::parse(&operation_id).map_err(|_| ApiError::NotFound)?;
-    let (operation, live) = get_operation_with_status(&db, &id.as_string())
+    let (operation, live, binding_owner) = get_operation_with_status(&db, &id.as_string())
         .await?
         .ok_or(ApiError::NotFound)?;
-    if operation.requested_by != caller.identity.as_str() && !caller.operator {
+    // The requester, the owner of the binding it acts on (an operator may
+    // have closed it), or an operator.
+    let me = caller.identity.as_str();
+    if operation.requested_by != me && binding_owner.as_deref() != Some(me) && !caller.operator {
         return Err(ApiError::NotFound);
     }
     let status = status_of(&db, &operation, live).await?;

@@ -2,7 +2,7 @@
 //! mode, resolve idempotency, record the request, hand it to the workers.
 
 use axum::http::HeaderMap;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -10,14 +10,16 @@ use super::applications::Accepted;
 use super::status::current_status;
 use crate::config::resolve::access_open;
 use crate::config::{Settings, TargetSettings};
-use crate::db::Db;
+use crate::db::bindings::get_binding;
 use crate::db::idempotency::{IdempotencyRow, delete_expired_key, get_idempotency};
+use crate::db::{Db, is_retryable_conflict};
 use crate::domain::render::{canonical_json, valid_subject};
-use crate::domain::{BindingStatus, Next, OperationId, OperationKind, StepStatus};
+use crate::domain::{OperationId, OperationKind, next_action};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::layers::authz::Authorized;
 use crate::state::AppState;
-use crate::store::{self, Change, IdempotencyClaim, NewRequest, StoreError};
+use crate::store::{self, IdempotencyClaim, NewRequest, StoreError};
+use crate::workflow::Reservation;
 
 /// The idempotency header.
 const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -65,6 +67,14 @@ pub async fn submit(
         .ok_or_else(|| invalid("field `targetKey`: not in the catalog; see GET /api/v1/targets"))?;
     let request = validate(&settings, target, caller, headers, submission)?;
     may_use_target(state, &settings, target, caller).await?;
+    if request.kind == OperationKind::Close && !caller.operator {
+        // Only the binding's requester may remove it; anyone else learns
+        // nothing about it.
+        let binding = get_binding(db, &request.subject_id, &request.target_key).await?;
+        if binding.is_some_and(|b| b.requested_by != caller.identity.as_str()) {
+            return Err(ApiError::NotFound);
+        }
+    }
 
     let requester = request.requested_by.clone();
     if let Some(claim) = &request.idempotency
@@ -72,6 +82,13 @@ pub async fn submit(
     {
         return replay(db, &found, &claim.request_hash).await;
     }
+    // A place for the work is taken before the request is recorded: with no
+    // room, the request is recorded as busy in the same transaction.
+    let reservation = state.executor.reserve();
+    let request = NewRequest {
+        busy: reservation.is_none(),
+        ..request
+    };
     let mut outcome = store::submit(db, &request).await;
     // The key is held by an expired record the cleanup job has not removed
     // yet: remove it and try once more (rare, so kept off the common path).
@@ -80,18 +97,22 @@ pub async fn submit(
     {
         outcome = store::submit(db, &request).await;
     }
-    // A concurrent duplicate may lose on the key or on the relation (its
-    // winner already holds the row): either way, re-read the key.
-    if let (
-        Some(claim),
-        Err(StoreError::DuplicateKey | StoreError::InProgress { .. } | StoreError::Preempted),
-    ) = (&request.idempotency, &outcome)
+    // A concurrent duplicate may lose on the key, on the relation (its
+    // winner already holds the row) or in a lock race: re-read the key.
+    let lost_race = match &outcome {
+        Err(StoreError::DuplicateKey | StoreError::InProgress { .. } | StoreError::Preempted) => {
+            true
+        }
+        Err(StoreError::Db(err)) => is_retryable_conflict(err),
+        _ => false,
+    };
+    if let (true, Some(claim)) = (lost_race, &request.idempotency)
         && let Some(found) = get_idempotency(db, &requester, &claim.key).await?
     {
         return replay(db, &found, &claim.request_hash).await;
     }
     match outcome {
-        Ok(submitted) => Ok(hand_off(state, db, &request, submitted.status).await?),
+        Ok(submitted) => Ok(accepted(&request, &submitted, reservation)),
         // The winner rolled back: nothing exists, the caller may retry.
         Err(StoreError::DuplicateKey) => Err(ApiError::RetryLater),
         Err(StoreError::InProgress { status, .. }) => Err(ApiError::InProgress(status.to_string())),
@@ -100,6 +121,12 @@ pub async fn submit(
         )),
         Err(StoreError::NotFound) => Err(ApiError::NotFound),
         Err(StoreError::DuplicateOperation) => Err(ApiError::IdempotencyKeyReused),
+        // Racing duplicates can deadlock on the unique keys in InnoDB: the
+        // loser's transaction was rolled back whole, so it may simply retry.
+        Err(StoreError::Db(err)) if is_retryable_conflict(&err) => {
+            tracing::info!("submission lost a lock race; answering RETRY_LATER: {err}");
+            Err(ApiError::RetryLater)
+        }
         Err(err) => Err(ApiError::internal(err)),
     }
 }
@@ -169,14 +196,16 @@ fn validate(
         ),
         None => client_id.map(|id| format!("operation:{id}")),
     };
-    let expires_at = submission.expires_at.map(|at| at.naive_utc());
+    // Milliseconds, as both databases store it, so files render alike.
+    let expires_at_utc = submission.expires_at.map(|at| at.trunc_subsecs(3));
+    let expires_at = expires_at_utc.map(|at| at.naive_utc());
     let request_hash = hex_sha256(&json!({
         "kind": submission.kind.as_str(),
         "operationId": client_id.map(|id| id.as_string()),
         "targetKey": submission.target_key,
         "subjectId": subject,
         "params": params,
-        "expiresAt": submission.expires_at.map(|at| at.to_rfc3339()),
+        "expiresAt": expires_at_utc.map(|at| at.to_rfc3339()),
         "reason": reason,
     }));
     let ttl_ms = i64::try_from(settings.idempotency.ttl.as_millis()).unwrap_or(i64::MAX);
@@ -195,11 +224,12 @@ fn validate(
             request_hash,
             ttl_ms,
         }),
+        busy: false,
     })
 }
 
 /// A target with rule codes needs one of them (operators need none).
-async fn may_use_target(
+pub async fn may_use_target(
     state: &AppState,
     settings: &Settings,
     target: &TargetSettings,
@@ -244,40 +274,21 @@ async fn replay(db: &Db, found: &IdempotencyRow, request_hash: &str) -> ApiResul
     })
 }
 
-/// Queues the operation; a full pool is recorded as a busy failure the
-/// requester sees (and may re-apply after), never an eternal "processing".
-async fn hand_off(
-    state: &AppState,
-    db: &Db,
+/// The 202 answer, and the hand-off to the workers in the place reserved
+/// before the request was recorded.
+fn accepted(
     request: &NewRequest,
-    status: BindingStatus,
-) -> ApiResult<Accepted> {
+    submitted: &store::Submitted,
+    reservation: Option<Reservation>,
+) -> Accepted {
     let operation_id = request.operation_id.as_string();
-    if state.executor.try_submit(operation_id.clone()).is_ok() {
-        return Ok(Accepted {
-            code: "ACCEPTED",
-            operation_id,
-            status: status.to_string(),
-            next: Next::Wait.as_str(),
-        });
+    if let Some(reservation) = reservation {
+        reservation.send(operation_id.clone());
     }
-    let busy = match request.kind {
-        OperationKind::Apply => BindingStatus::BusyRejected,
-        OperationKind::Close => BindingStatus::CloseFailed,
-    };
-    let change = Change {
-        step: StepStatus::BusyRejected,
-        message: Some("changegate was too busy to start this request; submit it again"),
-        actor: "executor",
-    };
-    store::transition(db, &operation_id, 1, Some(busy), change)
-        .await
-        .map_err(ApiError::internal)?;
-    metrics::counter!("changegate_executor_rejected_total").increment(1);
-    Ok(Accepted {
+    Accepted {
         code: "ACCEPTED",
         operation_id,
-        status: busy.to_string(),
-        next: Next::Reapply.as_str(),
-    })
+        status: submitted.status.to_string(),
+        next: next_action(submitted.status, submitted.step).as_str(),
+    }
 }

@@ -21,11 +21,13 @@ pub struct Caller {
 
 /// Middleware: resolves the caller without rejecting; authz decides.
 pub async fn identify(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    let settings = state.config.load();
     let peer = peer_of(&request);
-    let caller = Caller {
-        identity: identity::resolve(&settings.identity, request.headers(), peer),
-        client: client_addr(peer, request.headers(), &settings.identity.trusted_proxies),
+    let caller = {
+        let settings = state.config.load();
+        Caller {
+            identity: identity::resolve(&settings.identity, request.headers(), peer),
+            client: client_addr(peer, request.headers(), &settings.identity.trusted_proxies),
+        }
     };
     if let Err(err) = &caller.identity {
         tracing::debug!(%peer, "no identity: {err}");

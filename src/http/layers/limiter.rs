@@ -40,8 +40,9 @@ impl SlidingWindow {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Counts a request for `key` if fewer than `limit` arrived within the
-    /// window; `false` means it is over the limit (and is not counted).
+    /// Counts a request for `key` if fewer than `limit` (at least 1; 0 means
+    /// "no limit" and never reaches here) arrived within the window; `false`
+    /// means it is over the limit (and is not counted).
     pub fn try_acquire(&self, key: &str, limit: u32) -> bool {
         self.try_acquire_at(key, limit, self.now_ms())
     }
@@ -59,9 +60,6 @@ impl SlidingWindow {
         }
         match self.keys.entry(key.into()) {
             Entry::Vacant(vacant) => {
-                if limit == 0 {
-                    return false;
-                }
                 vacant.insert(SmallVec::from_slice(&[now]));
                 true
             }

@@ -26,13 +26,13 @@ pub fn check(state: &AppState, spec: &RouteSpec, request: &Request) -> Option<Re
         .copied();
     let limit = configured.unwrap_or(Some(limit_spec.default_limit))?;
     // The identity comes first so one person in several tabs or browsers
-    // shares one allowance; the address only when there is no identity, with
-    // a prefix so the two can never collide.
+    // shares one allowance; the address only when there is no identity. The
+    // two prefixes keep an identity named like an address apart from it.
     let subject = match request.extensions().get::<Caller>() {
         Some(Caller {
             identity: Ok(identity),
             ..
-        }) => format!("{}:{}", limit_spec.bucket, identity),
+        }) => format!("{}:id:{}", limit_spec.bucket, identity),
         Some(Caller { client, .. }) => format!("{}:ip:{client}", limit_spec.bucket),
         None => format!("{}:ip:unknown", limit_spec.bucket),
     };

@@ -183,6 +183,8 @@ async fn the_openapi_document_describes_every_route() {
         "/api/v1/targets",
         "/api/v1/preview",
         "/api/v1/access",
+        "/callbacks/approval",
+        "/callbacks/deploy",
     ] {
         assert!(
             paths.contains_key(path),
@@ -191,4 +193,120 @@ async fn the_openapi_document_describes_every_route() {
         );
     }
     assert!(document["components"]["schemas"]["ApplyBody"].is_object());
+}
+
+#[tokio::test]
+async fn preview_shows_nothing_a_caller_could_not_apply_for() {
+    let db = sqlite_db().await;
+    let app = requester_app(&db.url, "").await;
+    let someone_else: Value = app
+        .get_as(
+            "alice",
+            "/api/v1/preview?targetKey=demo.feature-flags&subjectId=bob",
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        someone_else,
+        json!({ "data": null }),
+        "self-only target, another subject"
+    );
+    let restricted: Value = app
+        .get_as("alice", "/api/v1/preview?targetKey=restricted")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        restricted,
+        json!({ "data": null }),
+        "target rule codes apply"
+    );
+    let operator: Value = app
+        .get_as(
+            "admin",
+            "/api/v1/preview?targetKey=demo.feature-flags&subjectId=bob",
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        operator["data"]["path"],
+        "bindings/demo.feature-flags/bob.json"
+    );
+    let repeated = app
+        .get_as("alice", "/api/v1/preview?targetKey=a&targetKey=b")
+        .await;
+    assert_eq!(
+        repeated.status(),
+        200,
+        "a malformed query is still a preview of nothing"
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_query_string_is_a_json_400() {
+    let db = sqlite_db().await;
+    let app = requester_app(&db.url, "").await;
+    let response = app.get_as("alice", "/api/v1/me/bindings?limit=many").await;
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["code"], "INVALID_ARGUMENT");
+    assert!(body["message"].as_str().unwrap().contains("query string"));
+}
+
+#[tokio::test]
+async fn the_test_window_opens_and_closes_submissions_by_the_clock() {
+    let db = sqlite_db().await;
+    let now = chrono::Utc::now();
+    let window = |from: i64, to: i64| {
+        let at = |minutes: i64| {
+            (now + chrono::TimeDelta::minutes(minutes))
+                .format("%H:%M")
+                .to_string()
+        };
+        format!("{}-{}", at(from), at(to))
+    };
+    let config = |window: String| {
+        crate::helpers::REQUESTER_CONFIG.replace(
+            "mode = \"OPEN\"",
+            &format!("mode = \"TEST_WINDOW\"\nwindow = \"{window}\"\ntimezone = \"UTC\""),
+        )
+    };
+    let open = crate::helpers::spawn_app(&db.url, &config(window(-60, 60))).await;
+    open.wait_until_ready().await;
+    assert_eq!(
+        open.post_as(
+            "alice",
+            "/api/v1/applications",
+            &apply_body("demo.feature-flags")
+        )
+        .await
+        .status(),
+        202
+    );
+    let closed = crate::helpers::spawn_app(&db.url, &config(window(60, 120))).await;
+    closed.wait_until_ready().await;
+    let answer = closed
+        .post_as(
+            "bob",
+            "/api/v1/applications",
+            &apply_body("demo.feature-flags"),
+        )
+        .await;
+    assert_eq!(answer.status(), 503);
+    let access: Value = closed
+        .get_as("bob", "/api/v1/access")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (access["mode"].as_str(), access["open"].as_bool()),
+        (Some("TEST_WINDOW"), Some(false))
+    );
+    assert_eq!(access["window"]["timezone"], "UTC");
 }

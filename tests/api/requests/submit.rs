@@ -273,3 +273,69 @@ async fn subjects_and_targets_are_checked_against_the_catalog_and_the_caller() {
         "{answer}"
     );
 }
+
+#[tokio::test]
+async fn only_the_owner_or_an_operator_may_close_a_live_binding() {
+    let db = sqlite_db().await;
+    let app = requester_app(&db.url, "[rate_limit]\nclose = 0\n").await;
+    let body = json!({ "targetKey": "team.access", "subjectId": "svc-9", "reason": "x" });
+    let answer: Value = app
+        .post_as("alice", "/api/v1/applications", &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id = answer["operationId"].as_str().unwrap();
+    let path = [
+        (
+            changegate::domain::StepStatus::ApprovalSent,
+            changegate::domain::BindingStatus::ApprovalSent,
+        ),
+        (
+            changegate::domain::StepStatus::CalledBackApproved,
+            changegate::domain::BindingStatus::MrCreating,
+        ),
+        (
+            changegate::domain::StepStatus::MrCreated,
+            changegate::domain::BindingStatus::MrCreated,
+        ),
+        (
+            changegate::domain::StepStatus::HandleStarted,
+            changegate::domain::BindingStatus::Merging,
+        ),
+        (
+            changegate::domain::StepStatus::HandleMerged,
+            changegate::domain::BindingStatus::Merged,
+        ),
+    ];
+    let mut version = 1;
+    for (step, status) in path {
+        let change = crate::store::change(step);
+        version = changegate::store::transition(&db.db, id, version, Some(status), change)
+            .await
+            .unwrap()
+            .operation_version;
+    }
+    let close = json!({ "subjectId": "svc-9", "reason": "done" });
+    let mallory = app
+        .post_as("mallory", "/api/v1/bindings/team.access/close", &close)
+        .await;
+    assert_eq!(
+        mallory.status(),
+        404,
+        "someone else's binding is not even shown to exist"
+    );
+    let owner = app
+        .post_as("alice", "/api/v1/bindings/team.access/close", &close)
+        .await;
+    assert_eq!(owner.status(), 202);
+    let owner: Value = owner.json().await.unwrap();
+    assert_eq!(owner["status"], "CLOSING");
+    let listed: Value = app
+        .get_as("alice", "/api/v1/me/bindings")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["items"][0]["status"], "CLOSING");
+}
