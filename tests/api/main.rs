@@ -8,6 +8,7 @@
 
 mod callbacks;
 mod cli;
+mod gitlab_client;
 mod health;
 mod helpers;
 mod readiness;

@@ -1,0 +1,41 @@
+//! One error type for every GitLab call, carrying the real HTTP status.
+
+use reqwest::StatusCode;
+
+/// Why a GitLab call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GitLabError {
+    /// GitLab answered with a non-success status (after any retries).
+    #[error("GitLab answered {status}: {message}")]
+    Status {
+        /// The real HTTP status.
+        status: StatusCode,
+        /// GitLab's `message` (or `error`) text, flattened.
+        message: String,
+    },
+    /// No answer within the timeout. The request may have been applied.
+    #[error("GitLab did not answer in time; the request may or may not have been applied")]
+    Timeout,
+    /// The connection failed before an answer.
+    #[error("cannot reach GitLab: {0}")]
+    Transport(String),
+    /// A 2xx answer that is not the documented shape.
+    #[error("unexpected GitLab answer: {0}")]
+    Decode(String),
+}
+
+impl GitLabError {
+    /// The HTTP status, when GitLab answered.
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            Self::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// Whether the outcome on GitLab's side is unknown (the request may have
+    /// been applied): the caller must re-read remote state before acting again.
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(self, Self::Timeout) || self.status().is_some_and(|s| s.is_server_error())
+    }
+}

@@ -1,0 +1,286 @@
+//! GitLab REST v4 (the subset of `GITLAB.md`), as the bot and reviewer
+//! accounts, each call with a timeout; 429 and 5xx answers are retried with
+//! exponential backoff that honours `Retry-After`.
+
+mod error;
+mod types;
+
+use std::time::Duration;
+
+use reqwest::{Method, RequestBuilder, Response, StatusCode};
+use secrecy::{ExposeSecret, SecretString};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+pub use error::GitLabError;
+pub use types::{ApprovalUser, Approvals, ApprovedBy, Commit, FileAction, MergeRequest, Pipeline};
+
+/// How a client retries and waits.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    /// Attempts after the first, for 429 and 5xx answers.
+    pub retries: u32,
+    /// The first pause; doubled after each attempt.
+    pub backoff: Duration,
+    /// The longest pause, also the cap on `Retry-After`.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            retries: 3,
+            backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A GitLab API client for one instance; cheap to clone.
+#[derive(Clone)]
+pub struct GitLabClient {
+    http: reqwest::Client,
+    api: String,
+    timeout: Duration,
+    retry: RetryPolicy,
+}
+
+/// Encodes a project path (`config/repo` → `config%2Frepo`) or passes an id.
+fn project_ref(project: &str) -> String {
+    project.replace('%', "%25").replace('/', "%2F")
+}
+
+impl GitLabClient {
+    /// A client for `base_url` (the REST root is `{base_url}/api/v4`).
+    pub fn new(
+        http: reqwest::Client,
+        base_url: &str,
+        timeout: Duration,
+        retry: RetryPolicy,
+    ) -> Self {
+        Self {
+            http,
+            api: format!("{}/api/v4", base_url.trim_end_matches('/')),
+            timeout,
+            retry,
+        }
+    }
+
+    /// Sends one request, retrying 429 and 5xx answers (GitLab did not apply
+    /// them, or a proxy in front failed); a timeout is not retried here,
+    /// because the request may have been applied.
+    async fn send(
+        &self,
+        token: &SecretString,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Response, GitLabError> {
+        let url = format!("{}{path}", self.api);
+        let mut pause = self.retry.backoff;
+        let mut attempt = 0;
+        loop {
+            let mut request: RequestBuilder = self
+                .http
+                .request(method.clone(), &url)
+                .timeout(self.timeout)
+                .header("PRIVATE-TOKEN", token.expose_secret());
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            let response = request.send().await.map_err(|err| {
+                if err.is_timeout() {
+                    GitLabError::Timeout
+                } else {
+                    GitLabError::Transport(err.without_url().to_string())
+                }
+            })?;
+            let status = response.status();
+            let retryable = status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error();
+            if !retryable || attempt >= self.retry.retries {
+                return if status.is_success() {
+                    Ok(response)
+                } else {
+                    Err(failure(response).await)
+                };
+            }
+            let wait = retry_after(&response)
+                .unwrap_or(pause)
+                .min(self.retry.max_backoff);
+            tracing::debug!(%status, attempt, ?wait, path, "GitLab asked to retry");
+            tokio::time::sleep(wait).await;
+            pause = (pause * 2).min(self.retry.max_backoff);
+            attempt += 1;
+        }
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        token: &SecretString,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<T, GitLabError> {
+        let response = self.send(token, method, path, body).await?;
+        response
+            .json()
+            .await
+            .map_err(|err| GitLabError::Decode(err.without_url().to_string()))
+    }
+
+    /// Creates `branch` from `from`. 400 "Branch already exists" is an error
+    /// with that status.
+    pub async fn create_branch(
+        &self,
+        token: &SecretString,
+        project: &str,
+        branch: &str,
+        from: &str,
+    ) -> Result<(), GitLabError> {
+        let path = format!("/projects/{}/repository/branches", project_ref(project));
+        let body = json!({ "branch": branch, "ref": from });
+        self.send(token, Method::POST, &path, Some(&body))
+            .await
+            .map(|_| ())
+    }
+
+    /// One commit of `actions` on `branch`.
+    pub async fn commit(
+        &self,
+        token: &SecretString,
+        project: &str,
+        branch: &str,
+        message: &str,
+        actions: &[FileAction],
+    ) -> Result<Commit, GitLabError> {
+        let path = format!("/projects/{}/repository/commits", project_ref(project));
+        let body = json!({ "branch": branch, "commit_message": message, "actions": actions });
+        self.call(token, Method::POST, &path, Some(&body)).await
+    }
+
+    /// Opens an MR from `source` into `target`.
+    pub async fn create_merge_request(
+        &self,
+        token: &SecretString,
+        project: &str,
+        source: &str,
+        target: &str,
+        title: &str,
+        description: &str,
+    ) -> Result<MergeRequest, GitLabError> {
+        let path = format!("/projects/{}/merge_requests", project_ref(project));
+        let body = json!({ "source_branch": source, "target_branch": target, "title": title, "description": description });
+        self.call(token, Method::POST, &path, Some(&body)).await
+    }
+
+    /// An MR, with `rebase_in_progress`.
+    pub async fn merge_request(
+        &self,
+        token: &SecretString,
+        project: &str,
+        iid: i64,
+    ) -> Result<MergeRequest, GitLabError> {
+        let path = format!(
+            "/projects/{}/merge_requests/{iid}?include_rebase_in_progress=true",
+            project_ref(project)
+        );
+        self.call(token, Method::GET, &path, None).await
+    }
+
+    /// Who approved an MR.
+    pub async fn approvals(
+        &self,
+        token: &SecretString,
+        project: &str,
+        iid: i64,
+    ) -> Result<Approvals, GitLabError> {
+        let path = format!(
+            "/projects/{}/merge_requests/{iid}/approvals",
+            project_ref(project)
+        );
+        self.call(token, Method::GET, &path, None).await
+    }
+
+    /// Approves as the token's user. A repeated approval is 401, like "not
+    /// allowed": callers re-read the approvers to tell them apart.
+    pub async fn approve(
+        &self,
+        token: &SecretString,
+        project: &str,
+        iid: i64,
+    ) -> Result<(), GitLabError> {
+        let path = format!(
+            "/projects/{}/merge_requests/{iid}/approve",
+            project_ref(project)
+        );
+        self.send(token, Method::POST, &path, Some(&json!({})))
+            .await
+            .map(|_| ())
+    }
+
+    /// Merges; `sha` must be the MR's head. 405/406/422 mean "not mergeable now".
+    pub async fn merge(
+        &self,
+        token: &SecretString,
+        project: &str,
+        iid: i64,
+        sha: &str,
+    ) -> Result<MergeRequest, GitLabError> {
+        let path = format!(
+            "/projects/{}/merge_requests/{iid}/merge",
+            project_ref(project)
+        );
+        let body = json!({ "sha": sha, "should_remove_source_branch": true });
+        self.call(token, Method::PUT, &path, Some(&body)).await
+    }
+
+    /// Closes an MR (a no-op on GitLab's side when it is already closed).
+    pub async fn close_merge_request(
+        &self,
+        token: &SecretString,
+        project: &str,
+        iid: i64,
+    ) -> Result<MergeRequest, GitLabError> {
+        let path = format!("/projects/{}/merge_requests/{iid}", project_ref(project));
+        self.call(
+            token,
+            Method::PUT,
+            &path,
+            Some(&json!({ "state_event": "close" })),
+        )
+        .await
+    }
+}
+
+/// `Retry-After` in seconds, when present and sane.
+fn retry_after(response: &Response) -> Option<Duration> {
+    response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+/// GitLab's error text: `message` (a string, an array, or an object of field
+/// errors) or `error`, flattened to one line.
+async fn failure(response: Response) -> GitLabError {
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    let message = match serde_json::from_str::<Value>(&text) {
+        Ok(body) => match body.get("message").or_else(|| body.get("error")) {
+            Some(Value::String(message)) => message.clone(),
+            Some(other) => other.to_string(),
+            None => body.to_string(),
+        },
+        // An HTML page from a proxy in front of GitLab.
+        Err(_) => status.canonical_reason().unwrap_or("error").to_owned(),
+    };
+    GitLabError::Status {
+        status,
+        message: message.chars().take(500).collect(),
+    }
+}

@@ -1,0 +1,4 @@
+//! Adapters for the systems changegate talks to, each with timeouts on every
+//! call and retries where a retry is safe.
+
+pub mod gitlab;

@@ -1,0 +1,227 @@
+//! The GitLab adapter against the GitLab simulator: the calls of an MR's
+//! life, GitLab's error statuses as they are, retries of 429/5xx, and a lost
+//! answer reported as "outcome unknown".
+
+use std::time::Duration;
+
+use changegate::clients::gitlab::{FileAction, GitLabClient, GitLabError, RetryPolicy};
+use changegate_sim::gitlab::{
+    AccessLevel, Endpoint, Fault, FaultKind, GitLabSim, GitLabSimHandle, GitLabSimOptions,
+    ProjectId,
+};
+use secrecy::SecretString;
+
+const PROJECT: &str = "config/repo";
+
+struct Fixture {
+    sim: GitLabSimHandle,
+    project: ProjectId,
+    client: GitLabClient,
+    bot: SecretString,
+    reviewers: [SecretString; 2],
+}
+
+async fn fixture(timeout: Duration) -> Fixture {
+    let sim = GitLabSim::start(GitLabSimOptions {
+        lost_response_hold: Duration::from_secs(5),
+        ..GitLabSimOptions::default()
+    })
+    .await
+    .unwrap();
+    let project = sim.create_project(PROJECT);
+    for (name, token) in [
+        ("change-bot", "bot-token"),
+        ("rev-alice", "alice-token"),
+        ("rev-bob", "bob-token"),
+    ] {
+        let user = sim.add_user(name, token);
+        sim.add_member(project, user, AccessLevel::Developer)
+            .unwrap();
+    }
+    let retry = RetryPolicy {
+        retries: 3,
+        backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_secs(2),
+    };
+    let client = GitLabClient::new(reqwest::Client::new(), sim.base_url(), timeout, retry);
+    let secret = |text: &str| SecretString::from(text.to_owned());
+    Fixture {
+        sim,
+        project,
+        client,
+        bot: secret("bot-token"),
+        reviewers: [secret("alice-token"), secret("bob-token")],
+    }
+}
+
+fn create(path: &str, content: &str) -> FileAction {
+    FileAction {
+        action: "create",
+        file_path: path.to_owned(),
+        content: Some(content.to_owned()),
+    }
+}
+
+impl Fixture {
+    async fn open_mr(&self, branch: &str) -> i64 {
+        self.client
+            .create_branch(&self.bot, PROJECT, branch, "main")
+            .await
+            .unwrap();
+        let actions = [create(&format!("bindings/{branch}.json"), "{}\n")];
+        self.client
+            .commit(&self.bot, PROJECT, branch, "add binding", &actions)
+            .await
+            .unwrap();
+        let mr = self
+            .client
+            .create_merge_request(
+                &self.bot,
+                PROJECT,
+                branch,
+                "main",
+                "changegate",
+                "Changegate-Operation: x",
+            )
+            .await
+            .unwrap();
+        mr.iid
+    }
+
+    /// Polls until the MR's pipeline passed; returns its head SHA.
+    async fn passed(&self, iid: i64) -> String {
+        for _ in 0..50 {
+            let mr = self
+                .client
+                .merge_request(&self.bot, PROJECT, iid)
+                .await
+                .unwrap();
+            if mr
+                .head_pipeline
+                .as_ref()
+                .is_some_and(|p| p.status == "success")
+            {
+                return mr.sha.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the pipeline never passed");
+    }
+}
+
+#[tokio::test]
+async fn an_mr_goes_from_branch_to_merged_and_the_file_lands_on_main() {
+    let fx = fixture(Duration::from_secs(5)).await;
+    let iid = fx.open_mr("cg-1").await;
+    let sha = fx.passed(iid).await;
+    for reviewer in &fx.reviewers {
+        fx.client.approve(reviewer, PROJECT, iid).await.unwrap();
+    }
+    let approvals = fx.client.approvals(&fx.bot, PROJECT, iid).await.unwrap();
+    assert!(approvals.includes("rev-alice") && approvals.includes("rev-bob"));
+    let merged = fx.client.merge(&fx.bot, PROJECT, iid, &sha).await.unwrap();
+    assert_eq!(merged.state, "merged");
+    assert_eq!(
+        fx.sim
+            .file(fx.project, "main", "bindings/cg-1.json")
+            .as_deref(),
+        Some("{}\n")
+    );
+}
+
+#[tokio::test]
+async fn gitlab_refusals_keep_their_real_status() {
+    let fx = fixture(Duration::from_secs(5)).await;
+    let iid = fx.open_mr("cg-2").await;
+    let exists = fx
+        .client
+        .create_branch(&fx.bot, PROJECT, "cg-2", "main")
+        .await
+        .unwrap_err();
+    assert_eq!(exists.status().map(|s| s.as_u16()), Some(400), "{exists}");
+
+    let sha = fx.passed(iid).await;
+    let too_early = fx
+        .client
+        .merge(&fx.bot, PROJECT, iid, &sha)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        too_early.status().map(|s| s.as_u16()),
+        Some(405),
+        "not approved yet: {too_early}"
+    );
+
+    fx.client
+        .approve(&fx.reviewers[0], PROJECT, iid)
+        .await
+        .unwrap();
+    let again = fx
+        .client
+        .approve(&fx.reviewers[0], PROJECT, iid)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        again.status().map(|s| s.as_u16()),
+        Some(401),
+        "GitLab's quirk: a repeated approval is 401"
+    );
+    assert!(!again.outcome_unknown());
+}
+
+#[tokio::test]
+async fn rate_limits_and_server_errors_are_retried() {
+    let fx = fixture(Duration::from_secs(5)).await;
+    fx.sim.inject(
+        Fault::new(
+            Endpoint::CreateBranch,
+            FaultKind::RateLimited {
+                retry_after: Duration::from_secs(1),
+            },
+        )
+        .times(1),
+    );
+    fx.sim
+        .inject(Fault::new(Endpoint::CreateCommit, FaultKind::Status(503)).times(2));
+    let started = std::time::Instant::now();
+    let iid = fx.open_mr("cg-3").await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "Retry-After was honoured"
+    );
+    assert!(iid > 0);
+    assert_eq!(fx.sim.calls(Endpoint::CreateCommit), 3);
+
+    fx.sim
+        .inject(Fault::new(Endpoint::GetMergeRequest, FaultKind::Status(500)).times(10));
+    let gave_up = fx
+        .client
+        .merge_request(&fx.bot, PROJECT, iid)
+        .await
+        .unwrap_err();
+    assert_eq!(gave_up.status().map(|s| s.as_u16()), Some(500));
+    assert!(gave_up.outcome_unknown());
+    assert_eq!(
+        fx.sim.calls(Endpoint::GetMergeRequest),
+        4,
+        "one attempt and three retries"
+    );
+}
+
+#[tokio::test]
+async fn a_lost_answer_is_a_timeout_although_gitlab_applied_it() {
+    let fx = fixture(Duration::from_millis(300)).await;
+    fx.sim
+        .inject(Fault::new(Endpoint::CreateBranch, FaultKind::LostResponse).times(1));
+    let lost = fx
+        .client
+        .create_branch(&fx.bot, PROJECT, "cg-4", "main")
+        .await
+        .unwrap_err();
+    assert!(matches!(lost, GitLabError::Timeout), "{lost}");
+    assert!(lost.outcome_unknown());
+    assert!(
+        fx.sim.branch_head(fx.project, "cg-4").is_some(),
+        "the branch exists: re-read before acting again"
+    );
+}
