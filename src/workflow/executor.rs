@@ -49,7 +49,11 @@ impl Executor {
                         next = async { receiver.lock().await.recv().await } => next,
                     };
                     let Some(operation_id) = next else { return };
-                    steps.run(operation_id).await;
+                    // Each job in its own task: a panicking step is contained
+                    // there (and logged) instead of taking this worker down.
+                    if let Err(err) = tokio::spawn(steps.run(operation_id)).await {
+                        tracing::error!("a workflow step failed unexpectedly: {err}");
+                    }
                 }
             });
         }

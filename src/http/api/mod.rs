@@ -34,27 +34,8 @@ const CLOSE: RouteSpec = RouteSpec {
     }),
     activity: Some("close"),
 };
-const READ_OPERATION: RouteSpec = RouteSpec {
-    name: "read",
-    rate_limit: None,
-    activity: None,
-};
-const LIST_BINDINGS: RouteSpec = RouteSpec {
-    name: "read",
-    rate_limit: None,
-    activity: None,
-};
-const TARGETS: RouteSpec = RouteSpec {
-    name: "read",
-    rate_limit: None,
-    activity: None,
-};
-const PREVIEW: RouteSpec = RouteSpec {
-    name: "read",
-    rate_limit: None,
-    activity: None,
-};
-const ACCESS: RouteSpec = RouteSpec {
+/// Every read route: the `read` rule, no limit, no business activity.
+const READ: RouteSpec = RouteSpec {
     name: "read",
     rate_limit: None,
     activity: None,
@@ -84,19 +65,11 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
     let (router, document) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(guarded(state, &APPLY, routes!(applications::apply)))
         .routes(guarded(state, &CLOSE, routes!(applications::close)))
-        .routes(guarded(
-            state,
-            &READ_OPERATION,
-            routes!(status::get_operation_status),
-        ))
-        .routes(guarded(
-            state,
-            &LIST_BINDINGS,
-            routes!(bindings::list_my_bindings),
-        ))
-        .routes(guarded(state, &TARGETS, routes!(catalog::list_targets)))
-        .routes(guarded(state, &PREVIEW, routes!(catalog::preview)))
-        .routes(guarded(state, &ACCESS, routes!(access::get_access)))
+        .routes(guarded(state, &READ, routes!(status::get_operation_status)))
+        .routes(guarded(state, &READ, routes!(bindings::list_my_bindings)))
+        .routes(guarded(state, &READ, routes!(catalog::list_targets)))
+        .routes(guarded(state, &READ, routes!(catalog::preview)))
+        .routes(guarded(state, &READ, routes!(access::get_access)))
         // Identity is resolved for the requester routes only: callbacks
         // authenticate by signature.
         .layer(from_fn_with_state(state.clone(), identify))
