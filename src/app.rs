@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::authz::Permissions;
+use crate::clients::approval::ApprovalClient;
 use crate::config::LiveConfig;
 use crate::db::{self, Backend, DbSlot};
 use crate::http;
@@ -21,15 +22,15 @@ use crate::jobs::{self, Outcome};
 use crate::observer::{Observer, PrometheusObserver};
 use crate::state::{App, AppState};
 use crate::telemetry;
-use crate::workflow::{AwaitingWorkflow, Executor, Steps};
+use crate::workflow::{Executor, Steps, Workflow};
 
 /// Rate limits count requests per minute.
 const RATE_LIMIT_WINDOW: Duration = Duration::from_secs(60);
 
 /// The parts of an application that tests may replace.
 pub struct Parts {
-    /// What the workers run for accepted operations.
-    pub steps: Arc<dyn Steps>,
+    /// What the workers run for accepted operations; `None`: the workflow.
+    pub steps: Option<Arc<dyn Steps>>,
     /// Where API and business metrics go.
     pub observer: Arc<dyn Observer>,
 }
@@ -37,7 +38,7 @@ pub struct Parts {
 impl Default for Parts {
     fn default() -> Self {
         Self {
-            steps: Arc::new(AwaitingWorkflow),
+            steps: None,
             observer: Arc::new(PrometheusObserver),
         }
     }
@@ -101,7 +102,13 @@ impl Application {
         let executor = Executor::start(
             settings.executor.workers,
             settings.executor.queue_capacity,
-            parts.steps,
+            parts.steps.unwrap_or_else(|| {
+                Arc::new(Workflow::new(
+                    db.clone(),
+                    config.clone(),
+                    ApprovalClient::new(client.clone()),
+                ))
+            }),
             shutdown.child_token(),
             &mut workers,
         );

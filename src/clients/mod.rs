@@ -1,4 +1,5 @@
 //! Adapters for the systems changegate talks to, each with timeouts on every
 //! call and retries where a retry is safe.
 
+pub mod approval;
 pub mod gitlab;

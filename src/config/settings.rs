@@ -136,6 +136,8 @@ pub struct ApprovalSettings {
     pub callback_secret: Option<SecretString>,
     /// `retries`, dynamic, default 3.
     pub retries: u32,
+    /// `timeout`, default `10s`: one approval call.
+    pub timeout: Duration,
 }
 
 /// Who decides approvals.
@@ -195,7 +197,7 @@ const SCHEMA: &[(&str, Option<&[&str]>)] = &[
     ),
     (
         "approval",
-        Some(&["provider", "url", "callback_secret", "retries"]),
+        Some(&["provider", "url", "callback_secret", "retries", "timeout"]),
     ),
     ("deploy", Some(&["callback_secret"])),
     ("batch", Some(&["enabled", "interval", "max_requests"])),
@@ -365,6 +367,7 @@ impl Settings {
                 "approval.retries",
                 resolve::approval_retries(r.get("approval", "retries")),
             ),
+            timeout: r.static_duration("approval", "timeout", Duration::from_secs(10)),
         };
         if approval.provider == ApprovalProvider::Http && approval.url.is_empty() {
             r.error("approval.url", "required when approval.provider = \"http\"");

@@ -17,3 +17,4 @@ mod requests;
 mod signature;
 mod storage;
 mod store;
+mod workflow;

@@ -7,17 +7,25 @@ mod layers;
 mod reads;
 mod submit;
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use changegate::app::Parts;
 
 use changegate::observer::Observer;
 use changegate::workflow::{StepFuture, Steps};
 use serde_json::{Value, json};
 
-use crate::helpers::{REQUESTER_CONFIG, TestApp, spawn_app};
+use crate::helpers::{REQUESTER_CONFIG, TestApp, spawn_app_with};
 
-/// An app on `db_url` with the requester configuration plus `extra`.
+/// An app on `db_url` with the requester configuration plus `extra`, whose
+/// workers only record what they are given, so requests stay where the API
+/// put them (the workflow's own tests drive the steps).
 pub async fn requester_app(db_url: &str, extra: &str) -> TestApp {
-    let app = spawn_app(db_url, &format!("{REQUESTER_CONFIG}{extra}")).await;
+    let parts = Parts {
+        steps: Some(Arc::new(RecordingSteps::default())),
+        ..Parts::default()
+    };
+    let app = spawn_app_with(db_url, &format!("{REQUESTER_CONFIG}{extra}"), parts).await;
     app.wait_until_ready().await;
     app
 }

@@ -17,7 +17,7 @@ async fn an_accepted_application_is_recorded_and_handed_to_the_workers() {
     for test_db in each_backend().await {
         let steps = Arc::new(RecordingSteps::default());
         let parts = Parts {
-            steps: steps.clone(),
+            steps: Some(steps.clone()),
             ..Parts::default()
         };
         let app = spawn_app_with(&test_db.url, REQUESTER_CONFIG, parts).await;
@@ -134,7 +134,7 @@ async fn a_full_pool_is_a_visible_busy_failure_that_may_be_applied_for_again() {
     for test_db in each_backend().await {
         let gate = Arc::new(Semaphore::new(0));
         let parts = Parts {
-            steps: Arc::new(BlockedSteps(gate.clone())),
+            steps: Some(Arc::new(BlockedSteps(gate.clone()))),
             ..Parts::default()
         };
         let config = format!(

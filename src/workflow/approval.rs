@@ -1,0 +1,86 @@
+//! The first step of the approval-first flow: ask for approval (SPEC §6).
+//! SENDING is written before the call and SENT after it, so a decision that
+//! arrives before the SENT write is still accepted by the callback guard.
+
+use crate::clients::approval::{ApprovalError, ApprovalRequest};
+use crate::config::ApprovalProvider;
+use crate::db::Db;
+use crate::db::operations::OperationRow;
+use crate::domain::{BindingStatus, StepStatus};
+use crate::store::{self, Change, StoreError};
+
+use super::Workflow;
+
+const ACTOR: &str = "workflow";
+
+impl Workflow {
+    /// Sends the approval request of `operation` (its binding is APPROVAL_SENDING).
+    pub(super) async fn send_approval(
+        &self,
+        db: &Db,
+        operation: &OperationRow,
+    ) -> Result<(), StoreError> {
+        let settings = self.config.current();
+        let id = operation.operation_id.as_str();
+        let sending = Change {
+            step: StepStatus::ApprovalSending,
+            message: None,
+            actor: ACTOR,
+        };
+        let version = store::transition(db, id, operation.version, None, sending)
+            .await?
+            .operation_version;
+
+        let (status, step, message) = match settings.approval.provider {
+            ApprovalProvider::Builtin => (
+                Some(BindingStatus::ApprovalSent),
+                StepStatus::ApprovalSent,
+                Some("waiting for an operator's decision".to_owned()),
+            ),
+            ApprovalProvider::Http => {
+                let params: serde_json::Value = serde_json::from_str(&operation.params)
+                    .unwrap_or_else(|_| serde_json::json!({}));
+                let request = ApprovalRequest {
+                    operation_id: id,
+                    subject_id: &operation.subject_id,
+                    target_key: &operation.target_key,
+                    requested_by: &operation.requested_by,
+                    reason: &operation.reason,
+                    params: &params,
+                };
+                let approval = &settings.approval;
+                match self.approvals.request(&approval.url, approval.timeout, approval.retries, &request).await {
+                    Ok(()) => (Some(BindingStatus::ApprovalSent), StepStatus::ApprovalSent, None),
+                    // Deterministic or persistent: waiting will not help.
+                    Err(err @ (ApprovalError::Refused(_) | ApprovalError::Unavailable(_))) => {
+                        tracing::warn!(operation_id = id, "approval request failed: {err}");
+                        (Some(BindingStatus::CreateFailed), StepStatus::ApprovalSendFailed, Some(err.to_string()))
+                    }
+                    // It may have arrived: keep waiting for its callback.
+                    Err(ApprovalError::Timeout) => (
+                        None,
+                        StepStatus::ApprovalSendUnknown,
+                        Some("the approval system did not answer in time; its decision may still come".to_owned()),
+                    ),
+                }
+            }
+        };
+        let change = Change {
+            step,
+            message: message.as_deref(),
+            actor: ACTOR,
+        };
+        match store::transition(db, id, version, status, change).await {
+            Ok(_) => Ok(()),
+            // The decision's callback got there first (seed 004, 3.3): it wins.
+            Err(StoreError::Preempted) => {
+                tracing::debug!(
+                    operation_id = id,
+                    "the approval decision arrived before the SENT write"
+                );
+                Ok(())
+            }
+            Err(err) => Err(err),
+        }
+    }
+}
