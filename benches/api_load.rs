@@ -8,6 +8,7 @@
 //! a Markdown table for BENCHMARKS.md.
 
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -21,6 +22,7 @@ use changegate::http::layers::{RateLimitSpec, RouteSpec, guard, identify::identi
 use changegate::http::with_edge_layers;
 use changegate::state::AppState;
 use changegate::with_tx;
+use changegate::workflow::{StepFuture, Steps};
 
 const CONCURRENCY: usize = 64;
 const RUN: Duration = Duration::from_secs(10);
@@ -176,9 +178,27 @@ async fn serve(router: Router) -> String {
     address
 }
 
+/// Workers that take operations and do nothing: the benchmark measures the
+/// API's own work, not the workflow's (which otherwise competes for the same
+/// database and cores).
+struct IdleSteps;
+
+impl Steps for IdleSteps {
+    fn run(&self, _: String) -> StepFuture {
+        Box::pin(async {})
+    }
+}
+
+fn idle_parts() -> Parts {
+    Parts {
+        steps: Some(Arc::new(IdleSteps)),
+        ..Parts::default()
+    }
+}
+
 async fn backend(name: &str, url: &str) {
     let config = LiveConfig::new(settings(url), None, None);
-    let app = Application::build_with(config, Parts::default())
+    let app = Application::build_with(config, idle_parts())
         .await
         .expect("app builds");
     let address = format!("http://127.0.0.1:{}", app.port());
@@ -283,7 +303,7 @@ fn main() {
             let dir = tempfile::tempdir().expect("temp dir");
             let sqlite = format!("sqlite://{}", dir.path().join("bench.db").display());
             let config = LiveConfig::new(settings(&sqlite), None, None);
-            let app = Application::build_with(config, Parts::default()).await.expect("app builds");
+            let app = Application::build_with(config, idle_parts()).await.expect("app builds");
             layer_overhead(app.state().clone()).await;
             return;
         }
@@ -300,7 +320,7 @@ fn main() {
             admin(&server, &format!("DROP DATABASE {name}")).await;
         }
         let config = LiveConfig::new(settings(&sqlite), None, None);
-        let app = Application::build_with(config, Parts::default()).await.expect("app builds");
+        let app = Application::build_with(config, idle_parts()).await.expect("app builds");
         layer_overhead(app.state().clone()).await;
     });
     drop(runtime);
