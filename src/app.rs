@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::authz::Permissions;
 use crate::clients::approval::ApprovalClient;
+use crate::clients::gitlab::{GitLabClient, RetryPolicy};
 use crate::config::LiveConfig;
 use crate::db::{self, Backend, DbSlot};
 use crate::http;
@@ -103,10 +104,17 @@ impl Application {
             settings.executor.workers,
             settings.executor.queue_capacity,
             parts.steps.unwrap_or_else(|| {
+                let gitlab = GitLabClient::new(
+                    client.clone(),
+                    &settings.gitlab.base_url,
+                    Duration::from_secs(30),
+                    RetryPolicy::default(),
+                );
                 Arc::new(Workflow::new(
                     db.clone(),
                     config.clone(),
                     ApprovalClient::new(client.clone()),
+                    gitlab,
                 ))
             }),
             shutdown.child_token(),

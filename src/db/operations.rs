@@ -268,3 +268,29 @@ pub async fn list_operations(
     })?;
     Ok(rows.into_iter().map(WithStatus::split).collect())
 }
+
+/// Records the operation's Merge Request if it is still at
+/// `expected_version`; returns the affected rows (the version grows by one).
+pub async fn record_merge_request(
+    db: &Db,
+    operation_id: &str,
+    expected_version: i64,
+    iid: i64,
+    url: Option<&str>,
+) -> Result<u64, sqlx::Error> {
+    let sql = format!(
+        "UPDATE operation SET mr_iid = ?, mr_url = ?, version = version + 1, updated_at = {} \
+         WHERE operation_id = ? AND version = ?",
+        dialect::now_ms(db.backend())
+    );
+    with_pool!(db, writer, |pool| {
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(iid)
+            .bind(url)
+            .bind(operation_id)
+            .bind(expected_version)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected())
+    })
+}

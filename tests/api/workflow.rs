@@ -83,13 +83,25 @@ async fn an_approved_request_moves_on_to_its_merge_request() {
         .await;
         let app = wired_app(&test_db.url, &sim, "5s").await;
         let id = apply(&app).await;
-        let view = wait_for(&app, &id, |v| v["status"] == "MR_CREATING").await;
+        // Approved, the request moves on to its MR, which cannot be written
+        // here: no GitLab is configured, a mistake the team has to fix.
+        let view = wait_for(&app, &id, |v| v["status"] == "CREATE_FAILED").await;
+        assert_eq!(view["step"]["name"], "CREATE_REFUSED", "{}", test_db.name);
+        assert_eq!(view["next"], "CONTACT_TEAM");
+        assert!(
+            view["message"]
+                .as_str()
+                .unwrap()
+                .contains("gitlab.bot_token"),
+            "{view}"
+        );
+        let answers: Vec<Value> = sim.callbacks().into_iter().map(|c| c.answer).collect();
         assert_eq!(
-            view["step"]["name"], "CALLED_BACK_APPROVED",
+            answers,
+            [serde_json::json!({ "code": "OK" })],
             "{}",
             test_db.name
         );
-        assert_eq!(view["next"], "WAIT");
         let requests = sim.requests();
         assert_eq!(requests.len(), 1);
         assert_eq!(requests[0].body["operationId"], id.as_str());
@@ -173,8 +185,13 @@ async fn a_lost_answer_waits_and_the_late_decision_still_counts() {
     );
 
     let operation = uuid::Uuid::parse_str(&id).unwrap();
-    sim.decide(operation, Decision::Approved).await.unwrap();
-    wait_for(&app, &id, |v| v["status"] == "MR_CREATING").await;
+    let delivered = sim.decide(operation, Decision::Approved).await.unwrap();
+    assert_eq!(
+        delivered[0].answer,
+        serde_json::json!({ "code": "OK" }),
+        "the late decision counts"
+    );
+    wait_for(&app, &id, |v| v["status"] != "APPROVAL_SENDING").await;
 }
 
 #[tokio::test]
@@ -185,4 +202,126 @@ async fn with_the_builtin_provider_the_request_waits_for_an_operator() {
     let id = apply(&app).await;
     let view = wait_for(&app, &id, |v| v["status"] == "APPROVAL_SENT").await;
     assert_eq!(view["message"], "waiting for an operator's decision");
+}
+
+mod end_to_end {
+    //! The whole flow against all three simulators: apply → approval →
+    //! branch, commit, MR → pipeline → two reviewer approvals → merge →
+    //! deploy callback → VALIDATED.
+
+    use changegate_sim::deploy::{DeploySim, DeploySimHandle, DeploySimOptions};
+    use changegate_sim::gitlab::{
+        AccessLevel, GitLabSim, GitLabSimHandle, GitLabSimOptions, PipelineOutcome, ProjectId,
+    };
+
+    use super::*;
+
+    struct World {
+        gitlab: GitLabSimHandle,
+        project: ProjectId,
+        approval: ApprovalSimHandle,
+        deploy: DeploySimHandle,
+        app: TestApp,
+    }
+
+    async fn world(db_url: &str) -> World {
+        let gitlab = GitLabSim::start(GitLabSimOptions::default()).await.unwrap();
+        let project = gitlab.create_project("config/repo");
+        for (name, token) in [
+            ("change-bot", "bot-token"),
+            ("rev-alice", "alice-token"),
+            ("rev-bob", "bob-token"),
+        ] {
+            let user = gitlab.add_user(name, token);
+            gitlab
+                .add_member(project, user, AccessLevel::Developer)
+                .unwrap();
+        }
+        let approval = approval_sim(DecisionPolicy::Auto {
+            result: Decision::Approved,
+            delay: Duration::ZERO,
+        })
+        .await;
+        let deploy = DeploySim::start(
+            gitlab.observer(),
+            DeploySimOptions {
+                secret: generate_secret(),
+                ..DeploySimOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+        let config = format!(
+            "{REQUESTER_CONFIG}\
+             [gitlab]\nbase_url = {:?}\nproject = \"config/repo\"\nbot_token = \"bot-token\"\nreviewer_tokens = [\"alice-token\", \"bob-token\"]\n\
+             [approval]\nprovider = \"http\"\nurl = \"{}/approvals\"\ncallback_secret = {:?}\n\
+             [deploy]\ncallback_secret = {:?}\n",
+            gitlab.base_url(),
+            approval.base_url(),
+            approval.secret(),
+            deploy.secret(),
+        );
+        let app = spawn_app(db_url, &config).await;
+        app.wait_until_ready().await;
+        approval.set_callback_url(format!("{}/callbacks/approval", app.address));
+        deploy.set_callback_url(format!("{}/callbacks/deploy", app.address));
+        World {
+            gitlab,
+            project,
+            approval,
+            deploy,
+            app,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_goes_all_the_way_to_validated() {
+        for test_db in each_backend().await {
+            let w = world(&test_db.url).await;
+            let id = apply(&w.app).await;
+            let view = wait_for(&w.app, &id, |v| {
+                v["status"] == "VALIDATED" || v["next"] == "CONTACT_TEAM"
+            })
+            .await;
+            assert_eq!(
+                (view["status"].as_str(), view["step"]["name"].as_str()),
+                (Some("VALIDATED"), Some("DEPLOY_CONFIRMED")),
+                "{}: {view}",
+                test_db.name
+            );
+            assert_eq!(view["next"], "NONE");
+            let iid = view["mergeRequest"]["iid"].as_i64().unwrap();
+            let mr = w
+                .gitlab
+                .merge_request(w.project, u64::try_from(iid).unwrap())
+                .unwrap();
+            assert_eq!(format!("{:?}", mr.state), "Merged", "{mr:?}");
+            let file = w
+                .gitlab
+                .file(w.project, "main", "bindings/demo.feature-flags/alice.json")
+                .unwrap();
+            assert!(
+                file.contains(&format!("\"operationId\": \"{id}\"")),
+                "{file}"
+            );
+            assert!(file.ends_with("}\n"));
+            assert_eq!(w.approval.requests().len(), 1);
+            drop(w.deploy);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_pipeline_stops_the_request_with_contact_the_team() {
+        let db = crate::helpers::sqlite_db().await;
+        let w = world(&db.url).await;
+        w.gitlab
+            .script_pipelines(w.project, [PipelineOutcome::Failed])
+            .unwrap();
+        let id = apply(&w.app).await;
+        let view = wait_for(&w.app, &id, |v| v["status"] == "CREATE_FAILED").await;
+        assert_eq!(
+            (view["step"]["name"].as_str(), view["next"].as_str()),
+            (Some("CREATE_PIPELINE_FAILED"), Some("CONTACT_TEAM"))
+        );
+    }
 }

@@ -173,6 +173,24 @@ impl GitLabClient {
         self.call(token, Method::POST, &path, Some(&body)).await
     }
 
+    /// The open MRs from `branch` (to find one whose creation answer was lost).
+    pub async fn open_merge_requests_from(
+        &self,
+        token: &SecretString,
+        project: &str,
+        branch: &str,
+    ) -> Result<Vec<MergeRequest>, GitLabError> {
+        let path = format!(
+            "/projects/{}/merge_requests?state=opened&source_branch={}",
+            project_ref(project),
+            branch
+                .replace('%', "%25")
+                .replace('&', "%26")
+                .replace('/', "%2F")
+        );
+        self.call(token, Method::GET, &path, None).await
+    }
+
     /// An MR, with `rebase_in_progress`.
     pub async fn merge_request(
         &self,

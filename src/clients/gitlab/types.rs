@@ -66,6 +66,9 @@ pub struct Approvals {
     /// The approvers.
     #[serde(default)]
     pub approved_by: Vec<ApprovedBy>,
+    /// Whether the caller (the token's user) has approved.
+    #[serde(default)]
+    pub user_has_approved: bool,
 }
 
 /// One approver entry.
