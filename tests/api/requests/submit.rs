@@ -286,32 +286,10 @@ async fn only_the_owner_or_an_operator_may_close_a_live_binding() {
         .await
         .unwrap();
     let id = answer["operationId"].as_str().unwrap();
-    let path = [
-        (
-            changegate::domain::StepStatus::ApprovalSent,
-            changegate::domain::BindingStatus::ApprovalSent,
-        ),
-        (
-            changegate::domain::StepStatus::CalledBackApproved,
-            changegate::domain::BindingStatus::MrCreating,
-        ),
-        (
-            changegate::domain::StepStatus::MrCreated,
-            changegate::domain::BindingStatus::MrCreated,
-        ),
-        (
-            changegate::domain::StepStatus::HandleStarted,
-            changegate::domain::BindingStatus::Merging,
-        ),
-        (
-            changegate::domain::StepStatus::HandleMerged,
-            changegate::domain::BindingStatus::Merged,
-        ),
-    ];
     let mut version = 1;
-    for (step, status) in path {
-        let change = crate::store::change(step);
-        version = changegate::store::transition(&db.db, id, version, Some(status), change)
+    for (step, status) in crate::store::TO_MERGED {
+        let change = crate::store::change(*step);
+        version = changegate::store::transition(&db.db, id, version, Some(*status), change)
             .await
             .unwrap()
             .operation_version;
