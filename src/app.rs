@@ -126,6 +126,7 @@ impl Application {
             &shutdown,
             &limiter,
             &db,
+            &executor,
             settings.idempotency.cleanup_interval,
         );
 
@@ -213,12 +214,14 @@ impl Application {
     }
 }
 
-/// Starts the housekeeping jobs: idle rate-limit keys and expired idempotency records.
+/// Starts the housekeeping jobs: idle rate-limit keys, stalled operations and
+/// expired idempotency records.
 fn spawn_jobs(
     workers: &mut JoinSet<()>,
     shutdown: &CancellationToken,
     limiter: &Arc<SlidingWindow>,
     db: &DbSlot,
+    executor: &Executor,
     cleanup_interval: Duration,
 ) {
     let limiter = limiter.clone();
@@ -237,6 +240,23 @@ fn spawn_jobs(
                         full: false,
                     }
                 })
+            }
+        },
+    ));
+    let (resume_db, executor) = (db.clone(), executor.clone());
+    workers.spawn(jobs::run_loop(
+        "resume_stalled",
+        Duration::from_secs(60),
+        shutdown.child_token(),
+        move || {
+            let (db, executor) = (resume_db.get().cloned(), executor.clone());
+            async move {
+                match db {
+                    Some(db) => {
+                        jobs::resume::run_once(&db, &executor, jobs::resume::STALLED_AFTER).await
+                    }
+                    None => Ok(Outcome::Idle),
+                }
             }
         },
     ));

@@ -294,3 +294,34 @@ pub async fn record_merge_request(
             .map(|done| done.rows_affected())
     })
 }
+
+/// Operations that own their binding, sit at one of `steps` and have not
+/// changed for `unchanged_for_ms` (by the database clock), oldest first.
+/// Served by `ix_operation_step_updated`.
+pub async fn list_stalled(
+    db: &Db,
+    steps: &[StepStatus],
+    unchanged_for_ms: i64,
+    limit: u32,
+) -> Result<Vec<String>, sqlx::Error> {
+    if steps.is_empty() {
+        return Ok(Vec::new());
+    }
+    let placeholders = vec!["?"; steps.len()].join(", ");
+    let sql = format!(
+        "SELECT o.operation_id FROM operation o JOIN binding b ON b.operation_id = o.operation_id \
+         WHERE o.step_code IN ({placeholders}) AND o.updated_at < {} ORDER BY o.updated_at LIMIT ?",
+        dialect::now_minus_ms(db.backend())
+    );
+    with_pool!(db, reader, |pool| {
+        let mut query = sqlx::query_scalar(AssertSqlSafe(sql));
+        for step in steps {
+            query = query.bind(step.code());
+        }
+        query
+            .bind(unchanged_for_ms)
+            .bind(limit)
+            .fetch_all(pool)
+            .await
+    })
+}

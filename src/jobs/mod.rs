@@ -2,6 +2,7 @@
 //! by [`run_loop`] until shutdown. Tests call `run_once` directly.
 
 pub mod idempotency_cleanup;
+pub mod resume;
 
 use std::future::Future;
 use std::time::Duration;

@@ -14,6 +14,7 @@ mod helpers;
 mod readiness;
 mod reload;
 mod requests;
+mod resume;
 mod signature;
 mod storage;
 mod store;
