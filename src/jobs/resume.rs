@@ -25,6 +25,9 @@ pub const AUTOMATIC_STEPS: &[StepStatus] = &[
     StepStatus::PipelinePending,
     StepStatus::HandleStarted,
     StepStatus::MergePending,
+    StepStatus::CloseRequested,
+    StepStatus::CloseExpired,
+    StepStatus::CloseMrCreated,
 ];
 
 /// How long an operation must be unchanged to count as stalled: longer than

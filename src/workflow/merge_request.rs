@@ -69,8 +69,35 @@ fn bot(settings: &Settings) -> Result<&SecretString, GitLabError> {
         .ok_or_else(|| GitLabError::Transport("gitlab.bot_token is not configured".to_owned()))
 }
 
+impl Outcome {
+    /// The same outcome for a close operation, whose binding stays CLOSING
+    /// through the MR's life and ends CLOSED (or CLOSE_FAILED).
+    fn for_kind(self, kind: OperationKind) -> Self {
+        if kind == OperationKind::Apply {
+            return self;
+        }
+        let (status, step) = match (self.status, self.step) {
+            (Some(BindingStatus::MrCreated), StepStatus::MrCreated) => {
+                (None, StepStatus::CloseMrCreated)
+            }
+            (Some(BindingStatus::Merging), step) => (None, step),
+            (Some(BindingStatus::Merged), _) => (Some(BindingStatus::Closed), StepStatus::Closed),
+            (Some(BindingStatus::CreateFailed | BindingStatus::HandleFailed), step) => {
+                (Some(BindingStatus::CloseFailed), step)
+            }
+            other => other,
+        };
+        Self {
+            status,
+            step,
+            message: self.message,
+        }
+    }
+}
+
 impl Workflow {
-    /// Writes `outcome` if the operation is still at `version`.
+    /// Writes `outcome` (adapted to the operation's kind) if the operation is
+    /// still at `version`.
     async fn settle(
         &self,
         db: &Db,
@@ -78,6 +105,7 @@ impl Workflow {
         version: i64,
         outcome: Outcome,
     ) -> Result<(), StoreError> {
+        let outcome = outcome.for_kind(operation.kind);
         let change = Change {
             step: outcome.step,
             message: outcome.message.as_deref(),

@@ -93,6 +93,19 @@ impl Workflow {
                 Some(BindingStatus::Merging),
                 StepStatus::HandleStarted | StepStatus::MergePending,
             ) => self.approve_and_merge(db, &operation).await,
+            // A close walks the same MR steps while its binding stays CLOSING.
+            (
+                Some(BindingStatus::Closing),
+                StepStatus::CloseRequested | StepStatus::CloseExpired,
+            ) => self.open_merge_request(db, &operation).await,
+            (
+                Some(BindingStatus::Closing),
+                StepStatus::CloseMrCreated | StepStatus::PipelinePending,
+            ) => self.await_pipeline(db, &operation).await,
+            (
+                Some(BindingStatus::Closing),
+                StepStatus::HandleStarted | StepStatus::MergePending,
+            ) => self.approve_and_merge(db, &operation).await,
             // Waiting for a decision, a deploy, or an operator.
             (status, step) => {
                 tracing::debug!(operation_id, ?status, %step, "no automatic step from here");

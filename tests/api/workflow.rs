@@ -311,6 +311,55 @@ mod end_to_end {
     }
 
     #[tokio::test]
+    async fn a_live_binding_can_be_closed_and_its_file_is_deleted() {
+        let db = crate::helpers::sqlite_db().await;
+        let w = world(&db.url).await;
+        let id = apply(&w.app).await;
+        wait_for(&w.app, &id, |v| v["status"] == "VALIDATED").await;
+        let path = "bindings/demo.feature-flags/alice.json";
+        assert!(w.gitlab.file(w.project, "main", path).is_some());
+
+        let close = serde_json::json!({ "reason": "no longer needed" });
+        let answer: Value = w
+            .app
+            .post_as("alice", "/api/v1/bindings/demo.feature-flags/close", &close)
+            .await
+            .json()
+            .await
+            .unwrap();
+        let close_id = answer["operationId"].as_str().unwrap().to_owned();
+        let view = wait_for(&w.app, &close_id, |v| {
+            v["status"] == "CLOSED" || v["next"] == "CONTACT_TEAM"
+        })
+        .await;
+        assert_eq!(
+            (
+                view["status"].as_str(),
+                view["step"]["name"].as_str(),
+                view["next"].as_str()
+            ),
+            (Some("CLOSED"), Some("CLOSED"), Some("REAPPLY")),
+            "{view}"
+        );
+        assert!(
+            w.gitlab.file(w.project, "main", path).is_none(),
+            "the binding's file is deleted"
+        );
+        // And the relation can be applied for again.
+        assert_eq!(
+            w.app
+                .post_as(
+                    "alice",
+                    "/api/v1/applications",
+                    &apply_body("demo.feature-flags")
+                )
+                .await
+                .status(),
+            202
+        );
+    }
+
+    #[tokio::test]
     async fn a_failed_pipeline_stops_the_request_with_contact_the_team() {
         let db = crate::helpers::sqlite_db().await;
         let w = world(&db.url).await;
