@@ -22,6 +22,9 @@ pub struct ApprovalRequest<'a> {
     pub reason: &'a str,
     /// Requested parameters.
     pub params: &'a serde_json::Value,
+    /// `{"mrId": iid}` in the MR-first flow, where the MR exists already.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ext: Option<serde_json::Value>,
 }
 
 /// Why a request did not reach the approval system.

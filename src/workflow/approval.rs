@@ -47,6 +47,9 @@ impl Workflow {
                     requested_by: &operation.requested_by,
                     reason: &operation.reason,
                     params: &params,
+                    ext: operation
+                        .mr_iid
+                        .map(|iid| serde_json::json!({ "mrId": iid })),
                 };
                 let approval = &settings.approval;
                 match self.approvals.request(&approval.url, approval.timeout, approval.retries, &request).await {

@@ -10,6 +10,7 @@ use secrecy::SecretString;
 use super::Workflow;
 use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest};
 use crate::config::Settings;
+use crate::config::resolve::FlowOrder;
 use crate::db::Db;
 use crate::db::operations::{OperationRow, record_merge_request};
 use crate::domain::render::{BindingFile, canonical_json, file_path};
@@ -269,8 +270,12 @@ impl Workflow {
                 }
                 Ok(mr) => match mr.head_pipeline.as_ref().map(|p| p.status.as_str()) {
                     Some("success") => {
-                        let outcome =
-                            Outcome::to(BindingStatus::Merging, StepStatus::HandleStarted);
+                        // MR first: the approval is asked for now, carrying the MR.
+                        let outcome = if operation.flow_order == FlowOrder::MrFirst {
+                            Outcome::to(BindingStatus::ApprovalSending, StepStatus::ApprovalSending)
+                        } else {
+                            Outcome::to(BindingStatus::Merging, StepStatus::HandleStarted)
+                        };
                         return self.settle(db, operation, operation.version, outcome).await;
                     }
                     Some("failed" | "canceled") => {

@@ -83,7 +83,7 @@ impl Workflow {
             ) => self.send_approval(db, &operation).await,
             (
                 Some(BindingStatus::MrCreating),
-                StepStatus::CalledBackApproved | StepStatus::MrCreating,
+                StepStatus::Accepted | StepStatus::CalledBackApproved | StepStatus::MrCreating,
             ) => self.open_merge_request(db, &operation).await,
             (
                 Some(BindingStatus::MrCreated),
@@ -91,7 +91,9 @@ impl Workflow {
             ) => self.await_pipeline(db, &operation).await,
             (
                 Some(BindingStatus::Merging),
-                StepStatus::HandleStarted | StepStatus::MergePending,
+                StepStatus::HandleStarted
+                | StepStatus::CalledBackApproved
+                | StepStatus::MergePending,
             ) => self.approve_and_merge(db, &operation).await,
             // A close walks the same MR steps while its binding stays CLOSING.
             (

@@ -224,7 +224,7 @@ mod end_to_end {
         app: TestApp,
     }
 
-    async fn world(db_url: &str) -> World {
+    async fn world(db_url: &str, extra: &str) -> World {
         let gitlab = GitLabSim::start(GitLabSimOptions::default()).await.unwrap();
         let project = gitlab.create_project("config/repo");
         for (name, token) in [
@@ -260,7 +260,7 @@ mod end_to_end {
             approval.base_url(),
             approval.secret(),
             deploy.secret(),
-        );
+        ) + extra;
         let app = spawn_app(db_url, &config).await;
         app.wait_until_ready().await;
         approval.set_callback_url(format!("{}/callbacks/approval", app.address));
@@ -277,7 +277,7 @@ mod end_to_end {
     #[tokio::test]
     async fn a_request_goes_all_the_way_to_validated() {
         for test_db in each_backend().await {
-            let w = world(&test_db.url).await;
+            let w = world(&test_db.url, "").await;
             let id = apply(&w.app).await;
             let view = wait_for(&w.app, &id, |v| {
                 v["status"] == "VALIDATED" || v["next"] == "CONTACT_TEAM"
@@ -313,7 +313,7 @@ mod end_to_end {
     #[tokio::test]
     async fn a_live_binding_can_be_closed_and_its_file_is_deleted() {
         let db = crate::helpers::sqlite_db().await;
-        let w = world(&db.url).await;
+        let w = world(&db.url, "").await;
         let id = apply(&w.app).await;
         wait_for(&w.app, &id, |v| v["status"] == "VALIDATED").await;
         let path = "bindings/demo.feature-flags/alice.json";
@@ -360,9 +360,27 @@ mod end_to_end {
     }
 
     #[tokio::test]
+    async fn an_mr_first_request_gets_its_mr_before_approval_and_reaches_validated() {
+        let db = crate::helpers::sqlite_db().await;
+        let w = world(&db.url, "[workflow]\nflow_order = \"mr_first\"\n").await;
+        let id = apply(&w.app).await;
+        let view = wait_for(&w.app, &id, |v| {
+            v["status"] == "VALIDATED" || v["next"] == "CONTACT_TEAM"
+        })
+        .await;
+        assert_eq!(view["status"], "VALIDATED", "{view}");
+        let requests = w.approval.requests();
+        assert_eq!(requests.len(), 1);
+        assert_eq!(
+            requests[0].body["ext"]["mrId"], view["mergeRequest"]["iid"],
+            "the approval carries the MR"
+        );
+    }
+
+    #[tokio::test]
     async fn a_failed_pipeline_stops_the_request_with_contact_the_team() {
         let db = crate::helpers::sqlite_db().await;
-        let w = world(&db.url).await;
+        let w = world(&db.url, "").await;
         w.gitlab
             .script_pipelines(w.project, [PipelineOutcome::Failed])
             .unwrap();
