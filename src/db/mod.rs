@@ -5,6 +5,7 @@
 //! instead [`Db`] holds a native pool per backend and [`with_pool!`] expands
 //! one query body for each, so most SQL is written once.
 
+pub mod audit;
 pub mod bindings;
 pub mod callbacks;
 pub mod dialect;

@@ -2,12 +2,14 @@
 //! with their transition table, step codes, and what a requester should do next.
 
 mod binding_status;
+mod decision;
 mod ids;
 pub mod render;
 mod step;
 mod transitions;
 
 pub use binding_status::{AWAITING_APPROVAL, BindingStatus, REAPPLIABLE};
+pub use decision::ApprovalDecision;
 pub use ids::{OperationId, OperationKind};
 pub use step::{DETERMINISTIC_FAILURES, Next, Phase, StepStatus, next_action};
 pub use transitions::{IllegalTransition, LEGAL_TRANSITIONS, check_transition};

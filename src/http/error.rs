@@ -33,6 +33,9 @@ pub enum ApiError {
     /// The relation has a request in progress or awaiting recovery.
     #[error("a request for this target is already {0}; wait for it to finish or contact the team")]
     InProgress(String),
+    /// The action does not apply to the resource's current state.
+    #[error("{0}")]
+    Conflict(&'static str),
     /// A concurrent duplicate whose original vanished: safe to retry.
     #[error("a request with this key was being processed and did not complete; retry")]
     RetryLater,
@@ -84,6 +87,7 @@ impl ApiError {
             Self::NotFound => (StatusCode::NOT_FOUND, "NOT_FOUND"),
             Self::InProgress(_) => (StatusCode::CONFLICT, "IN_PROGRESS"),
             Self::RetryLater => (StatusCode::CONFLICT, "RETRY_LATER"),
+            Self::Conflict(_) => (StatusCode::CONFLICT, "CONFLICT"),
             Self::IdempotencyKeyReused => {
                 (StatusCode::UNPROCESSABLE_ENTITY, "IDEMPOTENCY_KEY_REUSED")
             }

@@ -1,5 +1,6 @@
 //! The HTTP edge: routers per trust boundary and the layer stack, in one place.
 
+mod admin;
 mod api;
 mod callbacks;
 pub mod client_addr;

@@ -6,6 +6,7 @@
     reason = "a test should fail loudly at the first unexpected error"
 )]
 
+mod admin;
 mod callbacks;
 mod cli;
 mod gitlab_client;

@@ -34,6 +34,18 @@ const CLOSE: RouteSpec = RouteSpec {
     }),
     activity: Some("close"),
 };
+/// Operator actions: the `operator` rule, counted as business activity.
+const ADMIN_APPROVE: RouteSpec = RouteSpec {
+    name: "operator",
+    rate_limit: None,
+    activity: Some("admin.approve"),
+};
+const ADMIN_REJECT: RouteSpec = RouteSpec {
+    name: "operator",
+    rate_limit: None,
+    activity: Some("admin.reject"),
+};
+
 /// Every read route: the `read` rule, no limit, no business activity.
 const READ: RouteSpec = RouteSpec {
     name: "read",
@@ -45,7 +57,8 @@ const READ: RouteSpec = RouteSpec {
 #[openapi(
     info(title = "changegate", description = "Self-service configuration changes through GitLab"),
     tags((name = "requests", description = "The requester API"),
-        (name = "callbacks", description = "Signed callbacks from the approval system and the deploy pipeline")),
+        (name = "callbacks", description = "Signed callbacks from the approval system and the deploy pipeline"),
+        (name = "admin", description = "Operator actions, audited")),
 )]
 struct ApiDoc;
 
@@ -70,6 +83,16 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
         .routes(guarded(state, &READ, routes!(catalog::list_targets)))
         .routes(guarded(state, &READ, routes!(catalog::preview)))
         .routes(guarded(state, &READ, routes!(access::get_access)))
+        .routes(guarded(
+            state,
+            &ADMIN_APPROVE,
+            routes!(super::admin::approvals::approve),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_REJECT,
+            routes!(super::admin::approvals::reject),
+        ))
         // Identity is resolved for the requester routes only: callbacks
         // authenticate by signature.
         .layer(from_fn_with_state(state.clone(), identify))

@@ -10,7 +10,7 @@ use super::{Answer, first_receipt, valid_callback_id};
 use crate::config::resolve::FlowOrder;
 use crate::db::callbacks::CallbackSource;
 use crate::db::operations::get_operation;
-use crate::domain::{AWAITING_APPROVAL, BindingStatus, OperationId, StepStatus};
+use crate::domain::{AWAITING_APPROVAL, ApprovalDecision, BindingStatus, OperationId};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::Database;
 use crate::state::AppState;
@@ -78,12 +78,12 @@ pub async fn approval_callback(
         tracing::warn!(%operation_id, mr_first, has_mr, "approval callback does not match the operation's flow");
         return Ok(Answer::IgnoredStale.json());
     }
-    let (to, step) = match callback.result {
-        Decision::Approved if mr_first => (BindingStatus::Merging, StepStatus::CalledBackApproved),
-        Decision::Approved => (BindingStatus::MrCreating, StepStatus::CalledBackApproved),
-        Decision::Rejected => (BindingStatus::Rejected, StepStatus::CalledBackRejected),
-        Decision::Withdrawn => (BindingStatus::Rejected, StepStatus::CalledBackWithdrawn),
+    let decision = match callback.result {
+        Decision::Approved => ApprovalDecision::Approved,
+        Decision::Rejected => ApprovalDecision::Rejected,
+        Decision::Withdrawn => ApprovalDecision::Withdrawn,
     };
+    let (to, step) = decision.outcome(mr_first);
 
     let mut tx = StoreTx::begin(&db).await?;
     if !first_receipt(&mut tx, CallbackSource::Approval, &callback.callback_id).await? {

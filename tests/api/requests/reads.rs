@@ -185,6 +185,8 @@ async fn the_openapi_document_describes_every_route() {
         "/api/v1/access",
         "/callbacks/approval",
         "/callbacks/deploy",
+        "/admin/v1/approvals/{operationId}/approve",
+        "/admin/v1/approvals/{operationId}/reject",
     ] {
         assert!(
             paths.contains_key(path),

@@ -1,0 +1,4 @@
+//! The operators' API, `/admin/v1` (SPEC §2.3): every route needs the
+//! `operator` rule, and every action is audited.
+
+pub mod approvals;
