@@ -214,8 +214,8 @@ impl Application {
     }
 }
 
-/// Starts the housekeeping jobs: idle rate-limit keys, stalled operations and
-/// expired idempotency records.
+/// Starts the background jobs: idle rate-limit keys, stalled operations,
+/// expired bindings and expired idempotency records.
 fn spawn_jobs(
     workers: &mut JoinSet<()>,
     shutdown: &CancellationToken,
@@ -243,18 +243,33 @@ fn spawn_jobs(
             }
         },
     ));
-    let (resume_db, executor) = (db.clone(), executor.clone());
+    let (resume_db, resume_executor) = (db.clone(), executor.clone());
     workers.spawn(jobs::run_loop(
         "resume_stalled",
         Duration::from_secs(60),
         shutdown.child_token(),
         move || {
-            let (db, executor) = (resume_db.get().cloned(), executor.clone());
+            let (db, executor) = (resume_db.get().cloned(), resume_executor.clone());
             async move {
                 match db {
                     Some(db) => {
                         jobs::resume::run_once(&db, &executor, jobs::resume::STALLED_AFTER).await
                     }
+                    None => Ok(Outcome::Idle),
+                }
+            }
+        },
+    ));
+    let (expiry_db, expiry_executor) = (db.clone(), executor.clone());
+    workers.spawn(jobs::run_loop(
+        "binding_expiry",
+        Duration::from_secs(60),
+        shutdown.child_token(),
+        move || {
+            let (db, executor) = (expiry_db.get().cloned(), expiry_executor.clone());
+            async move {
+                match db {
+                    Some(db) => jobs::expiry::run_once(&db, &executor).await,
                     None => Ok(Outcome::Idle),
                 }
             }

@@ -202,3 +202,19 @@ pub async fn list_bindings_of_requester(
             .await
     })
 }
+
+/// Relations (subject, target) of VALIDATED bindings whose expiry has passed
+/// by the database clock. Served by `ix_binding_status_updated` (status).
+pub async fn list_expired(db: &Db, limit: u32) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let sql = format!(
+        "SELECT subject_id, target_key FROM binding WHERE status = 'VALIDATED' \
+         AND expires_at IS NOT NULL AND expires_at < {} ORDER BY expires_at LIMIT ?",
+        dialect::now_ms(db.backend())
+    );
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .bind(limit)
+            .fetch_all(pool)
+            .await
+    })
+}

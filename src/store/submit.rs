@@ -39,6 +39,8 @@ pub struct NewRequest {
     /// The workers had no room: the request is recorded and, in the same
     /// transaction, refused as busy (re-appliable), never left "processing".
     pub busy: bool,
+    /// A close that changegate opens itself because the binding expired.
+    pub expired: bool,
 }
 
 /// An idempotency key, claimed in the same transaction as the operation so
@@ -68,6 +70,9 @@ impl NewRequest {
     /// Where the binding and the operation start.
     fn start(&self) -> (BindingStatus, StepStatus) {
         match (self.kind, self.flow_order) {
+            (OperationKind::Close, _) if self.expired => {
+                (BindingStatus::Closing, StepStatus::CloseExpired)
+            }
             (OperationKind::Close, _) => (BindingStatus::Closing, StepStatus::CloseRequested),
             (OperationKind::Apply, FlowOrder::ApprovalFirst) => {
                 (BindingStatus::ApprovalSending, StepStatus::Accepted)

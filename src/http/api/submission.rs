@@ -225,6 +225,7 @@ fn validate(
             ttl_ms,
         }),
         busy: false,
+        expired: false,
     })
 }
 

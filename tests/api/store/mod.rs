@@ -25,6 +25,7 @@ pub fn apply(subject: &str, target: &str) -> NewRequest {
         expires_at: None,
         idempotency: None,
         busy: false,
+        expired: false,
     }
 }
 
