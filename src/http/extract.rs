@@ -34,34 +34,42 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for AppJson<T> {
         if !is_json {
             return Err(ApiError::UnsupportedMediaType);
         }
-        let bytes = Bytes::from_request(request, state)
-            .await
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::PayloadTooLarge
-                } else {
-                    ApiError::InvalidArgument("the request body could not be read".to_owned())
-                }
-            })?;
+        let bytes = read_body(request, state).await?;
         // serde would read a struct from an array too; the API speaks objects.
         if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return Err(ApiError::InvalidArgument(
                 "malformed JSON: the body must be a JSON object".to_owned(),
             ));
         }
-        let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
-        serde_path_to_error::deserialize(&mut deserializer)
-            .map(AppJson)
-            .map_err(|err| {
-                let path = err.path().to_string();
-                let inner = err.into_inner();
-                ApiError::InvalidArgument(if inner.is_syntax() || inner.is_eof() || path == "." {
-                    format!("malformed JSON: {inner}")
-                } else {
-                    format!("field `{path}`: {inner}")
-                })
-            })
+        parse_json(&bytes).map(AppJson)
     }
+}
+
+/// The whole body (within the body limit): too large → 413.
+pub async fn read_body<S: Send + Sync>(request: Request, state: &S) -> Result<Bytes, ApiError> {
+    Bytes::from_request(request, state)
+        .await
+        .map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge
+            } else {
+                ApiError::InvalidArgument("the request body could not be read".to_owned())
+            }
+        })
+}
+
+/// JSON from `bytes`; a 400 that names the field (or says the JSON is malformed).
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        ApiError::InvalidArgument(if inner.is_syntax() || inner.is_eof() || path == "." {
+            format!("malformed JSON: {inner}")
+        } else {
+            format!("field `{path}`: {inner}")
+        })
+    })
 }
 
 /// The caller, as authorised by the route's authz layer.

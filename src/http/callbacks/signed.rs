@@ -3,14 +3,13 @@
 
 use std::marker::PhantomData;
 
-use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::StatusCode;
 use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 
 use crate::config::Settings;
 use crate::http::error::ApiError;
+use crate::http::extract::{parse_json, read_body};
 use crate::signature::{DEFAULT_TOLERANCE, WebhookSecret, verify};
 use crate::state::AppState;
 
@@ -68,26 +67,12 @@ impl<T: DeserializeOwned, S: Sender> FromRequest<AppState> for SignedJson<T, S> 
             })?
         };
         let headers = request.headers().clone();
-        let body = Bytes::from_request(request, state)
-            .await
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::PayloadTooLarge
-                } else {
-                    ApiError::InvalidArgument("the request body could not be read".to_owned())
-                }
-            })?;
+        let body = read_body(request, state).await?;
         let now = chrono::Utc::now().timestamp();
         if let Err(err) = verify(&[secret], &headers, &body, now, DEFAULT_TOLERANCE) {
             tracing::info!(sender = S::NAME, "callback refused: {err}");
             return Err(ApiError::BadSignature);
         }
-        let mut deserializer = serde_json::Deserializer::from_slice(&body);
-        serde_path_to_error::deserialize(&mut deserializer)
-            .map(|value| SignedJson(value, PhantomData))
-            .map_err(|err| {
-                let path = err.path().to_string();
-                ApiError::InvalidArgument(format!("field `{path}`: {}", err.into_inner()))
-            })
+        parse_json(&body).map(|value| SignedJson(value, PhantomData))
     }
 }
