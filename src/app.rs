@@ -127,7 +127,10 @@ impl Application {
             &limiter,
             &db,
             &executor,
-            settings.idempotency.cleanup_interval,
+            JobIntervals {
+                dispatch: settings.executor.poll_interval,
+                idempotency_cleanup: settings.idempotency.cleanup_interval,
+            },
         );
 
         let state = AppState::new(App {
@@ -216,13 +219,19 @@ impl Application {
 
 /// Starts the background jobs: idle rate-limit keys, stalled operations,
 /// expired bindings and expired idempotency records.
+/// How often the configurable background jobs run.
+struct JobIntervals {
+    dispatch: Duration,
+    idempotency_cleanup: Duration,
+}
+
 fn spawn_jobs(
     workers: &mut JoinSet<()>,
     shutdown: &CancellationToken,
     limiter: &Arc<SlidingWindow>,
     db: &DbSlot,
     executor: &Executor,
-    cleanup_interval: Duration,
+    intervals: JobIntervals,
 ) {
     let limiter = limiter.clone();
     workers.spawn(jobs::run_loop(
@@ -243,18 +252,16 @@ fn spawn_jobs(
             }
         },
     ));
-    let (resume_db, resume_executor) = (db.clone(), executor.clone());
+    let (dispatch_db, dispatch_executor) = (db.clone(), executor.clone());
     workers.spawn(jobs::run_loop(
-        "resume_stalled",
-        Duration::from_secs(60),
+        "dispatch_due",
+        intervals.dispatch,
         shutdown.child_token(),
         move || {
-            let (db, executor) = (resume_db.get().cloned(), resume_executor.clone());
+            let (db, executor) = (dispatch_db.get().cloned(), dispatch_executor.clone());
             async move {
                 match db {
-                    Some(db) => {
-                        jobs::resume::run_once(&db, &executor, jobs::resume::STALLED_AFTER).await
-                    }
+                    Some(db) => jobs::dispatch::run_once(&db, &executor).await,
                     None => Ok(Outcome::Idle),
                 }
             }
@@ -278,7 +285,7 @@ fn spawn_jobs(
     let db = db.clone();
     workers.spawn(jobs::run_loop(
         "idempotency_cleanup",
-        cleanup_interval,
+        intervals.idempotency_cleanup,
         shutdown.child_token(),
         move || {
             let db = db.get().cloned();

@@ -104,6 +104,13 @@ pub struct ExecutorSettings {
     pub workers: u32,
     /// `queue_capacity`, default 256: beyond it, submissions fail visibly as busy.
     pub queue_capacity: u32,
+    /// `lease`, default `60s`: how long a step may go without its lease being
+    /// renewed before another instance takes over (a crashed owner's steps
+    /// resume after at most this).
+    pub lease: Duration,
+    /// `poll_interval`, default `1s`: how often each instance looks for due
+    /// operations (waits that ran out, steps whose owner died).
+    pub poll_interval: Duration,
 }
 
 /// Keys of the sections defined here.
@@ -118,7 +125,7 @@ pub(super) const IDENTITY_KEYS: &[&str] = &[
 ];
 pub(super) const AUTHZ_KEYS: &[&str] = &["provider", "url", "timeout", "rules", "grants"];
 pub(super) const IDEMPOTENCY_KEYS: &[&str] = &["ttl", "cleanup_interval"];
-pub(super) const EXECUTOR_KEYS: &[&str] = &["workers", "queue_capacity"];
+pub(super) const EXECUTOR_KEYS: &[&str] = &["workers", "queue_capacity", "lease", "poll_interval"];
 const JWT_KEYS: &[&str] = &["hs256_secret", "rs256_public_key", "issuer", "audience"];
 const TARGET_KEYS: &[&str] = &[
     "description",
@@ -299,5 +306,7 @@ pub(super) fn executor(r: &mut Reader<'_>) -> ExecutorSettings {
     ExecutorSettings {
         workers: r.count_at(&["executor", "workers"], 1..=256, 4),
         queue_capacity: r.count_at(&["executor", "queue_capacity"], 1..=100_000, 256),
+        lease: r.static_duration("executor", "lease", Duration::from_secs(60)),
+        poll_interval: r.static_duration("executor", "poll_interval", Duration::from_secs(1)),
     }
 }

@@ -12,6 +12,7 @@ pub mod dialect;
 pub mod events;
 pub mod history;
 pub mod idempotency;
+pub mod leases;
 mod open;
 pub mod operations;
 mod readiness;

@@ -3,7 +3,7 @@
 use chrono::NaiveDateTime;
 use sqlx::AssertSqlSafe;
 
-use super::{Db, DbTx, dialect};
+use super::{Backend, Db, DbTx, dialect};
 use crate::config::resolve::FlowOrder;
 use crate::domain::{BindingStatus, OperationKind, StepStatus};
 use crate::{with_pool, with_tx};
@@ -44,6 +44,11 @@ pub struct OperationRow {
     pub mr_url: Option<String>,
     /// Optimistic-concurrency version; grows by one per write.
     pub version: i64,
+    /// When a worker should next run its step; `None` while it waits for
+    /// something outside or is finished.
+    pub due_at: Option<NaiveDateTime>,
+    /// Polls of the current step so far.
+    pub attempts: i32,
     /// Database time of creation.
     pub created_at: NaiveDateTime,
     /// Database time of the last write.
@@ -51,7 +56,8 @@ pub struct OperationRow {
 }
 
 const COLUMNS: &str = "id, operation_id, kind, subject_id, target_key, requested_by, flow_order, \
-    step_code, message, params, reason, expires_at, mr_iid, mr_url, version, created_at, updated_at";
+    step_code, message, params, reason, expires_at, mr_iid, mr_url, version, due_at, attempts, \
+    created_at, updated_at";
 
 /// What a new operation row holds.
 #[derive(Debug, Clone)]
@@ -80,10 +86,14 @@ pub struct NewOperation<'a> {
 
 /// Inserts an operation at version 1. A duplicate `operation_id` is a unique violation.
 pub async fn insert_operation(tx: &mut DbTx, new: &NewOperation<'_>) -> Result<(), sqlx::Error> {
-    let sql = "INSERT INTO operation (operation_id, kind, subject_id, target_key, requested_by, \
-               flow_order, step_code, params, reason, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let sql = format!(
+        "INSERT INTO operation (operation_id, kind, subject_id, target_key, requested_by, \
+         flow_order, step_code, params, reason, expires_at, due_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {})",
+        due_at_of(tx.backend(), new.step)
+    );
     with_tx!(tx, |conn| {
-        sqlx::query(sql)
+        sqlx::query(AssertSqlSafe(sql))
             .bind(new.operation_id)
             .bind(new.kind.as_str())
             .bind(new.subject_id)
@@ -118,7 +128,17 @@ pub async fn lock_operation(
     })
 }
 
-/// Moves an operation to `step` if it is still at `expected_version`.
+/// The SQL value of `due_at` for an operation that reaches `step`: the
+/// database's now plus the step's pause, or NULL when nothing is due.
+fn due_at_of(backend: Backend, step: StepStatus) -> String {
+    match step.resume_after() {
+        None => "NULL".to_owned(),
+        Some(pause) => dialect::now_plus_ms(backend).replace('?', &pause.as_millis().to_string()),
+    }
+}
+
+/// Moves an operation to `step` if it is still at `expected_version`, and
+/// makes it due as the step says (its polls start again from zero).
 /// Returns the affected rows: 1 on success, 0 when another writer got there first.
 pub async fn update_operation_step(
     tx: &mut DbTx,
@@ -128,9 +148,10 @@ pub async fn update_operation_step(
     message: Option<&str>,
 ) -> Result<u64, sqlx::Error> {
     let sql = format!(
-        "UPDATE operation SET step_code = ?, message = ?, version = version + 1, updated_at = {} \
-         WHERE operation_id = ? AND version = ?",
-        dialect::now_ms(tx.backend())
+        "UPDATE operation SET step_code = ?, message = ?, version = version + 1, updated_at = {}, \
+         due_at = {}, attempts = 0 WHERE operation_id = ? AND version = ?",
+        dialect::now_ms(tx.backend()),
+        due_at_of(tx.backend(), step)
     );
     with_tx!(tx, |conn| {
         sqlx::query(AssertSqlSafe(sql))
@@ -292,36 +313,5 @@ pub async fn record_merge_request(
             .execute(pool)
             .await
             .map(|done| done.rows_affected())
-    })
-}
-
-/// Operations that own their binding, sit at one of `steps` and have not
-/// changed for `unchanged_for_ms` (by the database clock), oldest first.
-/// Served by `ix_operation_step_updated`.
-pub async fn list_stalled(
-    db: &Db,
-    steps: &[StepStatus],
-    unchanged_for_ms: i64,
-    limit: u32,
-) -> Result<Vec<String>, sqlx::Error> {
-    if steps.is_empty() {
-        return Ok(Vec::new());
-    }
-    let placeholders = vec!["?"; steps.len()].join(", ");
-    let sql = format!(
-        "SELECT o.operation_id FROM operation o JOIN binding b ON b.operation_id = o.operation_id \
-         WHERE o.step_code IN ({placeholders}) AND o.updated_at < {} ORDER BY o.updated_at LIMIT ?",
-        dialect::now_minus_ms(db.backend())
-    );
-    with_pool!(db, reader, |pool| {
-        let mut query = sqlx::query_scalar(AssertSqlSafe(sql));
-        for step in steps {
-            query = query.bind(step.code());
-        }
-        query
-            .bind(unchanged_for_ms)
-            .bind(limit)
-            .fetch_all(pool)
-            .await
     })
 }

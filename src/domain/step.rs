@@ -2,6 +2,7 @@
 //! prefix aggregates a phase in queries and metrics (seed 004, 3.1).
 
 use std::fmt;
+use std::time::Duration;
 
 use super::{BindingStatus, UnknownCode};
 
@@ -136,6 +137,30 @@ impl StepStatus {
     /// Whether this step is a deterministic failure.
     pub fn is_deterministic_failure(self) -> bool {
         DETERMINISTIC_FAILURES.contains(&self)
+    }
+
+    /// When the workflow runs an operation at this step again by itself:
+    /// `None` while it waits for something outside (a decision, a deploy, an
+    /// operator) or is finished; zero for "at once"; otherwise after a pause,
+    /// because an unknown outcome is re-read now and then, not retried in a loop.
+    pub const fn resume_after(self) -> Option<Duration> {
+        match self {
+            Self::Accepted
+            | Self::ApprovalSending
+            | Self::CalledBackApproved
+            | Self::MrCreating
+            | Self::MrCreated
+            | Self::HandleStarted
+            | Self::CloseRequested
+            | Self::CloseExpired
+            | Self::CloseMrCreated => Some(Duration::ZERO),
+            // Asking twice may open a second ticket: give the callback time.
+            Self::ApprovalSendUnknown => Some(Duration::from_secs(300)),
+            Self::PipelinePending => Some(Duration::from_secs(60)),
+            Self::RebasePending => Some(Duration::from_secs(30)),
+            Self::MergePending => Some(Duration::from_secs(10)),
+            _ => None,
+        }
     }
 }
 

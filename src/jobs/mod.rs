@@ -1,9 +1,9 @@
 //! Background jobs: each is a `run_once` that does one round of work, driven
 //! by [`run_loop`] until shutdown. Tests call `run_once` directly.
 
+pub mod dispatch;
 pub mod expiry;
 pub mod idempotency_cleanup;
-pub mod resume;
 
 use std::future::Future;
 use std::time::Duration;

@@ -1,10 +1,16 @@
 //! A fixed pool of workers with a bounded queue. When the queue is full a
 //! submission fails at once (never blocks the request, never queues without
 //! bound), so the caller can record a visible, countable "busy" failure.
+//!
+//! An operation is queued at most once at a time: submitting one that is
+//! already queued or running is a no-op, so the dispatcher, callbacks and
+//! wake-ups may all hand over the same operation without doubling work.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -12,7 +18,9 @@ use super::StepFuture;
 
 /// What the workers run for an accepted operation.
 pub trait Steps: Send + Sync + 'static {
-    /// The work for `operation_id`.
+    /// The work for `operation_id`; resolves to the pause after which it
+    /// should run again (a poll), if any. The pause is also stored by the
+    /// work itself: the wake-up is only the fast path.
     fn run(&self, operation_id: String) -> StepFuture;
 }
 
@@ -21,14 +29,37 @@ pub trait Steps: Send + Sync + 'static {
 #[error("the worker pool is busy")]
 pub struct Busy;
 
+/// Operations queued or running in this process.
+#[derive(Default)]
+struct InFlight(Mutex<HashSet<String>>);
+
+impl InFlight {
+    /// `false` when `operation_id` is already queued or running.
+    fn enter(&self, operation_id: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(operation_id.to_owned())
+    }
+
+    fn leave(&self, operation_id: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(operation_id);
+    }
+}
+
 /// Hands operations to the workers; cheap to clone.
 #[derive(Clone)]
 pub struct Executor {
     queue: mpsc::Sender<String>,
+    in_flight: Arc<InFlight>,
+    shutdown: CancellationToken,
 }
 
 impl Executor {
-    /// Starts `workers` workers on `tasks`, fed by a queue of `capacity`.
+    /// Starts `workers` workers on `steps`, fed by a queue of `capacity`.
     /// Workers stop taking work when `shutdown` is cancelled and finish what
     /// they hold.
     pub fn start(
@@ -39,46 +70,94 @@ impl Executor {
         tasks: &mut JoinSet<()>,
     ) -> Self {
         let (queue, receiver) = mpsc::channel(usize::try_from(capacity).unwrap_or(1).max(1));
-        let receiver = Arc::new(Mutex::new(receiver));
+        let executor = Self {
+            queue,
+            in_flight: Arc::default(),
+            shutdown,
+        };
+        let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
         for _ in 0..workers.max(1) {
-            let (receiver, steps, shutdown) = (receiver.clone(), steps.clone(), shutdown.clone());
+            let (receiver, steps, executor) = (receiver.clone(), steps.clone(), executor.clone());
             tasks.spawn(async move {
                 loop {
                     let next = tokio::select! {
-                        () = shutdown.cancelled() => None,
+                        () = executor.shutdown.cancelled() => None,
                         next = async { receiver.lock().await.recv().await } => next,
                     };
                     let Some(operation_id) = next else { return };
                     // Each job in its own task: a panicking step is contained
                     // there (and logged) instead of taking this worker down.
-                    if let Err(err) = tokio::spawn(steps.run(operation_id)).await {
-                        tracing::error!("a workflow step failed unexpectedly: {err}");
+                    let outcome = tokio::spawn(steps.run(operation_id.clone())).await;
+                    executor.in_flight.leave(&operation_id);
+                    match outcome {
+                        Ok(Some(pause)) => executor.wake_after(operation_id, pause),
+                        Ok(None) => {}
+                        Err(err) => tracing::error!("a workflow step failed unexpectedly: {err}"),
                     }
                 }
             });
         }
-        Self { queue }
+        executor
     }
 
-    /// Queues `operation_id`, or fails at once with [`Busy`].
+    /// Queues `operation_id` (or finds it queued already), or fails at once with [`Busy`].
     pub fn try_submit(&self, operation_id: String) -> Result<(), Busy> {
-        self.queue.try_send(operation_id).map_err(|_| Busy)
+        if !self.in_flight.enter(&operation_id) {
+            return Ok(());
+        }
+        self.queue.try_send(operation_id).map_err(|err| {
+            let (mpsc::error::TrySendError::Full(id) | mpsc::error::TrySendError::Closed(id)) = err;
+            self.in_flight.leave(&id);
+            Busy
+        })
     }
 
     /// Holds a place in the queue before the work exists, so that whether
     /// there is room is known before a request is recorded, and "busy" can be
     /// written in the same transaction; `None` when the queue is full.
     pub fn reserve(&self) -> Option<Reservation> {
-        self.queue.clone().try_reserve_owned().ok().map(Reservation)
+        let permit = self.queue.clone().try_reserve_owned().ok()?;
+        Some(Reservation {
+            permit,
+            in_flight: self.in_flight.clone(),
+        })
+    }
+
+    /// Free places in the queue now.
+    pub fn free_capacity(&self) -> usize {
+        self.queue.capacity()
+    }
+
+    /// The queue's size.
+    pub fn max_capacity(&self) -> usize {
+        self.queue.max_capacity()
+    }
+
+    /// Queues `operation_id` again after `pause` (a poll); if the queue is
+    /// full then, the dispatcher finds it due in the database instead.
+    fn wake_after(&self, operation_id: String, pause: Duration) {
+        let executor = self.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = executor.shutdown.cancelled() => {}
+                () = tokio::time::sleep(pause) => {
+                    let _ = executor.try_submit(operation_id);
+                }
+            }
+        });
     }
 }
 
 /// A held place in the queue; dropping it gives the place back.
-pub struct Reservation(mpsc::OwnedPermit<String>);
+pub struct Reservation {
+    permit: mpsc::OwnedPermit<String>,
+    in_flight: Arc<InFlight>,
+}
 
 impl Reservation {
     /// Queues `operation_id` in the held place (never fails, never waits).
     pub fn send(self, operation_id: String) {
-        self.0.send(operation_id);
+        self.in_flight.enter(&operation_id);
+        self.permit.send(operation_id);
     }
 }

@@ -18,10 +18,20 @@ use crate::domain::{BindingStatus, OperationKind, StepStatus};
 use crate::store::{self, Change, StoreError};
 
 const ACTOR: &str = "workflow";
-/// Stepped polling: short pauses first (most pipelines are quick), then long
-/// ones, then the deadline (SPEC §6).
-const SHORT_POLLS: (u32, Duration) = (10, Duration::from_millis(300));
-const LONG_POLLS: (u32, Duration) = (20, Duration::from_secs(3));
+/// Stepped polling of the pipeline: short pauses first (most pipelines are
+/// quick), then long ones, then the deadline (SPEC §6).
+const SHORT_POLLS: (i32, Duration) = (10, Duration::from_millis(300));
+const LONG_POLLS: (i32, Duration) = (20, Duration::from_secs(3));
+const PIPELINE_POLLS: i32 = SHORT_POLLS.0 + LONG_POLLS.0;
+
+/// The pause after the `attempts`-th poll of a running pipeline.
+pub(super) fn pipeline_poll_pause(attempts: i32) -> Duration {
+    if attempts < SHORT_POLLS.0 {
+        SHORT_POLLS.1
+    } else {
+        LONG_POLLS.1
+    }
+}
 const MERGE_ATTEMPTS: u32 = 5;
 
 /// Where a step leaves an operation.
@@ -242,8 +252,10 @@ impl Workflow {
             .await
     }
 
-    /// Waits for the MR's pipeline: pass → merging, fail → failed (contact
-    /// the team), no result by the deadline → pending (keep waiting).
+    /// Reads the MR's pipeline once: pass → merging, fail → failed (contact
+    /// the team); still running → polled again later (the operation stays
+    /// where it is), until the deadline → pending (its outcome is unknown,
+    /// keep waiting; it is still re-read now and then).
     pub(super) async fn await_pipeline(
         &self,
         db: &Db,
@@ -254,50 +266,38 @@ impl Workflow {
             return Ok(());
         };
         let project = project_of(&settings, operation);
-        let pauses = std::iter::repeat_n(SHORT_POLLS.1, SHORT_POLLS.0 as usize)
-            .chain(std::iter::repeat_n(LONG_POLLS.1, LONG_POLLS.0 as usize));
-        for pause in pauses {
-            match self.gitlab.merge_request(token, project, iid).await {
-                Ok(mr) if mr.state == "merged" => {
-                    return self
-                        .settle(
-                            db,
-                            operation,
-                            operation.version,
-                            Outcome::to(BindingStatus::Merging, StepStatus::HandleStarted),
-                        )
-                        .await;
-                }
-                Ok(mr) => match mr.head_pipeline.as_ref().map(|p| p.status.as_str()) {
-                    Some("success") => {
-                        // MR first: the approval is asked for now, carrying the MR.
-                        let outcome = if operation.flow_order == FlowOrder::MrFirst {
-                            Outcome::to(BindingStatus::ApprovalSending, StepStatus::ApprovalSending)
-                        } else {
-                            Outcome::to(BindingStatus::Merging, StepStatus::HandleStarted)
-                        };
-                        return self.settle(db, operation, operation.version, outcome).await;
-                    }
-                    Some("failed" | "canceled") => {
-                        let outcome = Outcome {
-                            status: Some(BindingStatus::CreateFailed),
-                            step: StepStatus::CreatePipelineFailed,
-                            message: Some(format!("the pipeline of MR !{iid} failed")),
-                        };
-                        return self.settle(db, operation, operation.version, outcome).await;
-                    }
-                    _ => {}
-                },
-                Err(err) => tracing::debug!(iid, "reading the MR failed, polling on: {err}"),
+        let outcome = match self.gitlab.merge_request(token, project, iid).await {
+            Ok(mr) if mr.state == "merged" => {
+                Outcome::to(BindingStatus::Merging, StepStatus::HandleStarted)
             }
-            tokio::time::sleep(pause).await;
-        }
-        let outcome = Outcome {
-            status: None,
-            step: StepStatus::PipelinePending,
-            message: Some(format!(
-                "the pipeline of MR !{iid} has not finished; its outcome is unknown"
-            )),
+            Ok(mr) => match mr.head_pipeline.as_ref().map(|p| p.status.as_str()) {
+                // MR first: the approval is asked for now, carrying the MR.
+                Some("success") if operation.flow_order == FlowOrder::MrFirst => {
+                    Outcome::to(BindingStatus::ApprovalSending, StepStatus::ApprovalSending)
+                }
+                Some("success") => Outcome::to(BindingStatus::Merging, StepStatus::HandleStarted),
+                Some("failed" | "canceled") => Outcome {
+                    status: Some(BindingStatus::CreateFailed),
+                    step: StepStatus::CreatePipelineFailed,
+                    message: Some(format!("the pipeline of MR !{iid} failed")),
+                },
+                _ if operation.step == StepStatus::PipelinePending
+                    || operation.attempts < PIPELINE_POLLS =>
+                {
+                    return Ok(());
+                }
+                _ => Outcome {
+                    status: None,
+                    step: StepStatus::PipelinePending,
+                    message: Some(format!(
+                        "the pipeline of MR !{iid} has not finished; its outcome is unknown"
+                    )),
+                },
+            },
+            Err(err) => {
+                tracing::debug!(iid, "reading the MR failed, polling on: {err}");
+                return Ok(());
+            }
         };
         self.settle(db, operation, operation.version, outcome).await
     }

@@ -9,16 +9,20 @@ pub use executor::{Busy, Executor, Reservation, Steps};
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::clients::approval::ApprovalClient;
 use crate::clients::gitlab::GitLabClient;
 use crate::config::LiveConfig;
-use crate::db::DbSlot;
+use crate::db::leases::{acquire_lease, release_lease, renew_lease};
 use crate::db::operations::get_operation_with_status;
+use crate::db::{Db, DbSlot};
 use crate::domain::{BindingStatus, StepStatus};
 
-/// A unit of work for one operation.
-pub type StepFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+/// A unit of work for one operation; resolves to the pause after which it
+/// should run again, if any.
+pub type StepFuture = Pin<Box<dyn Future<Output = Option<Duration>> + Send>>;
 
 /// The steps of the workflow, chosen from the operation's state as stored
 /// (never from the caller), so re-running a step is safe.
@@ -28,11 +32,26 @@ pub struct Workflow {
     config: LiveConfig,
     approvals: ApprovalClient,
     gitlab: GitLabClient,
+    /// This process, as the holder of step leases.
+    owner: Arc<str>,
 }
 
 /// The most steps one run takes an operation through (a guard against a
 /// step that would not move it).
 const MAX_STEPS_PER_RUN: usize = 8;
+/// The longest pause between two tries of a step that did not move.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// What one step did.
+enum Progress {
+    /// Moved the operation; the next step may follow at once.
+    Moved,
+    /// Nothing to do now: the operation waits for something outside, or its
+    /// step's write already made it due later.
+    Idle,
+    /// Did not move it: try again after the pause, if it is still at `version`.
+    Retry { pause: Duration, version: i64 },
+}
 
 impl Workflow {
     /// Steps over the shared database, configuration and clients.
@@ -47,34 +66,88 @@ impl Workflow {
             config,
             approvals,
             gitlab,
+            owner: Arc::from(format!("changegate-{}", uuid::Uuid::new_v4())),
         }
     }
 
-    /// Runs the operation's steps one after another until it waits for
-    /// something outside (a decision, a deploy, an operator) or is finished.
-    async fn run_steps(&self, operation_id: &str) {
-        for _ in 0..MAX_STEPS_PER_RUN {
-            if !self.step(operation_id).await {
-                return;
+    /// Takes the operation's lease, runs its steps one after another until it
+    /// waits for something outside (a decision, a deploy, an operator), must
+    /// be polled later, or is finished; then gives the lease back. Returns the
+    /// pause before the next poll, if any.
+    async fn run_steps(&self, operation_id: &str) -> Option<Duration> {
+        let db = self.db.get()?;
+        let lease = self.config.current().executor.lease;
+        match acquire_lease(db, operation_id, &self.owner, lease).await {
+            Ok(true) => {}
+            // Another instance runs it; it hands it back when done.
+            Ok(false) => return None,
+            Err(err) => {
+                tracing::warn!(operation_id, "cannot take the step lease: {err}");
+                return None;
+            }
+        }
+        let steps = async {
+            for _ in 0..MAX_STEPS_PER_RUN {
+                match self.step(db, operation_id).await {
+                    Progress::Moved => {}
+                    other => return other,
+                }
+            }
+            Progress::Idle
+        };
+        let (pause, version) = match self.holding_lease(db, operation_id, lease, steps).await {
+            Some(Progress::Retry { pause, version }) => (Some(pause), version),
+            Some(_) => (None, 0),
+            None => return None,
+        };
+        if let Err(err) = release_lease(db, operation_id, &self.owner, version, pause).await {
+            // The lease runs out by itself; the dispatcher then takes it up.
+            tracing::warn!(operation_id, "cannot give the step lease back: {err}");
+        }
+        pause
+    }
+
+    /// Runs `work` while renewing the lease; `None` if the lease was lost
+    /// (then `work` is dropped: steps are re-entrant, the new holder re-runs it).
+    async fn holding_lease<F: Future>(
+        &self,
+        db: &Db,
+        operation_id: &str,
+        lease: Duration,
+        work: F,
+    ) -> Option<F::Output> {
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                done = &mut work => return Some(done),
+                () = tokio::time::sleep(lease / 3) => {
+                    match renew_lease(db, operation_id, &self.owner, lease).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            tracing::warn!(operation_id, "step lease lost to another instance");
+                            return None;
+                        }
+                        Err(err) => tracing::warn!(operation_id, "cannot renew the step lease: {err}"),
+                    }
+                }
             }
         }
     }
 
-    /// One step; `true` when it moved the operation and another may follow.
-    async fn step(&self, operation_id: &str) -> bool {
-        let Some(db) = self.db.get() else {
-            return false;
-        };
+    /// One step, chosen from the stored state.
+    async fn step(&self, db: &Db, operation_id: &str) -> Progress {
         let (operation, status) = match get_operation_with_status(db, operation_id).await {
             Ok(Some((operation, status, _))) => (operation, status),
-            Ok(None) => return false,
+            Ok(None) => return Progress::Idle,
             Err(err) => {
                 tracing::warn!(operation_id, "cannot read the operation: {err}");
-                return false;
+                return Progress::Retry {
+                    pause: MAX_BACKOFF,
+                    version: 0,
+                };
             }
         };
-        let before = (status, operation.step);
-        let outcome = match before {
+        let outcome = match (status, operation.step) {
             (
                 Some(BindingStatus::ApprovalSending),
                 StepStatus::Accepted
@@ -111,39 +184,49 @@ impl Workflow {
             // Waiting for a decision, a deploy, or an operator.
             (status, step) => {
                 tracing::debug!(operation_id, ?status, %step, "no automatic step from here");
-                return false;
+                return Progress::Idle;
             }
         };
-        match outcome {
-            Ok(()) => {
-                // Go on only if the step moved the operation to something
-                // other than an unknown outcome, which is waited out (by a
-                // callback, or by a later run), not retried in a loop.
-                let after = get_operation_with_status(db, operation_id)
-                    .await
-                    .ok()
-                    .flatten();
-                after.is_some_and(|(operation, status, _)| {
-                    (status, operation.step) != before && !awaits_outcome(operation.step)
-                })
+        let retry = Progress::Retry {
+            pause: poll_pause(operation.step, operation.attempts),
+            version: operation.version,
+        };
+        if let Err(err) = outcome {
+            tracing::warn!(operation_id, "workflow step failed: {err}");
+            return retry;
+        }
+        match get_operation_with_status(db, operation_id).await {
+            Ok(Some((after, _, _))) if after.version == operation.version => retry,
+            // Moved: an unknown outcome is waited out (its write made it due
+            // later), not retried in a loop.
+            Ok(Some((after, _, _))) if after.step.resume_after() == Some(Duration::ZERO) => {
+                Progress::Moved
             }
+            Ok(_) => Progress::Idle,
             Err(err) => {
-                tracing::warn!(operation_id, "workflow step failed: {err}");
-                false
+                tracing::warn!(operation_id, "cannot re-read the operation: {err}");
+                Progress::Idle
             }
         }
     }
 }
 
-/// Steps whose outcome is unknown: the operation waits there.
-fn awaits_outcome(step: StepStatus) -> bool {
-    matches!(
-        step,
-        StepStatus::ApprovalSendUnknown
-            | StepStatus::PipelinePending
-            | StepStatus::RebasePending
-            | StepStatus::MergePending
-    )
+/// The pause before a step that did not move the operation runs again: the
+/// pipeline wait polls in steps (short pauses first, most pipelines are
+/// quick, then long ones until its deadline); waits on an unknown outcome
+/// keep their own pace; anything else backs off exponentially.
+fn poll_pause(step: StepStatus, attempts: i32) -> Duration {
+    match step {
+        StepStatus::MrCreated | StepStatus::CloseMrCreated => {
+            merge_request::pipeline_poll_pause(attempts)
+        }
+        step => match step.resume_after() {
+            Some(pause) if !pause.is_zero() => pause,
+            _ => Duration::from_secs(1)
+                .saturating_mul(1 << attempts.clamp(0, 6))
+                .min(MAX_BACKOFF),
+        },
+    }
 }
 
 impl Steps for Workflow {

@@ -42,7 +42,7 @@ pub struct RecordingSteps(pub Mutex<Vec<String>>);
 impl Steps for RecordingSteps {
     fn run(&self, operation_id: String) -> StepFuture {
         self.0.lock().unwrap().push(operation_id);
-        Box::pin(async {})
+        Box::pin(async { None })
     }
 }
 

@@ -125,6 +125,7 @@ impl Steps for BlockedSteps {
         let gate = self.0.clone();
         Box::pin(async move {
             let _permit = gate.acquire().await;
+            None
         })
     }
 }

@@ -1,0 +1,122 @@
+//! Who runs an operation's step now, and which operations are due: the
+//! durable half of the workflow (SPEC §6, beyond). A lease is taken by
+//! compare-and-swap on an absent or expired lease, so of several instances
+//! (or a restarted one) exactly one runs a step at a time, and a crashed
+//! owner's lease simply runs out.
+
+use std::time::Duration;
+
+use sqlx::AssertSqlSafe;
+
+use super::{Db, dialect};
+use crate::with_pool;
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Takes the lease of `operation_id` for `owner` for `lease`, if nobody
+/// holds one (or it expired, or `owner` holds it already); `true` when taken.
+pub async fn acquire_lease(
+    db: &Db,
+    operation_id: &str,
+    owner: &str,
+    lease: Duration,
+) -> Result<bool, sqlx::Error> {
+    let backend = db.backend();
+    let sql = format!(
+        "UPDATE operation SET lease_owner = ?, lease_until = {} WHERE operation_id = ? \
+         AND (lease_owner IS NULL OR lease_until < {} OR lease_owner = ?)",
+        dialect::now_plus_ms(backend),
+        dialect::now_ms(backend)
+    );
+    with_pool!(db, writer, |pool| {
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(owner)
+            .bind(millis(lease))
+            .bind(operation_id)
+            .bind(owner)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected() == 1)
+    })
+}
+
+/// Extends the lease `owner` holds; `false` when it no longer holds it.
+pub async fn renew_lease(
+    db: &Db,
+    operation_id: &str,
+    owner: &str,
+    lease: Duration,
+) -> Result<bool, sqlx::Error> {
+    let sql = format!(
+        "UPDATE operation SET lease_until = {} WHERE operation_id = ? AND lease_owner = ?",
+        dialect::now_plus_ms(db.backend())
+    );
+    with_pool!(db, writer, |pool| {
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(millis(lease))
+            .bind(operation_id)
+            .bind(owner)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected() == 1)
+    })
+}
+
+/// Gives the lease back. With `poll_again_in`, and only if the operation is
+/// still at `seen_version` (nobody moved it meanwhile), it becomes due again
+/// after that pause and counts one more poll; otherwise its due time stays
+/// as the last step write set it.
+pub async fn release_lease(
+    db: &Db,
+    operation_id: &str,
+    owner: &str,
+    seen_version: i64,
+    poll_again_in: Option<Duration>,
+) -> Result<(), sqlx::Error> {
+    let sql = match poll_again_in {
+        None => "UPDATE operation SET lease_owner = NULL, lease_until = NULL \
+                 WHERE operation_id = ? AND lease_owner = ?"
+            .to_owned(),
+        Some(_) => format!(
+            "UPDATE operation SET lease_owner = NULL, lease_until = NULL, \
+             due_at = CASE WHEN version = ? THEN {} ELSE due_at END, \
+             attempts = CASE WHEN version = ? THEN attempts + 1 ELSE attempts END \
+             WHERE operation_id = ? AND lease_owner = ?",
+            dialect::now_plus_ms(db.backend())
+        ),
+    };
+    with_pool!(db, writer, |pool| {
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        if let Some(pause) = poll_again_in {
+            query = query
+                .bind(seen_version)
+                .bind(millis(pause))
+                .bind(seen_version);
+        }
+        query
+            .bind(operation_id)
+            .bind(owner)
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+}
+
+/// Up to `limit` operations due by the database clock whose lease is free
+/// or expired, earliest first. Served by `ix_operation_due` (the range scan
+/// stops at now; the lease test filters the few rows in it).
+pub async fn list_due(db: &Db, limit: u32) -> Result<Vec<String>, sqlx::Error> {
+    let now = dialect::now_ms(db.backend());
+    let sql = format!(
+        "SELECT operation_id FROM operation WHERE due_at <= {now} \
+         AND (lease_owner IS NULL OR lease_until < {now}) ORDER BY due_at LIMIT ?"
+    );
+    with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(AssertSqlSafe(sql))
+            .bind(limit)
+            .fetch_all(pool)
+            .await
+    })
+}

@@ -1,0 +1,263 @@
+//! Background jobs: due operations go to the workers (step leases decide
+//! who runs them), expired bindings get exactly one close.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use changegate::db::leases::{acquire_lease, list_due, release_lease, renew_lease};
+use changegate::db::operations::get_operation;
+use changegate::domain::{BindingStatus, StepStatus};
+use changegate::jobs::Outcome;
+use changegate::jobs::dispatch::run_once;
+use changegate::workflow::Executor;
+use tokio_util::sync::CancellationToken;
+
+use crate::helpers::each_backend;
+use crate::requests::RecordingSteps;
+use crate::store::{apply, drive};
+
+/// Sets `column` of operation `id` to a time long past.
+async fn set_past(db: &changegate::db::Db, id: &str, column: &str) {
+    let sql =
+        format!("UPDATE operation SET {column} = '2001-01-01 00:00:00.000' WHERE operation_id = ?");
+    changegate::with_pool!(db, writer, |pool| {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
+}
+
+#[tokio::test]
+async fn due_operations_go_to_the_workers_unless_a_live_lease_holds_them() {
+    for test_db in each_backend().await {
+        let db = &test_db.db;
+        let (due, _) = drive(db, &apply("due", "t"), &[]).await;
+        let (orphaned, _) = drive(db, &apply("orphaned", "t"), &[]).await;
+        let (leased, _) = drive(db, &apply("leased", "t"), &[]).await;
+        let waiting_for_decision = [(StepStatus::ApprovalSent, BindingStatus::ApprovalSent)];
+        let (waiting, _) = drive(db, &apply("waiting", "t"), &waiting_for_decision).await;
+        let hour = Duration::from_secs(3600);
+        assert!(
+            acquire_lease(db, &orphaned, "dead-instance", hour)
+                .await
+                .unwrap()
+        );
+        set_past(db, &orphaned, "lease_until").await;
+        assert!(
+            acquire_lease(db, &leased, "live-instance", hour)
+                .await
+                .unwrap()
+        );
+
+        let steps = Arc::new(RecordingSteps::default());
+        let mut tasks = tokio::task::JoinSet::new();
+        let stop = CancellationToken::new();
+        let executor = Executor::start(1, 100, steps.clone(), stop.clone(), &mut tasks);
+        let outcome = run_once(db, &executor).await.unwrap();
+        assert_eq!(
+            outcome,
+            Outcome::Worked {
+                done: 2,
+                full: false
+            },
+            "{}",
+            test_db.name
+        );
+        for _ in 0..100 {
+            if steps.0.lock().unwrap().len() == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut ran = steps.0.lock().unwrap().clone();
+        ran.sort();
+        let mut expected = vec![due.clone(), orphaned.clone()];
+        expected.sort();
+        assert_eq!(
+            ran, expected,
+            "{}: not {leased} (leased) nor {waiting} (waiting)",
+            test_db.name
+        );
+        stop.cancel();
+    }
+}
+
+#[tokio::test]
+async fn of_many_racing_instances_exactly_one_takes_a_lease_and_a_dead_ones_lease_runs_out() {
+    for test_db in each_backend().await {
+        let db = &test_db.db;
+        let (id, _) = drive(db, &apply("raced", "t"), &[]).await;
+        let mut racers = tokio::task::JoinSet::new();
+        for racer in 0..32 {
+            let (db, id) = (db.clone(), id.clone());
+            racers.spawn(async move {
+                let owner = format!("instance-{racer}");
+                let won = acquire_lease(&db, &id, &owner, Duration::from_secs(3600))
+                    .await
+                    .unwrap();
+                won.then_some(owner)
+            });
+        }
+        let winners: Vec<String> = racers.join_all().await.into_iter().flatten().collect();
+        assert_eq!(winners.len(), 1, "{}", test_db.name);
+        assert!(
+            !acquire_lease(db, &id, "latecomer", Duration::from_secs(1))
+                .await
+                .unwrap(),
+            "{}: a live lease is not taken",
+            test_db.name
+        );
+        assert!(
+            list_due(db, 10).await.unwrap().is_empty(),
+            "{}: a leased operation is not due",
+            test_db.name
+        );
+        set_past(db, &id, "lease_until").await;
+        assert_eq!(
+            list_due(db, 10).await.unwrap(),
+            [id.clone()],
+            "{}",
+            test_db.name
+        );
+        assert!(
+            acquire_lease(db, &id, "successor", Duration::from_secs(60))
+                .await
+                .unwrap(),
+            "{}: an expired lease is taken over",
+            test_db.name
+        );
+        assert!(
+            !renew_lease(db, &id, &winners[0], Duration::from_secs(60))
+                .await
+                .unwrap(),
+            "{}: the old owner cannot renew",
+            test_db.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_poll_makes_the_operation_due_later_unless_someone_moved_it_meanwhile() {
+    for test_db in each_backend().await {
+        let db = &test_db.db;
+        let (id, version) = drive(db, &apply("polled", "t"), &[]).await;
+        assert!(
+            acquire_lease(db, &id, "me", Duration::from_secs(60))
+                .await
+                .unwrap()
+        );
+        release_lease(db, &id, "me", version, Some(Duration::from_secs(3600)))
+            .await
+            .unwrap();
+        let polled = get_operation(db, &id).await.unwrap().unwrap();
+        assert_eq!(polled.attempts, 1, "{}", test_db.name);
+        assert!(
+            list_due(db, 10).await.unwrap().is_empty(),
+            "{}",
+            test_db.name
+        );
+
+        // A step write makes it due at once again, and counts polls from zero.
+        let moved = changegate::store::transition(
+            db,
+            &id,
+            version,
+            None,
+            crate::store::change(StepStatus::ApprovalSending),
+        )
+        .await
+        .unwrap();
+        assert!(
+            acquire_lease(db, &id, "me", Duration::from_secs(60))
+                .await
+                .unwrap()
+        );
+        release_lease(db, &id, "me", version, Some(Duration::from_secs(3600)))
+            .await
+            .unwrap();
+        let after = get_operation(db, &id).await.unwrap().unwrap();
+        assert_eq!(
+            (after.attempts, after.version),
+            (0, moved.operation_version),
+            "{}: a stale poll does not push the due time",
+            test_db.name
+        );
+        assert_eq!(list_due(db, 10).await.unwrap(), [id], "{}", test_db.name);
+    }
+}
+
+#[tokio::test]
+async fn an_expired_binding_gets_exactly_one_close_opened_by_changegate() {
+    for test_db in each_backend().await {
+        let db = &test_db.db;
+        let (id, version) = drive(db, &apply("expiring", "t"), crate::store::TO_MERGED).await;
+        changegate::store::transition(
+            db,
+            &id,
+            version,
+            Some(BindingStatus::Validated),
+            crate::store::change(StepStatus::DeployConfirmed),
+        )
+        .await
+        .unwrap();
+        let (_, _) = drive(db, &apply("lasting", "t"), crate::store::TO_MERGED).await;
+        changegate::with_pool!(db, writer, |pool| {
+            sqlx::query(
+                "UPDATE binding SET expires_at = '2001-01-01 00:00:00.000' WHERE subject_id = ?",
+            )
+            .bind("expiring")
+            .execute(pool)
+            .await
+            .map(|_| ())
+        })
+        .unwrap();
+
+        let steps = Arc::new(RecordingSteps::default());
+        let mut tasks = tokio::task::JoinSet::new();
+        let stop = CancellationToken::new();
+        let executor = Executor::start(1, 10, steps.clone(), stop.clone(), &mut tasks);
+        let first = changegate::jobs::expiry::run_once(db, &executor)
+            .await
+            .unwrap();
+        assert_eq!(
+            first,
+            Outcome::Worked {
+                done: 1,
+                full: false
+            },
+            "{}",
+            test_db.name
+        );
+        let again = changegate::jobs::expiry::run_once(db, &executor)
+            .await
+            .unwrap();
+        assert_eq!(again, Outcome::Idle, "{}: exactly one close", test_db.name);
+
+        let binding = changegate::db::bindings::get_binding(db, "expiring", "t")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(binding.status, BindingStatus::Closing);
+        let close = changegate::db::operations::get_operation(db, &binding.operation_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (close.step, close.requested_by.as_str()),
+            (StepStatus::CloseExpired, "changegate")
+        );
+        let lasting = changegate::db::bindings::get_binding(db, "lasting", "t")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            lasting.status,
+            BindingStatus::Merged,
+            "not expired, not touched"
+        );
+        stop.cancel();
+    }
+}
