@@ -185,7 +185,7 @@ struct IdleSteps;
 
 impl Steps for IdleSteps {
     fn run(&self, _: String) -> StepFuture {
-        Box::pin(async {})
+        Box::pin(async { None })
     }
 }
 

@@ -118,7 +118,7 @@ async fn of_many_racing_instances_exactly_one_takes_a_lease_and_a_dead_ones_leas
         set_past(db, &id, "lease_until").await;
         assert_eq!(
             list_due(db, 10).await.unwrap(),
-            [id.clone()],
+            std::slice::from_ref(&id),
             "{}",
             test_db.name
         );
