@@ -79,6 +79,35 @@ pub struct AuditRow {
     pub params: String,
 }
 
+/// One audit entry with its place and time.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct AuditEntry {
+    /// Row id; also the cursor.
+    pub id: i64,
+    /// The entry.
+    #[sqlx(flatten)]
+    pub row: AuditRow,
+    /// Database time it was written.
+    pub created_at: chrono::NaiveDateTime,
+}
+
+/// Entries newest first, below `before_id` when given (the primary key serves it).
+pub async fn list_audit_page(
+    db: &Db,
+    before_id: Option<i64>,
+    limit: u32,
+) -> Result<Vec<AuditEntry>, sqlx::Error> {
+    let sql = "SELECT id, actor, action, subject, params, created_at FROM audit_log \
+               WHERE id < ? ORDER BY id DESC LIMIT ?";
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(sql)
+            .bind(before_id.unwrap_or(i64::MAX))
+            .bind(limit)
+            .fetch_all(pool)
+            .await
+    })
+}
+
 /// The entries about `subject`, oldest first.
 pub async fn list_audit(db: &Db, subject: &str) -> Result<Vec<AuditRow>, sqlx::Error> {
     let sql = "SELECT actor, action, subject, params FROM audit_log WHERE subject = ? ORDER BY id";

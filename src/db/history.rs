@@ -1,6 +1,9 @@
 //! `operation_history`: append-only record of every step and status change.
 
+use std::collections::HashMap;
+
 use chrono::NaiveDateTime;
+use sqlx::AssertSqlSafe;
 
 use super::{Db, DbTx};
 use crate::domain::{BindingStatus, StepStatus};
@@ -93,4 +96,30 @@ pub async fn last_status(db: &Db, operation_id: &str) -> Result<Option<String>, 
             .fetch_optional(pool)
             .await
     })
+}
+
+/// [`last_status`] of each of `operation_ids`, in one query per chunk of
+/// ids (served by `ix_operation_history_operation`).
+pub async fn last_statuses(
+    db: &Db,
+    operation_ids: &[&str],
+) -> Result<HashMap<String, String>, sqlx::Error> {
+    let mut last = HashMap::new();
+    for chunk in operation_ids.chunks(super::IN_LIST_CHUNK) {
+        let sql = format!(
+            "SELECT operation_id, to_status FROM operation_history \
+             WHERE operation_id IN ({}) AND to_status IS NOT NULL ORDER BY id",
+            vec!["?"; chunk.len()].join(", ")
+        );
+        let rows: Vec<(String, String)> = with_pool!(db, reader, |pool| {
+            let mut query = sqlx::query_as(AssertSqlSafe(sql));
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            query.fetch_all(pool).await
+        })?;
+        // Ordered by id: the last row of each operation wins.
+        last.extend(rows);
+    }
+    Ok(last)
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use sqlx::AssertSqlSafe;
 
-use super::{Db, dialect};
-use crate::with_pool;
+use super::{Db, DbTx, dialect};
+use crate::{with_pool, with_tx};
 
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
@@ -118,5 +118,21 @@ pub async fn list_due(db: &Db, limit: u32) -> Result<Vec<String>, sqlx::Error> {
             .bind(limit)
             .fetch_all(pool)
             .await
+    })
+}
+
+/// Makes `operation_id` due now with its polls counted from zero (an
+/// operator's retry), inside the caller's transaction.
+pub async fn make_due_now(tx: &mut DbTx, operation_id: &str) -> Result<(), sqlx::Error> {
+    let sql = format!(
+        "UPDATE operation SET due_at = {}, attempts = 0 WHERE operation_id = ?",
+        dialect::now_ms(tx.backend())
+    );
+    with_tx!(tx, |conn| {
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(operation_id)
+            .execute(conn)
+            .await
+            .map(|_| ())
     })
 }

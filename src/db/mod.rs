@@ -25,6 +25,10 @@ pub use open::{OpenError, open};
 pub use readiness::{DbSlot, connect_until_ready};
 pub use tx::DbTx;
 
+/// Most ids bound in one `IN (...)` list: far below every backend's limit
+/// on bound parameters (SQLite's is 32,766, MySQL's 65,535).
+pub const IN_LIST_CHUNK: usize = 500;
+
 /// Migrations for SQLite, embedded in the binary.
 pub static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("migrations/sqlite");
 /// Migrations for MySQL/MariaDB, embedded in the binary.

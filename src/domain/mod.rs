@@ -4,6 +4,7 @@
 mod binding_status;
 mod decision;
 mod ids;
+pub mod operator;
 pub mod render;
 mod step;
 mod transitions;

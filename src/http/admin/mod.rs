@@ -2,3 +2,5 @@
 //! `operator` rule, and every action is audited.
 
 pub mod approvals;
+pub mod audit;
+pub mod operations;

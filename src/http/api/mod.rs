@@ -4,8 +4,9 @@ mod access;
 pub mod applications;
 mod bindings;
 mod catalog;
-mod status;
+pub(crate) mod status;
 mod submission;
+mod timeline;
 
 use axum::Router;
 use axum::middleware::from_fn_with_state;
@@ -46,6 +47,23 @@ const ADMIN_REJECT: RouteSpec = RouteSpec {
     activity: Some("admin.reject"),
 };
 
+const ADMIN_RETRY: RouteSpec = RouteSpec {
+    name: "operator",
+    rate_limit: None,
+    activity: Some("admin.retry"),
+};
+const ADMIN_FORCE_FAIL: RouteSpec = RouteSpec {
+    name: "operator",
+    rate_limit: None,
+    activity: Some("admin.force_fail"),
+};
+/// Operator reads: the `operator` rule, no business activity.
+const ADMIN_READ: RouteSpec = RouteSpec {
+    name: "operator",
+    rate_limit: None,
+    activity: None,
+};
+
 /// Every read route: the `read` rule, no limit, no business activity.
 const READ: RouteSpec = RouteSpec {
     name: "read",
@@ -79,6 +97,7 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
         .routes(guarded(state, &APPLY, routes!(applications::apply)))
         .routes(guarded(state, &CLOSE, routes!(applications::close)))
         .routes(guarded(state, &READ, routes!(status::get_operation_status)))
+        .routes(guarded(state, &READ, routes!(timeline::get_timeline)))
         .routes(guarded(state, &READ, routes!(bindings::list_my_bindings)))
         .routes(guarded(state, &READ, routes!(catalog::list_targets)))
         .routes(guarded(state, &READ, routes!(catalog::preview)))
@@ -92,6 +111,26 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
             state,
             &ADMIN_REJECT,
             routes!(super::admin::approvals::reject),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_READ,
+            routes!(super::admin::operations::list),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_READ,
+            routes!(super::admin::audit::list),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_RETRY,
+            routes!(super::admin::operations::retry),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_FORCE_FAIL,
+            routes!(super::admin::operations::force_fail),
         ))
         // Identity is resolved for the requester routes only: callbacks
         // authenticate by signature.

@@ -8,9 +8,10 @@ use serde::Serialize;
 use crate::db::Db;
 use crate::db::history::last_status;
 use crate::db::operations::{OperationRow, get_operation_with_status};
-use crate::domain::{BindingStatus, Next, OperationId, next_action};
+use crate::domain::{BindingStatus, Next, OperationId, StepStatus, next_action};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AuthUser, Database};
+use crate::http::layers::authz::Authorized;
 
 /// The status of one operation.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -38,6 +39,16 @@ pub struct OperationView {
 pub struct StepView {
     code: i32,
     name: &'static str,
+}
+
+impl StepView {
+    /// The view of `step`.
+    pub fn of(step: StepStatus) -> Self {
+        Self {
+            code: step.code(),
+            name: step.name(),
+        }
+    }
 }
 
 /// The Merge Request of an operation.
@@ -83,6 +94,17 @@ async fn status_of(
         .and_then(|s| s.parse().ok()))
 }
 
+/// Whether `caller` may see `operation`: its requester, the owner of the
+/// binding it acts on (an operator may have closed it), or an operator.
+pub fn visible_to(
+    caller: &Authorized,
+    operation: &OperationRow,
+    binding_owner: Option<&str>,
+) -> bool {
+    let me = caller.identity.as_str();
+    operation.requested_by == me || binding_owner == Some(me) || caller.operator
+}
+
 /// Status of an operation. Another person's operation answers 404, as if it
 /// did not exist; operators see every operation.
 #[utoipa::path(get, path = "/api/v1/operations/{operationId}", tag = "requests",
@@ -97,32 +119,33 @@ pub async fn get_operation_status(
     let (operation, live, binding_owner) = get_operation_with_status(&db, &id.as_string())
         .await?
         .ok_or(ApiError::NotFound)?;
-    // The requester, the owner of the binding it acts on (an operator may
-    // have closed it), or an operator.
-    let me = caller.identity.as_str();
-    if operation.requested_by != me && binding_owner.as_deref() != Some(me) && !caller.operator {
+    if !visible_to(&caller, &operation, binding_owner.as_deref()) {
         return Err(ApiError::NotFound);
     }
     let status = status_of(&db, &operation, live).await?;
-    let next = status.map_or(Next::Wait, |s| next_action(s, operation.step));
-    Ok(Json(OperationView {
-        operation_id: operation.operation_id,
-        subject_id: operation.subject_id,
-        target_key: operation.target_key,
-        status: status.map_or_else(|| "UNKNOWN".to_owned(), |s| s.to_string()),
-        step: StepView {
-            code: operation.step.code(),
-            name: operation.step.name(),
-        },
-        next: next.as_str(),
-        message: operation
-            .message
-            .unwrap_or_else(|| operation.step.description().to_owned()),
-        merge_request: operation.mr_iid.map(|iid| MergeRequestView {
-            iid,
-            url: operation.mr_url,
-        }),
-        created_at: rfc3339(operation.created_at),
-        updated_at: rfc3339(operation.updated_at),
-    }))
+    Ok(Json(OperationView::of(operation, status)))
+}
+
+impl OperationView {
+    /// The view of `operation`, whose relation is (or was last) in `status`.
+    pub fn of(operation: OperationRow, status: Option<BindingStatus>) -> Self {
+        let next = status.map_or(Next::Wait, |s| next_action(s, operation.step));
+        Self {
+            operation_id: operation.operation_id,
+            subject_id: operation.subject_id,
+            target_key: operation.target_key,
+            status: status.map_or_else(|| "UNKNOWN".to_owned(), |s| s.to_string()),
+            step: StepView::of(operation.step),
+            next: next.as_str(),
+            message: operation
+                .message
+                .unwrap_or_else(|| operation.step.description().to_owned()),
+            merge_request: operation.mr_iid.map(|iid| MergeRequestView {
+                iid,
+                url: operation.mr_url,
+            }),
+            created_at: rfc3339(operation.created_at),
+            updated_at: rfc3339(operation.updated_at),
+        }
+    }
 }

@@ -1,0 +1,87 @@
+//! `GET /admin/v1/audit`: what operators did, newest first.
+
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::db::audit::list_audit_page;
+use crate::http::api::status::rfc3339;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::{AppQuery, Database};
+
+const DEFAULT_PAGE: u32 = 50;
+const MAX_PAGE: u32 = 200;
+
+/// Page selection.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct AuditQuery {
+    /// `nextCursor` of the previous page.
+    cursor: Option<String>,
+    /// Page size, 1 to 200 (default 50).
+    limit: Option<u32>,
+}
+
+/// One audit entry; `params` are as stored (redacted, truncated).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditView {
+    id: i64,
+    actor: String,
+    action: String,
+    /// What the action was about (an operation id, an endpoint id, ...).
+    target: String,
+    #[schema(value_type = Object)]
+    params: Value,
+    created_at: String,
+}
+
+/// One page of audit entries.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditPage {
+    items: Vec<AuditView>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    next_cursor: Option<String>,
+}
+
+/// The audit log, newest first.
+#[utoipa::path(get, path = "/admin/v1/audit", tag = "admin", params(AuditQuery),
+    responses((status = 200, body = AuditPage), (status = 400, description = "Bad cursor or limit")))]
+pub async fn list(
+    Database(db): Database,
+    AppQuery(query): AppQuery<AuditQuery>,
+) -> ApiResult<Json<AuditPage>> {
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::InvalidArgument(
+            "query `limit`: 1 to 200".to_owned(),
+        ));
+    }
+    let before = query
+        .cursor
+        .map(|c| {
+            c.parse().map_err(|_| {
+                ApiError::InvalidArgument("query `cursor`: not a cursor from this API".to_owned())
+            })
+        })
+        .transpose()?;
+    let mut rows = list_audit_page(&db, before, limit + 1).await?;
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    let next_cursor = more
+        .then(|| rows.last().map(|entry| entry.id.to_string()))
+        .flatten();
+    let items = rows
+        .into_iter()
+        .map(|entry| AuditView {
+            id: entry.id,
+            actor: entry.row.actor,
+            action: entry.row.action,
+            target: entry.row.subject,
+            params: serde_json::from_str(&entry.row.params).unwrap_or(Value::Null),
+            created_at: rfc3339(entry.created_at),
+        })
+        .collect();
+    Ok(Json(AuditPage { items, next_cursor }))
+}
