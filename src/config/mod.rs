@@ -1,6 +1,7 @@
 //! Configuration: a TOML file plus environment overrides, validated at start-up,
 //! with dynamic settings hot-reloaded from the watched file (SPEC §4).
 
+pub mod effective;
 mod live;
 mod reader;
 pub mod resolve;

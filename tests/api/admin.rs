@@ -443,3 +443,31 @@ async fn operators_find_operations_by_status_step_and_age_and_read_the_audit_log
         assert_eq!(app.get_as("alice", "/admin/v1/audit").await.status(), 403);
     }
 }
+
+#[tokio::test]
+async fn operators_read_the_effective_configuration_without_its_secrets() {
+    let db = crate::helpers::sqlite_db().await;
+    let secret = "whsec_c2VjcmV0LXRoYXQtbXVzdC1ub3QtbGVhaw==";
+    let extra = format!(
+        "[approval]\ncallback_secret = {secret:?}\n[gitlab]\nbot_token = \"bot-token-value\"\n\
+         [workflow]\nflow_order = \"mr_first\"\n"
+    );
+    let app = requester_app(&db.url, &extra).await;
+    assert_eq!(app.get_as("alice", "/admin/v1/config").await.status(), 403);
+    let answer = app.get_as("admin", "/admin/v1/config").await;
+    assert_eq!(answer.status(), 200);
+    let text = answer.text().await.unwrap();
+    assert!(
+        !text.contains("c2VjcmV0") && !text.contains("bot-token-value"),
+        "{text}"
+    );
+    let config: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(config["approval"]["callbackSecret"], "[redacted]");
+    assert_eq!(config["gitlab"]["botToken"], "[redacted]");
+    assert_eq!(config["workflow"]["flowOrder"], "mr_first");
+    assert_eq!(config["access"]["mode"], "OPEN");
+    assert_eq!(
+        config["targets"]["demo.feature-flags"]["description"],
+        "Demo flags"
+    );
+}

@@ -3,4 +3,5 @@
 
 pub mod approvals;
 pub mod audit;
+pub mod config;
 pub mod operations;

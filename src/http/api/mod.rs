@@ -124,6 +124,11 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
         ))
         .routes(guarded(
             state,
+            &ADMIN_READ,
+            routes!(super::admin::config::get_config),
+        ))
+        .routes(guarded(
+            state,
             &ADMIN_RETRY,
             routes!(super::admin::operations::retry),
         ))

@@ -1,0 +1,155 @@
+//! The running configuration as operators see it (`GET /admin/v1/config`):
+//! every value in effect after defaults, environment overrides and fail-safe
+//! resolution, with secrets redacted and credentials cut out of URLs.
+
+use secrecy::SecretString;
+use serde_json::{Value, json};
+
+use super::resolve::{AccessMode, AccessWindow, ApproveImpl};
+use super::{ApprovalProvider, AuthzProvider, LogFormat, Settings};
+
+const REDACTED: &str = "[redacted]";
+
+fn secret(value: Option<&SecretString>) -> Value {
+    value.map_or(Value::Null, |_| json!(REDACTED))
+}
+
+/// `scheme://user:password@host/db` without the user and password.
+fn without_credentials(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            format!("{}{REDACTED}@{}", &url[..scheme_end + 3], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// A duration the way the file writes it: `30s`, or `250ms`.
+fn duration(value: std::time::Duration) -> String {
+    match value.as_millis() {
+        ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        ms => format!("{ms}ms"),
+    }
+}
+
+/// The effective configuration of `settings`.
+pub fn effective(settings: &Settings) -> Value {
+    let s = settings;
+    let access_mode = match s.access.mode {
+        AccessMode::Open => "OPEN",
+        AccessMode::TestWindow => "TEST_WINDOW",
+        AccessMode::Closed => "CLOSED",
+    };
+    let window = match s.access.window {
+        AccessWindow::Always => json!("always"),
+        AccessWindow::Daily { start, end, tz } => {
+            json!({ "start": start.to_string(), "end": end.to_string(), "timezone": tz.name() })
+        }
+        AccessWindow::Never => json!("invalid (treated as closed)"),
+    };
+    let targets: serde_json::Map<String, Value> = s
+        .targets
+        .iter()
+        .map(|(key, target)| {
+            let value = json!({
+                "description": target.description,
+                "project": if target.project.is_empty() { &s.gitlab.project } else { &target.project },
+                "path": target.path,
+                "ruleCodes": target.rule_codes,
+                "selfOnly": target.self_only,
+                "params": target.params,
+            });
+            (key.clone(), value)
+        })
+        .collect();
+    json!({
+        "server": {
+            "listen": s.server.listen.to_string(),
+            "requestTimeout": duration(s.server.request_timeout),
+            "shutdownTimeout": duration(s.server.shutdown_timeout),
+        },
+        "database": {
+            "url": without_credentials(&s.database.url),
+            "maxConnections": s.database.max_connections,
+            "connectTimeout": duration(s.database.connect_timeout),
+        },
+        "log": {
+            "level": s.log.level,
+            "format": match s.log.format { LogFormat::Human => "human", LogFormat::Json => "json" },
+        },
+        "access": { "mode": access_mode, "window": window },
+        "rateLimit": s.rate_limit,
+        "identity": {
+            "trustedProxies": s.identity.trusted_proxies.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "userHeader": s.identity.user_header,
+            "emailHeader": s.identity.email_header,
+            "employeeIdHeader": s.identity.employee_id_header,
+            "canonicalEmailDomain": s.identity.canonical_email_domain,
+            "aliases": s.identity.aliases,
+            "jwt": {
+                "hs256Secret": secret(s.identity.jwt.hs256_secret.as_ref()),
+                "rs256PublicKey": s.identity.jwt.rs256_public_key.is_some(),
+                "issuer": s.identity.jwt.issuer,
+                "audience": s.identity.jwt.audience,
+            },
+        },
+        "authz": {
+            "provider": match s.authz.provider { AuthzProvider::Static => "static", AuthzProvider::Http => "http" },
+            "url": without_credentials(&s.authz.url),
+            "timeout": duration(s.authz.timeout),
+            "rules": s.authz.rules,
+            "grants": s.authz.grants,
+        },
+        "targets": targets,
+        "idempotency": {
+            "ttl": duration(s.idempotency.ttl),
+            "cleanupInterval": duration(s.idempotency.cleanup_interval),
+        },
+        "executor": {
+            "workers": s.executor.workers,
+            "queueCapacity": s.executor.queue_capacity,
+            "lease": duration(s.executor.lease),
+            "pollInterval": duration(s.executor.poll_interval),
+        },
+        "workflow": { "flowOrder": s.flow_order.as_str() },
+        "gitlab": {
+            "baseUrl": without_credentials(&s.gitlab.base_url),
+            "project": s.gitlab.project,
+            "targetBranch": s.gitlab.target_branch,
+            "botToken": secret(s.gitlab.bot_token.as_ref()),
+            "reviewerTokens": s.gitlab.reviewer_tokens.iter().map(|_| REDACTED).collect::<Vec<_>>(),
+            "approveImpl": match s.gitlab.approve_impl { ApproveImpl::Standard => "standard", ApproveImpl::Checklist => "checklist" },
+        },
+        "approval": {
+            "provider": match s.approval.provider { ApprovalProvider::Builtin => "builtin", ApprovalProvider::Http => "http" },
+            "url": without_credentials(&s.approval.url),
+            "callbackSecret": secret(s.approval.callback_secret.as_ref()),
+            "retries": s.approval.retries,
+            "timeout": duration(s.approval.timeout),
+        },
+        "deploy": { "callbackSecret": secret(s.deploy_callback_secret.as_ref()) },
+        "batch": {
+            "enabled": s.batch.enabled,
+            "interval": duration(s.batch.interval),
+            "maxRequests": s.batch.max_requests,
+        },
+        "webhooks": { "silent": s.webhooks_silent },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_never_leave_in_urls() {
+        assert_eq!(
+            without_credentials("mysql://app:s3cret@db:3306/changegate"),
+            "mysql://[redacted]@db:3306/changegate"
+        );
+        assert_eq!(
+            without_credentials("sqlite://data/changegate.db"),
+            "sqlite://data/changegate.db"
+        );
+    }
+}

@@ -1,0 +1,16 @@
+//! `GET /admin/v1/config`: the configuration in effect, secrets redacted.
+
+use axum::Json;
+use axum::extract::State;
+use serde_json::Value;
+
+use crate::config::effective::effective;
+use crate::state::AppState;
+
+/// The running configuration (after defaults, environment overrides and
+/// fail-safe resolution); secrets appear as `[redacted]`.
+#[utoipa::path(get, path = "/admin/v1/config", tag = "admin",
+    responses((status = 200, description = "The effective configuration", body = Object)))]
+pub async fn get_config(State(state): State<AppState>) -> Json<Value> {
+    Json(effective(&state.config.current()))
+}
