@@ -1,7 +1,9 @@
 //! `callback_receipt` and `deploy_report`: what callers told us, once each.
 
-use super::DbTx;
-use crate::with_tx;
+use chrono::NaiveDateTime;
+
+use super::{Db, DbTx};
+use crate::{with_pool, with_tx};
 
 /// Who sent a callback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,4 +69,24 @@ pub async fn operations_of_mr(tx: &mut DbTx, mr_iid: i64) -> Result<Vec<String>,
     with_tx!(tx, |conn| {
         sqlx::query_scalar(sql).bind(mr_iid).fetch_all(conn).await
     })
+}
+
+/// Whether the deploy pipeline already reported MR `mr_iid` deployed, at or
+/// after `since` (a report that beat the MERGED write). Served by
+/// `ix_deploy_report_status_mr`.
+pub async fn deployed_since(
+    db: &Db,
+    mr_iid: i64,
+    since: NaiveDateTime,
+) -> Result<bool, sqlx::Error> {
+    let sql = "SELECT COUNT(*) FROM deploy_report \
+               WHERE status = 'success' AND mr_iid = ? AND received_at >= ?";
+    let count: i64 = with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(sql)
+            .bind(mr_iid)
+            .bind(since)
+            .fetch_one(pool)
+            .await
+    })?;
+    Ok(count > 0)
 }

@@ -12,6 +12,7 @@ use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest};
 use crate::config::Settings;
 use crate::config::resolve::FlowOrder;
 use crate::db::Db;
+use crate::db::callbacks::deployed_since;
 use crate::db::operations::{OperationRow, record_merge_request};
 use crate::domain::render::{BindingFile, canonical_json, file_path};
 use crate::domain::{BindingStatus, OperationKind, StepStatus};
@@ -32,7 +33,8 @@ pub(super) fn pipeline_poll_pause(attempts: i32) -> Duration {
         LONG_POLLS.1
     }
 }
-const MERGE_ATTEMPTS: u32 = 5;
+/// Merge rounds without progress before the merge counts as refused.
+const MERGE_POLLS: i32 = PIPELINE_POLLS;
 
 /// Where a step leaves an operation.
 struct Outcome {
@@ -302,7 +304,12 @@ impl Workflow {
         self.settle(db, operation, operation.version, outcome).await
     }
 
-    /// Both reviewer bots approve, then the bot merges.
+    /// One round of the merge step: read the MR (merged → done, closed →
+    /// failed, rebasing → wait), have both reviewer bots approve, re-read it,
+    /// then rebase when the target moved on, wait while it is not mergeable
+    /// yet, or merge at the head whose pipeline passed. A round that cannot
+    /// finish leaves the operation where it is, to be polled again; only
+    /// after [`MERGE_POLLS`] rounds without progress is the merge refused.
     pub(super) async fn approve_and_merge(
         &self,
         db: &Db,
@@ -313,47 +320,167 @@ impl Workflow {
             return Ok(());
         };
         let project = project_of(&settings, operation);
-        let mr = match self.gitlab.merge_request(token, project, iid).await {
-            Ok(mr) => mr,
-            Err(err) => {
-                tracing::warn!(iid, "cannot read the MR before merging: {err}");
+        let outcome = match self
+            .merge_round(&settings, token, project, iid, operation.attempts)
+            .await
+        {
+            Ok(Round::Finished(outcome)) => outcome,
+            Ok(Round::Rebasing) => Outcome {
+                status: None,
+                step: StepStatus::HandleStarted,
+                message: Some(format!(
+                    "MR !{iid} is behind its target branch: rebasing it"
+                )),
+            },
+            Ok(Round::NotYet) => return Ok(()),
+            Err(err) if err.outcome_unknown() || err.status().is_none() => {
+                tracing::debug!(iid, "merge round interrupted, polling on: {err}");
                 return Ok(());
             }
+            Err(err) => Outcome::failed(
+                BindingStatus::HandleFailed,
+                StepStatus::HandleMergeRefused,
+                &err,
+            ),
         };
+        let merged = outcome.status == Some(BindingStatus::Merged);
+        self.settle(db, operation, operation.version, outcome)
+            .await?;
+        if merged && operation.kind == OperationKind::Apply {
+            self.confirm_early_deploy(db, operation, iid).await?;
+        }
+        Ok(())
+    }
+
+    /// The deploy pipeline may report the merge before the MERGED write (it
+    /// watches GitLab, not changegate); its callback was then ignored as
+    /// stale, but its report is stored: it confirms the deploy now, through
+    /// the same flip-once transition the callback uses.
+    async fn confirm_early_deploy(
+        &self,
+        db: &Db,
+        operation: &OperationRow,
+        iid: i64,
+    ) -> Result<(), StoreError> {
+        if !deployed_since(db, iid, operation.created_at).await? {
+            return Ok(());
+        }
+        let change = Change {
+            step: StepStatus::DeployConfirmed,
+            message: Some("the deploy was reported before the merge was recorded"),
+            actor: "deploy-callback",
+        };
+        store::flip(
+            db,
+            &operation.operation_id,
+            &[BindingStatus::Merged],
+            BindingStatus::Validated,
+            change,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn merge_round(
+        &self,
+        settings: &Settings,
+        token: &SecretString,
+        project: &str,
+        iid: i64,
+        polls: i32,
+    ) -> Result<Round, GitLabError> {
+        let mr = self.gitlab.merge_request(token, project, iid).await?;
         // Read remote state first: an MR already merged is finished, not approved again.
-        let outcome = if mr.state == "merged" {
-            Outcome::to(BindingStatus::Merged, StepStatus::HandleMerged)
-        } else if mr.state == "closed" {
-            Outcome {
-                status: Some(BindingStatus::HandleFailed),
-                step: StepStatus::HandleMrClosed,
-                message: Some(format!("MR !{iid} was closed")),
+        match mr.state.as_str() {
+            "merged" => return Ok(Round::merged()),
+            "closed" => {
+                return Ok(Round::Finished(Outcome {
+                    status: Some(BindingStatus::HandleFailed),
+                    step: StepStatus::HandleMrClosed,
+                    message: Some(format!("MR !{iid} was closed")),
+                }));
             }
-        } else if let Err(err) = self.approve_as_reviewers(&settings, project, iid).await {
-            Outcome::failed(
+            _ if mr.rebase_in_progress => return Ok(Round::NotYet),
+            _ => {}
+        }
+        if let Some(error) = mr
+            .merge_error
+            .as_deref()
+            .filter(|e| e.starts_with("Rebase failed"))
+        {
+            return Ok(Round::Finished(Outcome {
+                status: Some(BindingStatus::HandleFailed),
+                step: StepStatus::HandleRebaseConflict,
+                message: Some(format!("MR !{iid} cannot be rebased: {error}")),
+            }));
+        }
+        if let Err(err) = self.approve_as_reviewers(settings, project, iid).await {
+            return Ok(Round::Finished(Outcome::failed(
                 BindingStatus::HandleFailed,
                 StepStatus::HandleApproveFailed,
                 &err,
-            )
-        } else {
-            match self.merge(token, project, iid).await {
-                Ok(()) => Outcome::to(BindingStatus::Merged, StepStatus::HandleMerged),
-                Err(err) if err.outcome_unknown() => {
-                    tracing::warn!(iid, "merge answer unclear, will re-read: {err}");
-                    Outcome {
-                        status: None,
-                        step: StepStatus::MergePending,
-                        message: None,
-                    }
-                }
-                Err(err) => Outcome::failed(
-                    BindingStatus::HandleFailed,
-                    StepStatus::HandleMergeRefused,
-                    &err,
-                ),
+            )));
+        }
+        let mr = self.gitlab.merge_request(token, project, iid).await?;
+        let detailed = mr.detailed_merge_status.as_deref().unwrap_or("unchecked");
+        let pipeline = mr.head_pipeline.as_ref().map(|p| p.status.as_str());
+        let stuck = |why: &str| {
+            if polls < MERGE_POLLS {
+                Round::NotYet
+            } else {
+                Round::Finished(Outcome {
+                    status: Some(BindingStatus::HandleFailed),
+                    step: StepStatus::HandleMergeRefused,
+                    message: Some(format!(
+                        "MR !{iid} did not become mergeable in time ({why})"
+                    )),
+                })
             }
         };
-        self.settle(db, operation, operation.version, outcome).await
+        match (detailed, pipeline) {
+            ("merged", _) => Ok(Round::merged()),
+            ("conflict", _) => Ok(Round::Finished(Outcome {
+                status: Some(BindingStatus::HandleFailed),
+                step: StepStatus::HandleRebaseConflict,
+                message: Some(format!("MR !{iid} conflicts with its target branch")),
+            })),
+            ("need_rebase", _) => match self.gitlab.rebase(token, project, iid).await {
+                Ok(()) => Ok(Round::Rebasing),
+                // A rebase is running or could not be enqueued right now.
+                Err(err) if err.status().is_some_and(|s| s.as_u16() == 409) => Ok(Round::NotYet),
+                Err(err) => Err(err),
+            },
+            (_, Some("failed" | "canceled")) => Ok(Round::Finished(Outcome {
+                status: Some(BindingStatus::HandleFailed),
+                step: StepStatus::CreatePipelineFailed,
+                message: Some(format!("the pipeline of MR !{iid} failed")),
+            })),
+            ("mergeable", _) => {
+                let sha = mr.sha.unwrap_or_default();
+                match self.gitlab.merge(token, project, iid, &sha).await {
+                    Ok(_) => Ok(Round::merged()),
+                    Err(err) if err.outcome_unknown() => {
+                        tracing::warn!(iid, "merge answer unclear, will re-read: {err}");
+                        Ok(Round::Finished(Outcome {
+                            status: None,
+                            step: StepStatus::MergePending,
+                            message: None,
+                        }))
+                    }
+                    // Not mergeable at this moment (the target moved on, a
+                    // check is running): the next round re-reads it.
+                    Err(err)
+                        if err
+                            .status()
+                            .is_some_and(|s| matches!(s.as_u16(), 405 | 406 | 409 | 422)) =>
+                    {
+                        Ok(stuck(&err.to_string()))
+                    }
+                    Err(err) => Err(err),
+                }
+            }
+            (other, _) => Ok(stuck(other)),
+        }
     }
 
     /// Each reviewer separately: read before each attempt, approve, and read
@@ -377,7 +504,11 @@ impl Workflow {
                     last = None;
                     break;
                 }
-                match self.gitlab.approve(reviewer, project, iid).await {
+                match self
+                    .gitlab
+                    .approve_with(settings.gitlab.approve_impl, reviewer, project, iid)
+                    .await
+                {
                     Ok(()) => {
                         last = None;
                         break;
@@ -397,35 +528,20 @@ impl Workflow {
         }
         Ok(())
     }
+}
 
-    /// Merges at the MR's head; a "not mergeable now" answer (405/406/422)
-    /// is re-polled and retried.
-    async fn merge(
-        &self,
-        token: &SecretString,
-        project: &str,
-        iid: i64,
-    ) -> Result<(), GitLabError> {
-        let mut last = None;
-        for _ in 0..MERGE_ATTEMPTS {
-            let mr = self.gitlab.merge_request(token, project, iid).await?;
-            if mr.state == "merged" {
-                return Ok(());
-            }
-            let sha = mr.sha.unwrap_or_default();
-            match self.gitlab.merge(token, project, iid, &sha).await {
-                Ok(_) => return Ok(()),
-                Err(err)
-                    if err
-                        .status()
-                        .is_some_and(|s| matches!(s.as_u16(), 405 | 406 | 409 | 422)) =>
-                {
-                    last = Some(err)
-                }
-                Err(err) => return Err(err),
-            }
-            tokio::time::sleep(SHORT_POLLS.1).await;
-        }
-        Err(last.unwrap_or_else(|| GitLabError::Decode("merge attempts exhausted".to_owned())))
+/// What one merge round found.
+enum Round {
+    /// The step ends here.
+    Finished(Outcome),
+    /// A rebase was asked for: recorded, and its polls count from zero.
+    Rebasing,
+    /// Not mergeable yet: polled again later.
+    NotYet,
+}
+
+impl Round {
+    fn merged() -> Self {
+        Self::Finished(Outcome::to(BindingStatus::Merged, StepStatus::HandleMerged))
     }
 }

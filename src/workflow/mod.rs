@@ -211,15 +211,17 @@ impl Workflow {
     }
 }
 
-/// The pause before a step that did not move the operation runs again: the
-/// pipeline wait polls in steps (short pauses first, most pipelines are
-/// quick, then long ones until its deadline); waits on an unknown outcome
-/// keep their own pace; anything else backs off exponentially.
+/// The pause before a step that did not move the operation runs again:
+/// waits on the MR (its pipeline, its mergeability) poll in steps, short
+/// pauses first (most pipelines are quick), then long ones until their
+/// deadline; waits on an unknown outcome keep their own pace; anything else
+/// backs off exponentially.
 fn poll_pause(step: StepStatus, attempts: i32) -> Duration {
     match step {
-        StepStatus::MrCreated | StepStatus::CloseMrCreated => {
-            merge_request::pipeline_poll_pause(attempts)
-        }
+        StepStatus::MrCreated
+        | StepStatus::CloseMrCreated
+        | StepStatus::HandleStarted
+        | StepStatus::CalledBackApproved => merge_request::pipeline_poll_pause(attempts),
         step => match step.resume_after() {
             Some(pause) if !pause.is_zero() => pause,
             _ => Duration::from_secs(1)

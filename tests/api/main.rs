@@ -9,6 +9,7 @@
 mod admin;
 mod callbacks;
 mod cli;
+mod durability;
 mod gitlab_client;
 mod health;
 mod helpers;
