@@ -2,6 +2,7 @@
 //! accounts, each call with a timeout; 429 and 5xx answers are retried with
 //! exponential backoff that honours `Retry-After`.
 
+mod checklist;
 mod error;
 mod types;
 
@@ -43,6 +44,7 @@ pub struct GitLabClient {
     api: String,
     timeout: Duration,
     retry: RetryPolicy,
+    checklists: checklist::ChecklistCache,
 }
 
 /// Encodes a project path (`config/repo` → `config%2Frepo`) or passes an id.
@@ -63,13 +65,15 @@ impl GitLabClient {
             api: format!("{}/api/v4", base_url.trim_end_matches('/')),
             timeout,
             retry,
+            checklists: checklist::ChecklistCache::default(),
         }
     }
 
     /// Sends one request, retrying 429 and 5xx answers (GitLab did not apply
     /// them, or a proxy in front failed); a timeout is not retried here,
-    /// because the request may have been applied.
-    async fn send(
+    /// because the request may have been applied. Any other answer is
+    /// returned as it is.
+    async fn exchange(
         &self,
         token: &SecretString,
         method: Method,
@@ -98,11 +102,7 @@ impl GitLabClient {
             let status = response.status();
             let retryable = status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error();
             if !retryable || attempt >= self.retry.retries {
-                return if status.is_success() {
-                    Ok(response)
-                } else {
-                    Err(failure(response).await)
-                };
+                return Ok(response);
             }
             let wait = retry_after(&response)
                 .unwrap_or(pause)
@@ -111,6 +111,22 @@ impl GitLabClient {
             tokio::time::sleep(wait).await;
             pause = (pause * 2).min(self.retry.max_backoff);
             attempt += 1;
+        }
+    }
+
+    /// [`Self::exchange`], with any unsuccessful answer as an error.
+    async fn send(
+        &self,
+        token: &SecretString,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Response, GitLabError> {
+        let response = self.exchange(token, method, path, body).await?;
+        if response.status().is_success() {
+            Ok(response)
+        } else {
+            Err(failure(response).await)
         }
     }
 
@@ -252,6 +268,22 @@ impl GitLabClient {
         self.call(token, Method::PUT, &path, Some(&body)).await
     }
 
+    /// Asks GitLab to rebase the MR's source branch onto its target (202:
+    /// enqueued; poll the MR until `rebase_in_progress` is false). 409 means
+    /// a rebase is running or could not be enqueued now.
+    pub async fn rebase(
+        &self,
+        token: &SecretString,
+        project: &str,
+        iid: i64,
+    ) -> Result<(), GitLabError> {
+        let path = format!(
+            "/projects/{}/merge_requests/{iid}/rebase",
+            project_ref(project)
+        );
+        self.send(token, Method::PUT, &path, None).await.map(|_| ())
+    }
+
     /// Closes an MR (a no-op on GitLab's side when it is already closed).
     pub async fn close_merge_request(
         &self,
@@ -283,19 +315,30 @@ fn retry_after(response: &Response) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
+/// The body of an unsuccessful answer, as JSON when it is JSON.
+async fn error_body(response: Response) -> (StatusCode, String, Option<Value>) {
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    let body = serde_json::from_str(&text).ok();
+    (status, text, body)
+}
+
 /// GitLab's error text: `message` (a string, an array, or an object of field
 /// errors) or `error`, flattened to one line.
 async fn failure(response: Response) -> GitLabError {
-    let status = response.status();
-    let text = response.text().await.unwrap_or_default();
-    let message = match serde_json::from_str::<Value>(&text) {
-        Ok(body) => match body.get("message").or_else(|| body.get("error")) {
+    let (status, _, body) = error_body(response).await;
+    status_error(status, body.as_ref())
+}
+
+fn status_error(status: StatusCode, body: Option<&Value>) -> GitLabError {
+    let message = match body {
+        Some(body) => match body.get("message").or_else(|| body.get("error")) {
             Some(Value::String(message)) => message.clone(),
             Some(other) => other.to_string(),
             None => body.to_string(),
         },
         // An HTML page from a proxy in front of GitLab.
-        Err(_) => status.canonical_reason().unwrap_or("error").to_owned(),
+        None => status.canonical_reason().unwrap_or("error").to_owned(),
     };
     GitLabError::Status {
         status,
