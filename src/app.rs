@@ -107,7 +107,7 @@ impl Application {
                 let gitlab = GitLabClient::new(
                     client.clone(),
                     &settings.gitlab.base_url,
-                    Duration::from_secs(30),
+                    settings.gitlab.timeout,
                     RetryPolicy::default(),
                 );
                 Arc::new(Workflow::new(

@@ -111,13 +111,20 @@ pub fn effective(settings: &Settings) -> Value {
             "lease": duration(s.executor.lease),
             "pollInterval": duration(s.executor.poll_interval),
         },
-        "workflow": { "flowOrder": s.flow_order.as_str() },
+        "workflow": {
+            "flowOrder": s.flow_order.as_str(),
+            "shortPolls": s.polling.short_polls,
+            "shortPollInterval": duration(s.polling.short_interval),
+            "longPolls": s.polling.long_polls,
+            "longPollInterval": duration(s.polling.long_interval),
+        },
         "gitlab": {
             "baseUrl": without_credentials(&s.gitlab.base_url),
             "project": s.gitlab.project,
             "targetBranch": s.gitlab.target_branch,
             "botToken": secret(s.gitlab.bot_token.as_ref()),
             "reviewerTokens": s.gitlab.reviewer_tokens.iter().map(|_| REDACTED).collect::<Vec<_>>(),
+            "timeout": duration(s.gitlab.timeout),
             "approveImpl": match s.gitlab.approve_impl { ApproveImpl::Standard => "standard", ApproveImpl::Checklist => "checklist" },
         },
         "approval": {

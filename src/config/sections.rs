@@ -113,6 +113,51 @@ pub struct ExecutorSettings {
     pub poll_interval: Duration,
 }
 
+/// `[workflow]` polling of GitLab (dynamic): waits on a pipeline or on an
+/// MR becoming mergeable poll `short_polls` times every `short_poll_interval`
+/// (most pipelines are quick), then `long_polls` times every
+/// `long_poll_interval`; then the wait's deadline has passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PollSchedule {
+    /// `short_polls`, default 10.
+    pub short_polls: u32,
+    /// `short_poll_interval`, default `300ms`.
+    pub short_interval: Duration,
+    /// `long_polls`, default 20.
+    pub long_polls: u32,
+    /// `long_poll_interval`, default `3s`.
+    pub long_interval: Duration,
+}
+
+impl PollSchedule {
+    /// The pause after the `polls`-th poll.
+    pub fn pause_after(&self, polls: i32) -> Duration {
+        if polls < i32::try_from(self.short_polls).unwrap_or(i32::MAX) {
+            self.short_interval
+        } else {
+            self.long_interval
+        }
+    }
+
+    /// Whether `polls` polls reach the deadline.
+    pub fn deadline_reached(&self, polls: i32) -> bool {
+        i64::from(polls) >= i64::from(self.short_polls) + i64::from(self.long_polls)
+    }
+}
+
+pub(super) fn poll_schedule(r: &mut Reader<'_>) -> PollSchedule {
+    PollSchedule {
+        short_polls: r.count_at(&["workflow", "short_polls"], 0..=1000, 10),
+        short_interval: r.static_duration(
+            "workflow",
+            "short_poll_interval",
+            Duration::from_millis(300),
+        ),
+        long_polls: r.count_at(&["workflow", "long_polls"], 0..=10_000, 20),
+        long_interval: r.static_duration("workflow", "long_poll_interval", Duration::from_secs(3)),
+    }
+}
+
 /// Keys of the sections defined here.
 pub(super) const IDENTITY_KEYS: &[&str] = &[
     "trusted_proxies",

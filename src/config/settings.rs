@@ -14,7 +14,8 @@ use toml::{Table, Value};
 use super::reader::Reader;
 use super::resolve::{self, AccessMode, AccessWindow, ApproveImpl, FlowOrder};
 use super::sections::{
-    AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings, TargetSettings,
+    AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings, PollSchedule,
+    TargetSettings,
 };
 use super::{Problem, sections};
 
@@ -44,6 +45,8 @@ pub struct Settings {
     pub executor: ExecutorSettings,
     /// Dynamic: the order new requests follow.
     pub flow_order: FlowOrder,
+    /// Dynamic: how waits on GitLab poll.
+    pub polling: PollSchedule,
     /// GitLab connection (static) and approve implementation (dynamic).
     pub gitlab: GitLabSettings,
     /// The approval system.
@@ -123,6 +126,8 @@ pub struct GitLabSettings {
     pub reviewer_tokens: Vec<SecretString>,
     /// `approve_impl`, dynamic.
     pub approve_impl: ApproveImpl,
+    /// `timeout`, static, default `30s`: one GitLab call.
+    pub timeout: Duration,
 }
 
 /// `[approval]`
@@ -183,7 +188,16 @@ const SCHEMA: &[(&str, Option<&[&str]>)] = &[
     ("targets", None),
     ("idempotency", Some(sections::IDEMPOTENCY_KEYS)),
     ("executor", Some(sections::EXECUTOR_KEYS)),
-    ("workflow", Some(&["flow_order"])),
+    (
+        "workflow",
+        Some(&[
+            "flow_order",
+            "short_polls",
+            "short_poll_interval",
+            "long_polls",
+            "long_poll_interval",
+        ]),
+    ),
     (
         "gitlab",
         Some(&[
@@ -193,6 +207,7 @@ const SCHEMA: &[(&str, Option<&[&str]>)] = &[
             "bot_token",
             "reviewer_tokens",
             "approve_impl",
+            "timeout",
         ]),
     ),
     (
@@ -310,6 +325,7 @@ impl Settings {
         let targets = sections::targets(&mut r);
         let idempotency = sections::idempotency(&mut r);
         let executor = sections::executor(&mut r);
+        let polling = sections::poll_schedule(&mut r);
 
         let flow_order = r.resolved(
             "workflow.flow_order",
@@ -347,6 +363,7 @@ impl Settings {
                 "gitlab.approve_impl",
                 resolve::approve_impl(r.get("gitlab", "approve_impl")),
             ),
+            timeout: r.static_duration("gitlab", "timeout", Duration::from_secs(30)),
         };
 
         let approval = ApprovalSettings {
@@ -400,6 +417,7 @@ impl Settings {
             idempotency,
             executor,
             flow_order,
+            polling,
             gitlab,
             approval,
             deploy_callback_secret: r.secret("deploy", "callback_secret"),

@@ -19,22 +19,6 @@ use crate::domain::{BindingStatus, OperationKind, StepStatus};
 use crate::store::{self, Change, StoreError};
 
 const ACTOR: &str = "workflow";
-/// Stepped polling of the pipeline: short pauses first (most pipelines are
-/// quick), then long ones, then the deadline (SPEC §6).
-const SHORT_POLLS: (i32, Duration) = (10, Duration::from_millis(300));
-const LONG_POLLS: (i32, Duration) = (20, Duration::from_secs(3));
-const PIPELINE_POLLS: i32 = SHORT_POLLS.0 + LONG_POLLS.0;
-
-/// The pause after the `attempts`-th poll of a running pipeline.
-pub(super) fn pipeline_poll_pause(attempts: i32) -> Duration {
-    if attempts < SHORT_POLLS.0 {
-        SHORT_POLLS.1
-    } else {
-        LONG_POLLS.1
-    }
-}
-/// Merge rounds without progress before the merge counts as refused.
-const MERGE_POLLS: i32 = PIPELINE_POLLS;
 
 /// Where a step leaves an operation.
 struct Outcome {
@@ -79,7 +63,7 @@ fn bot(settings: &Settings) -> Result<&SecretString, GitLabError> {
         .gitlab
         .bot_token
         .as_ref()
-        .ok_or_else(|| GitLabError::Transport("gitlab.bot_token is not configured".to_owned()))
+        .ok_or(GitLabError::NotConfigured("gitlab.bot_token is not set"))
 }
 
 impl Outcome {
@@ -158,7 +142,7 @@ impl Workflow {
                     )
                     .await;
             }
-            Err(err) if err.outcome_unknown() => {
+            Err(err) if err.is_transient() => {
                 tracing::warn!(operation_id = %operation.operation_id, "MR creation unclear, will re-read: {err}");
                 return Ok(());
             }
@@ -284,7 +268,7 @@ impl Workflow {
                     message: Some(format!("the pipeline of MR !{iid} failed")),
                 },
                 _ if operation.step == StepStatus::PipelinePending
-                    || operation.attempts < PIPELINE_POLLS =>
+                    || !settings.polling.deadline_reached(operation.attempts) =>
                 {
                     return Ok(());
                 }
@@ -309,7 +293,7 @@ impl Workflow {
     /// then rebase when the target moved on, wait while it is not mergeable
     /// yet, or merge at the head whose pipeline passed. A round that cannot
     /// finish leaves the operation where it is, to be polled again; only
-    /// after [`MERGE_POLLS`] rounds without progress is the merge refused.
+    /// when its polls reach the deadline without progress is the merge refused.
     pub(super) async fn approve_and_merge(
         &self,
         db: &Db,
@@ -333,7 +317,7 @@ impl Workflow {
                 )),
             },
             Ok(Round::NotYet) => return Ok(()),
-            Err(err) if err.outcome_unknown() || err.status().is_none() => {
+            Err(err) if err.is_transient() => {
                 tracing::debug!(iid, "merge round interrupted, polling on: {err}");
                 return Ok(());
             }
@@ -425,7 +409,7 @@ impl Workflow {
         let detailed = mr.detailed_merge_status.as_deref().unwrap_or("unchecked");
         let pipeline = mr.head_pipeline.as_ref().map(|p| p.status.as_str());
         let stuck = |why: &str| {
-            if polls < MERGE_POLLS {
+            if !settings.polling.deadline_reached(polls) {
                 Round::NotYet
             } else {
                 Round::Finished(Outcome {

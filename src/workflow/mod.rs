@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::clients::approval::ApprovalClient;
 use crate::clients::gitlab::GitLabClient;
-use crate::config::LiveConfig;
+use crate::config::{LiveConfig, PollSchedule};
 use crate::db::leases::{acquire_lease, release_lease, renew_lease};
 use crate::db::operations::get_operation_with_status;
 use crate::db::{Db, DbSlot};
@@ -188,7 +188,11 @@ impl Workflow {
             }
         };
         let retry = Progress::Retry {
-            pause: poll_pause(operation.step, operation.attempts),
+            pause: poll_pause(
+                &self.config.current().polling,
+                operation.step,
+                operation.attempts,
+            ),
             version: operation.version,
         };
         if let Err(err) = outcome {
@@ -216,12 +220,12 @@ impl Workflow {
 /// pauses first (most pipelines are quick), then long ones until their
 /// deadline; waits on an unknown outcome keep their own pace; anything else
 /// backs off exponentially.
-fn poll_pause(step: StepStatus, attempts: i32) -> Duration {
+fn poll_pause(schedule: &PollSchedule, step: StepStatus, attempts: i32) -> Duration {
     match step {
         StepStatus::MrCreated
         | StepStatus::CloseMrCreated
         | StepStatus::HandleStarted
-        | StepStatus::CalledBackApproved => merge_request::pipeline_poll_pause(attempts),
+        | StepStatus::CalledBackApproved => schedule.pause_after(attempts),
         step => match step.resume_after() {
             Some(pause) if !pause.is_zero() => pause,
             _ => Duration::from_secs(1)

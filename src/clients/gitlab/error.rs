@@ -22,6 +22,9 @@ pub enum GitLabError {
     /// A 2xx answer that is not the documented shape.
     #[error("unexpected GitLab answer: {0}")]
     Decode(String),
+    /// changegate lacks a setting the call needs (an operator must fix it).
+    #[error("changegate is not configured for GitLab: {0}")]
+    NotConfigured(&'static str),
 }
 
 impl GitLabError {
@@ -37,5 +40,16 @@ impl GitLabError {
     /// been applied): the caller must re-read remote state before acting again.
     pub fn outcome_unknown(&self) -> bool {
         matches!(self, Self::Timeout) || self.status().is_some_and(|s| s.is_server_error())
+    }
+
+    /// Whether trying again later may succeed: the outcome is unknown, the
+    /// connection failed, or GitLab is throttling. Anything else is GitLab's
+    /// answer about the request itself.
+    pub fn is_transient(&self) -> bool {
+        self.outcome_unknown()
+            || matches!(self, Self::Transport(_))
+            || self
+                .status()
+                .is_some_and(|s| s == reqwest::StatusCode::TOO_MANY_REQUESTS)
     }
 }
