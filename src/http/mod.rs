@@ -64,8 +64,13 @@ pub fn with_edge_layers(router: Router, request_timeout: Duration) -> Router {
             limit_duration(request_timeout, request, next)
         }))
         .layer(CatchPanicLayer::custom(
-            |_: Box<dyn std::any::Any + Send>| {
-                ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
+            |panic: Box<dyn std::any::Any + Send>| {
+                let detail = panic
+                    .downcast_ref::<&str>()
+                    .map(|text| (*text).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                ApiError::Internal(anyhow::anyhow!("handler panicked: {detail}")).into_response()
             },
         ))
         .layer(

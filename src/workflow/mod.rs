@@ -19,6 +19,7 @@ use crate::db::leases::{acquire_lease, release_lease, renew_lease};
 use crate::db::operations::get_operation_with_status;
 use crate::db::{Db, DbSlot};
 use crate::domain::{BindingStatus, StepStatus};
+use crate::store::{self, Change, StoreError};
 
 /// A unit of work for one operation; resolves to the pause after which it
 /// should run again, if any.
@@ -88,7 +89,7 @@ impl Workflow {
         }
         let steps = async {
             for _ in 0..MAX_STEPS_PER_RUN {
-                match self.step(db, operation_id).await {
+                match self.contained_step(db, operation_id).await {
                     Progress::Moved => {}
                     other => return other,
                 }
@@ -132,6 +133,42 @@ impl Workflow {
                 }
             }
         }
+    }
+
+    /// [`Self::step`] in a task of its own, so that a step that panics
+    /// (a bug) lands the operation in its step's declared failure, with the
+    /// detail in the logs, instead of being re-run and failing forever.
+    async fn contained_step(&self, db: &Db, operation_id: &str) -> Progress {
+        let (workflow, task_db, id) = (self.clone(), db.clone(), operation_id.to_owned());
+        match tokio::spawn(async move { workflow.step(&task_db, &id).await }).await {
+            Ok(progress) => progress,
+            Err(err) => {
+                tracing::error!(operation_id, "a workflow step failed unexpectedly: {err}");
+                if let Err(err) = self.fail_unexpectedly(db, operation_id).await {
+                    tracing::error!(operation_id, "cannot record the unexpected failure: {err}");
+                }
+                Progress::Idle
+            }
+        }
+    }
+
+    async fn fail_unexpectedly(&self, db: &Db, operation_id: &str) -> Result<(), StoreError> {
+        let Some((operation, Some(status), _)) =
+            get_operation_with_status(db, operation_id).await?
+        else {
+            return Ok(());
+        };
+        let Some((to, step)) = declared_failure(status) else {
+            return Ok(());
+        };
+        let change = Change {
+            step,
+            message: Some("an unexpected error stopped this step; the team can see the details"),
+            actor: "workflow",
+        };
+        store::flip(db, &operation.operation_id, &[status], to, change)
+            .await
+            .map(|_| ())
     }
 
     /// One step, chosen from the stored state.
@@ -215,6 +252,20 @@ impl Workflow {
     }
 }
 
+/// Where an operation whose binding is in `status` lands when its step fails
+/// in a way no step foresaw: the failure its phase declares.
+fn declared_failure(status: BindingStatus) -> Option<(BindingStatus, StepStatus)> {
+    match status {
+        BindingStatus::ApprovalSending
+        | BindingStatus::ApprovalSent
+        | BindingStatus::MrCreating
+        | BindingStatus::MrCreated => Some((BindingStatus::CreateFailed, StepStatus::CreateFailed)),
+        BindingStatus::Merging => Some((BindingStatus::HandleFailed, StepStatus::HandleFailed)),
+        BindingStatus::Closing => Some((BindingStatus::CloseFailed, StepStatus::CloseFailed)),
+        _ => None,
+    }
+}
+
 /// The pause before a step that did not move the operation runs again:
 /// waits on the MR (its pipeline, its mergeability) poll in steps, short
 /// pauses first (most pipelines are quick), then long ones until their
@@ -239,5 +290,33 @@ impl Steps for Workflow {
     fn run(&self, operation_id: String) -> StepFuture {
         let workflow = self.clone();
         Box::pin(async move { workflow.run_steps(&operation_id).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{check_transition, next_action};
+
+    #[test]
+    fn every_status_a_step_runs_in_declares_a_legal_failure_that_says_contact_the_team() {
+        for status in BindingStatus::ALL {
+            if let Some((to, step)) = declared_failure(status) {
+                assert_eq!(check_transition(status, to), Ok(()), "{status}");
+                assert_eq!(next_action(to, step).as_str(), "CONTACT_TEAM", "{status}");
+            }
+        }
+        for status in [
+            BindingStatus::ApprovalSending,
+            BindingStatus::MrCreating,
+            BindingStatus::MrCreated,
+            BindingStatus::Merging,
+            BindingStatus::Closing,
+        ] {
+            assert!(
+                declared_failure(status).is_some(),
+                "{status} has automatic steps"
+            );
+        }
     }
 }

@@ -68,3 +68,50 @@ async fn unknown_paths_get_the_error_json_with_the_callers_request_id() {
 
     app.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_panicking_handler_answers_a_generic_500_and_the_server_keeps_serving() {
+    use std::time::Duration;
+
+    use axum::Router;
+    use axum::routing::get;
+
+    let routes = Router::new()
+        .route(
+            "/boom",
+            get(|| async {
+                if true {
+                    panic!("secret internal detail");
+                }
+                "unreachable"
+            }),
+        )
+        .route("/fine", get(|| async { "fine" }));
+    let app = changegate::http::with_edge_layers(routes, Duration::from_secs(5));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+
+    let answer = client
+        .get(format!("http://{address}/boom"))
+        .header("x-request-id", "panic-test")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 500);
+    assert_eq!(answer.headers()["x-request-id"], "panic-test");
+    let text = answer.text().await.unwrap();
+    assert!(!text.contains("secret internal detail"), "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        (body["code"].as_str(), body["requestId"].as_str()),
+        (Some("INTERNAL"), Some("panic-test"))
+    );
+    let fine = client
+        .get(format!("http://{address}/fine"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fine.status(), 200);
+}
