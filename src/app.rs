@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::authz::Permissions;
+use crate::batch::MergeQueue;
 use crate::clients::approval::ApprovalClient;
 use crate::clients::gitlab::{GitLabClient, RetryPolicy};
 use crate::config::LiveConfig;
@@ -100,23 +101,23 @@ impl Application {
             .timeout(std::time::Duration::from_secs(30))
             .build()
             .context("building the HTTP client")?;
+        let gitlab = GitLabClient::new(
+            client.clone(),
+            &settings.gitlab.base_url,
+            settings.gitlab.timeout,
+            RetryPolicy::default(),
+        );
+        let workflow = Workflow::new(
+            db.clone(),
+            config.clone(),
+            ApprovalClient::new(client.clone()),
+            gitlab,
+        );
+        let merge_queue = MergeQueue::new(db.clone(), config.clone(), workflow.clone());
         let executor = Executor::start(
             settings.executor.workers,
             settings.executor.queue_capacity,
-            parts.steps.unwrap_or_else(|| {
-                let gitlab = GitLabClient::new(
-                    client.clone(),
-                    &settings.gitlab.base_url,
-                    settings.gitlab.timeout,
-                    RetryPolicy::default(),
-                );
-                Arc::new(Workflow::new(
-                    db.clone(),
-                    config.clone(),
-                    ApprovalClient::new(client.clone()),
-                    gitlab,
-                ))
-            }),
+            parts.steps.unwrap_or_else(|| Arc::new(workflow)),
             shutdown.child_token(),
             &mut workers,
         );
@@ -127,6 +128,7 @@ impl Application {
             &limiter,
             &db,
             &executor,
+            &merge_queue,
             JobIntervals {
                 dispatch: settings.executor.poll_interval,
                 idempotency_cleanup: settings.idempotency.cleanup_interval,
@@ -141,6 +143,7 @@ impl Application {
             limiter,
             permissions: Permissions::new(client),
             executor,
+            merge_queue,
         });
         Ok(Self {
             listener,
@@ -231,6 +234,7 @@ fn spawn_jobs(
     limiter: &Arc<SlidingWindow>,
     db: &DbSlot,
     executor: &Executor,
+    merge_queue: &MergeQueue,
     intervals: JobIntervals,
 ) {
     let limiter = limiter.clone();
@@ -267,6 +271,11 @@ fn spawn_jobs(
             }
         },
     ));
+    workers.spawn(merge_queue_loop(
+        merge_queue.clone(),
+        intervals.dispatch,
+        shutdown.child_token(),
+    ));
     let (expiry_db, expiry_executor) = (db.clone(), executor.clone());
     workers.spawn(jobs::run_loop(
         "binding_expiry",
@@ -297,4 +306,27 @@ fn spawn_jobs(
             }
         },
     ));
+}
+
+/// The merge queue's scheduler: drives running batches every `tick`, and
+/// claims a new batch every `batch.interval` (read live each time).
+async fn merge_queue_loop(queue: MergeQueue, tick: Duration, shutdown: CancellationToken) {
+    let mut last_claim: Option<tokio::time::Instant> = None;
+    loop {
+        let interval = queue.interval();
+        if last_claim.is_none_or(|at| at.elapsed() >= interval) {
+            last_claim = Some(tokio::time::Instant::now());
+            match queue.claim_round().await {
+                Ok(_) | Err(crate::batch::ClaimError::NotNow(_)) => {}
+                Err(err) => tracing::warn!(job = "merge_queue", "claim failed: {err:#}"),
+            }
+        }
+        if let Err(err) = queue.drive_round().await {
+            tracing::warn!(job = "merge_queue", "driving batches failed: {err:#}");
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(tick.min(interval)) => {}
+        }
+    }
 }

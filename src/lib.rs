@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod authz;
+pub mod batch;
 pub mod clients;
 pub mod config;
 pub mod db;

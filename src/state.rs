@@ -5,6 +5,7 @@ use std::sync::Arc;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::authz::Permissions;
+use crate::batch::MergeQueue;
 use crate::config::LiveConfig;
 use crate::db::DbSlot;
 use crate::http::layers::limiter::SlidingWindow;
@@ -48,4 +49,6 @@ pub struct App {
     pub permissions: Permissions,
     /// The bounded worker pool.
     pub executor: Executor,
+    /// The batch merge queue.
+    pub merge_queue: MergeQueue,
 }

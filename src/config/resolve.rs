@@ -409,6 +409,28 @@ pub fn batch_enabled(raw: Option<&Value>) -> Resolved<bool> {
     }
 }
 
+/// The batch freeze switch: missing → off; not a boolean → on (frozen
+/// stops new rounds and fails nothing, the lighter mistake).
+pub fn freeze(raw: Option<&Value>) -> Resolved<bool> {
+    match raw {
+        None => Resolved::ok(false),
+        Some(Value::Boolean(on)) => Resolved::ok(*on),
+        Some(other) => Resolved::warn(
+            true,
+            format!("{} is not true/false; frozen", describe(other)),
+        ),
+    }
+}
+
+/// A plain switch: missing → `default`; not a boolean → `default`.
+pub fn flag(raw: Option<&Value>, default: bool) -> Resolved<bool> {
+    match raw {
+        None => Resolved::ok(default),
+        Some(Value::Boolean(on)) => Resolved::ok(*on),
+        Some(other) => Resolved::warn(default, format!("{} is not true/false", describe(other))),
+    }
+}
+
 /// A positive duration such as `"5s"`: missing → `default`; invalid → `default`.
 pub fn duration(raw: Option<&Value>, default: Duration) -> Resolved<Duration> {
     if blank(raw) {

@@ -59,6 +59,17 @@ pub struct Settings {
     pub webhooks_silent: bool,
 }
 
+impl Settings {
+    /// The GitLab project a target's files live in: its own, else `gitlab.project`.
+    pub fn project_for(&self, target_key: &str) -> &str {
+        self.targets
+            .get(target_key)
+            .map(|target| target.project.as_str())
+            .filter(|project| !project.is_empty())
+            .unwrap_or(&self.gitlab.project)
+    }
+}
+
 /// `[server]`
 #[derive(Debug, Clone)]
 pub struct ServerSettings {
@@ -163,6 +174,17 @@ pub struct BatchSettings {
     pub interval: Duration,
     /// `max_requests`, default 500.
     pub max_requests: u32,
+    /// `freeze`, default false: no new rounds start (merge windows,
+    /// embargoes); nothing waiting or running fails.
+    pub freeze: bool,
+    /// `timeout`, default `30m`: a batch RUNNING longer is settled by the sweep.
+    pub timeout: Duration,
+    /// `max_split_depth`, default 4: how many times a failing batch is halved
+    /// before its members fail on their own.
+    pub max_split_depth: u32,
+    /// `partition_by_project`, default false: one active batch per GitLab
+    /// project instead of one in all.
+    pub partition_by_project: bool,
 }
 
 /// Keys each section accepts; `None` means any key (a map such as `rate_limit`).
@@ -215,7 +237,18 @@ const SCHEMA: &[(&str, Option<&[&str]>)] = &[
         Some(&["provider", "url", "callback_secret", "retries", "timeout"]),
     ),
     ("deploy", Some(&["callback_secret"])),
-    ("batch", Some(&["enabled", "interval", "max_requests"])),
+    (
+        "batch",
+        Some(&[
+            "enabled",
+            "interval",
+            "max_requests",
+            "freeze",
+            "timeout",
+            "max_split_depth",
+            "partition_by_project",
+        ]),
+    ),
     ("webhooks", Some(&["silent"])),
 ];
 
@@ -402,6 +435,16 @@ impl Settings {
             max_requests: r.resolved(
                 "batch.max_requests",
                 resolve::positive_count(r.get("batch", "max_requests"), 500),
+            ),
+            freeze: r.resolved("batch.freeze", resolve::freeze(r.get("batch", "freeze"))),
+            timeout: r.resolved(
+                "batch.timeout",
+                resolve::duration(r.get("batch", "timeout"), Duration::from_secs(1800)),
+            ),
+            max_split_depth: r.count_at(&["batch", "max_split_depth"], 0..=16, 4),
+            partition_by_project: r.resolved(
+                "batch.partition_by_project",
+                resolve::flag(r.get("batch", "partition_by_project"), false),
             ),
         };
 

@@ -6,6 +6,7 @@
 //! one query body for each, so most SQL is written once.
 
 pub mod audit;
+pub mod batches;
 pub mod bindings;
 pub mod callbacks;
 pub mod dialect;

@@ -315,3 +315,26 @@ pub async fn record_merge_request(
             .map(|done| done.rows_affected())
     })
 }
+
+/// The operations of `operation_ids`, in one query per chunk of ids.
+pub async fn operations_by_ids(
+    db: &Db,
+    operation_ids: &[String],
+) -> Result<Vec<OperationRow>, sqlx::Error> {
+    let mut rows = Vec::with_capacity(operation_ids.len());
+    for chunk in operation_ids.chunks(super::IN_LIST_CHUNK) {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM operation WHERE operation_id IN ({}) ORDER BY operation_id",
+            vec!["?"; chunk.len()].join(", ")
+        );
+        let found: Vec<OperationRow> = with_pool!(db, reader, |pool| {
+            let mut query = sqlx::query_as(AssertSqlSafe(sql));
+            for id in chunk {
+                query = query.bind(id.as_str());
+            }
+            query.fetch_all(pool).await
+        })?;
+        rows.extend(found);
+    }
+    Ok(rows)
+}

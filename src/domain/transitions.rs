@@ -37,6 +37,8 @@ pub const LEGAL_TRANSITIONS: &[(BindingStatus, &[BindingStatus])] = &[
             ApprovalSending,
             // a failed batch sends its members back to wait for a smaller one
             MrCreating,
+            // its MR was merged outside changegate while its pipeline ran
+            Merged,
             CreateFailed,
             Abandoned,
         ],

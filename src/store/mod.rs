@@ -6,10 +6,12 @@
 //! every binding move against [`crate::domain::check_transition`], appends the
 //! history, and appends one outbox event per real status flip.
 
+mod bulk;
 mod submit;
 mod transition;
 mod tx;
 
+pub use bulk::{MergeRequestRef, move_members};
 pub use submit::{IdempotencyClaim, NewRequest, Submitted, submit};
 pub use transition::{
     Change, Flip, Transitioned, flip, flip_in, note_in, transition, transition_in,

@@ -21,10 +21,13 @@ use crate::store::{self, Change, StoreError};
 const ACTOR: &str = "workflow";
 
 /// Where a step leaves an operation.
-struct Outcome {
-    status: Option<BindingStatus>,
-    step: StepStatus,
-    message: Option<String>,
+pub(crate) struct Outcome {
+    /// The binding's new status, if it moves.
+    pub status: Option<BindingStatus>,
+    /// The operation's new step.
+    pub step: StepStatus,
+    /// Why.
+    pub message: Option<String>,
 }
 
 impl Outcome {
@@ -45,20 +48,76 @@ impl Outcome {
     }
 }
 
+/// What one MR writes: a branch, one commit of file actions, and the MR's
+/// title and description (whose `Changegate-Operation:` trailers name the
+/// operations it carries, for the deploy pipeline).
+pub(crate) struct ChangeSet {
+    /// The source branch.
+    pub branch: String,
+    /// Commit message and MR title.
+    pub title: String,
+    /// The MR's description.
+    pub description: String,
+    /// The files written or deleted.
+    pub actions: Vec<FileAction>,
+}
+
+fn commit_title(operation: &OperationRow) -> String {
+    format!(
+        "changegate: {} {} for {}",
+        operation.kind.as_str().to_lowercase(),
+        operation.target_key,
+        operation.subject_id
+    )
+}
+
+/// The file an operation writes (apply) or deletes (close); the content is
+/// deterministic, so writing it twice writes the same bytes.
+pub(crate) fn file_action(settings: &Settings, operation: &OperationRow) -> FileAction {
+    let template = settings
+        .targets
+        .get(&operation.target_key)
+        .map_or("bindings/{target}/{subject}.json", |t| t.path.as_str());
+    let path = file_path(template, &operation.target_key, &operation.subject_id);
+    match operation.kind {
+        OperationKind::Apply => {
+            let params =
+                serde_json::from_str(&operation.params).unwrap_or_else(|_| serde_json::json!({}));
+            let content = BindingFile {
+                subject: &operation.subject_id,
+                target: &operation.target_key,
+                params: &canonical_json(&params),
+                expires_at: operation.expires_at.map(|at| {
+                    at.and_utc()
+                        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+                }),
+                operation_id: &operation.operation_id,
+                requested_by: &operation.requested_by,
+            }
+            .render();
+            FileAction {
+                action: "create",
+                file_path: path,
+                content: Some(content),
+            }
+        }
+        OperationKind::Close => FileAction {
+            action: "delete",
+            file_path: path,
+            content: None,
+        },
+    }
+}
+
 fn branch_of(operation: &OperationRow) -> String {
     format!("changegate/{}", operation.operation_id)
 }
 
 fn project_of<'a>(settings: &'a Settings, operation: &OperationRow) -> &'a str {
-    settings
-        .targets
-        .get(&operation.target_key)
-        .map(|target| target.project.as_str())
-        .filter(|project| !project.is_empty())
-        .unwrap_or(&settings.gitlab.project)
+    settings.project_for(&operation.target_key)
 }
 
-fn bot(settings: &Settings) -> Result<&SecretString, GitLabError> {
+pub(crate) fn bot(settings: &Settings) -> Result<&SecretString, GitLabError> {
     settings
         .gitlab
         .bot_token
@@ -158,13 +217,34 @@ impl Workflow {
         settings: &Settings,
         operation: &OperationRow,
     ) -> Result<MergeRequest, GitLabError> {
-        let (token, project) = (bot(settings)?, project_of(settings, operation));
-        let branch = branch_of(operation);
-        let base = &settings.gitlab.target_branch;
+        let change = ChangeSet {
+            branch: branch_of(operation),
+            title: commit_title(operation),
+            description: format!(
+                "{}\n\nChangegate-Operation: {}",
+                operation.reason, operation.operation_id
+            ),
+            actions: vec![file_action(settings, operation)],
+        };
+        self.open_change(settings, project_of(settings, operation), &change)
+            .await
+    }
+
+    /// Branch, one commit of `change`'s files, and the MR, as the bot. Each
+    /// part an earlier run already made is found and reused, so this may run
+    /// any number of times for one change.
+    pub(crate) async fn open_change(
+        &self,
+        settings: &Settings,
+        project: &str,
+        change: &ChangeSet,
+    ) -> Result<MergeRequest, GitLabError> {
+        let token = bot(settings)?;
+        let (branch, base) = (&change.branch, &settings.gitlab.target_branch);
         // An MR from an earlier run of this step is the one to use.
         if let Some(mr) = self
             .gitlab
-            .open_merge_requests_from(token, project, &branch)
+            .open_merge_requests_from(token, project, branch)
             .await?
             .into_iter()
             .next()
@@ -173,54 +253,15 @@ impl Workflow {
         }
         match self
             .gitlab
-            .create_branch(token, project, &branch, base)
+            .create_branch(token, project, branch, base)
             .await
         {
             Err(err) if err.status().is_some_and(|s| s.as_u16() == 400) => {} // exists from an earlier run
             other => other?,
         }
-        let template = settings
-            .targets
-            .get(&operation.target_key)
-            .map_or("bindings/{target}/{subject}.json", |t| t.path.as_str());
-        let path = file_path(template, &operation.target_key, &operation.subject_id);
-        let action = match operation.kind {
-            OperationKind::Apply => {
-                let params = serde_json::from_str(&operation.params)
-                    .unwrap_or_else(|_| serde_json::json!({}));
-                let content = BindingFile {
-                    subject: &operation.subject_id,
-                    target: &operation.target_key,
-                    params: &canonical_json(&params),
-                    expires_at: operation.expires_at.map(|at| {
-                        at.and_utc()
-                            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-                    }),
-                    operation_id: &operation.operation_id,
-                    requested_by: &operation.requested_by,
-                }
-                .render();
-                FileAction {
-                    action: "create",
-                    file_path: path,
-                    content: Some(content),
-                }
-            }
-            OperationKind::Close => FileAction {
-                action: "delete",
-                file_path: path,
-                content: None,
-            },
-        };
-        let message = format!(
-            "changegate: {} {} for {}",
-            operation.kind.as_str().to_lowercase(),
-            operation.target_key,
-            operation.subject_id
-        );
         match self
             .gitlab
-            .commit(token, project, &branch, &message, &[action])
+            .commit(token, project, branch, &change.title, &change.actions)
             .await
         {
             // Written by an earlier run of this step (the content is deterministic).
@@ -229,12 +270,15 @@ impl Workflow {
                 other?;
             }
         }
-        let description = format!(
-            "{}\n\nChangegate-Operation: {}",
-            operation.reason, operation.operation_id
-        );
         self.gitlab
-            .create_merge_request(token, project, &branch, base, &message, &description)
+            .create_merge_request(
+                token,
+                project,
+                branch,
+                base,
+                &change.title,
+                &change.description,
+            )
             .await
     }
 
@@ -365,7 +409,7 @@ impl Workflow {
         .map(|_| ())
     }
 
-    async fn merge_round(
+    pub(crate) async fn merge_round(
         &self,
         settings: &Settings,
         token: &SecretString,
@@ -515,7 +559,7 @@ impl Workflow {
 }
 
 /// What one merge round found.
-enum Round {
+pub(crate) enum Round {
     /// The step ends here.
     Finished(Outcome),
     /// A rebase was asked for: recorded, and its polls count from zero.

@@ -5,6 +5,8 @@ mod approval;
 mod executor;
 mod merge_request;
 
+pub(crate) use merge_request::{ChangeSet, Round, bot, file_action};
+
 pub use executor::{Busy, Executor, Reservation, Steps};
 
 use std::future::Future;
@@ -32,7 +34,7 @@ pub struct Workflow {
     db: DbSlot,
     config: LiveConfig,
     approvals: ApprovalClient,
-    gitlab: GitLabClient,
+    pub(crate) gitlab: GitLabClient,
     /// This process, as the holder of step leases.
     owner: Arc<str>,
 }

@@ -85,9 +85,10 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn config(db_url: &str, port: u16, outside: &Outside, flow_order: &str) -> String {
+fn config(db_url: &str, port: u16, outside: &Outside, flow_order: &str, batched: bool) -> String {
     format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\n\
+        "[batch]\nenabled = {batched}\ninterval = \"500ms\"\n\
+         [server]\nlisten = \"127.0.0.1:{port}\"\n\
          [database]\nurl = {db_url:?}\n\
          [log]\nlevel = \"warn\"\n\
          [executor]\nworkers = 8\nlease = \"2s\"\npoll_interval = \"200ms\"\n\
@@ -207,6 +208,17 @@ fn effective_calls(outside: &Outside, endpoint: Endpoint, status: u16) -> usize 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killed_mid_flight_with_50_requests_every_one_finishes_and_nothing_happens_twice() {
+    killed_mid_flight(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_mid_flight_with_50_batched_requests_every_one_finishes_and_nothing_happens_twice() {
+    killed_mid_flight(true).await;
+}
+
+/// 50 requests, each with its own MR or (`batched`) merged in batches; the
+/// service is killed with SIGKILL once MRs are open and restarted.
+async fn killed_mid_flight(batched: bool) {
     const REQUESTS: usize = 50;
     for test_db in each_backend().await {
         let outside = outside(DecisionPolicy::Auto {
@@ -226,7 +238,7 @@ async fn killed_mid_flight_with_50_requests_every_one_finishes_and_nothing_happe
         let config_path = dir.path().join("changegate.toml");
         std::fs::write(
             &config_path,
-            config(&test_db.url, port, &outside, "approval_first"),
+            config(&test_db.url, port, &outside, "approval_first", batched),
         )
         .unwrap();
         let client = reqwest::Client::builder()
@@ -245,17 +257,24 @@ async fn killed_mid_flight_with_50_requests_every_one_finishes_and_nothing_happe
         // Kill it while the requests are spread over the steps: some MRs
         // open, none or few merged.
         let deadline = Instant::now() + Duration::from_secs(30);
-        while merge_requests(&outside).len() < REQUESTS / 5 {
+        let opened_before_kill = if batched { 1 } else { REQUESTS / 5 };
+        while merge_requests(&outside).len() < opened_before_kill {
             assert!(Instant::now() < deadline, "no MRs were opened");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         drop(service);
-        let merged_at_kill = merge_requests(&outside)
+        let at_kill = merge_requests(&outside);
+        let merged_at_kill = at_kill
             .iter()
             .filter(|mr| format!("{:?}", mr.state) == "Merged")
             .count();
+        let too_late = if batched {
+            merged_at_kill > 0
+        } else {
+            merged_at_kill == REQUESTS
+        };
         assert!(
-            merged_at_kill < REQUESTS,
+            !too_late,
             "{}: the kill came too late to test anything",
             test_db.name
         );
@@ -264,13 +283,15 @@ async fn killed_mid_flight_with_50_requests_every_one_finishes_and_nothing_happe
         let views = all_validated(&client, &address, &requests, Duration::from_secs(120)).await;
 
         let mrs = merge_requests(&outside);
-        assert_eq!(mrs.len(), REQUESTS, "{}: one MR per request", test_db.name);
+        if !batched {
+            assert_eq!(mrs.len(), REQUESTS, "{}: one MR per request", test_db.name);
+        }
         let mut branches: Vec<&str> = mrs.iter().map(|mr| mr.source_branch.as_str()).collect();
         branches.sort_unstable();
         branches.dedup();
         assert_eq!(
             branches.len(),
-            REQUESTS,
+            mrs.len(),
             "{}: no branch has two MRs",
             test_db.name
         );
@@ -284,23 +305,25 @@ async fn killed_mid_flight_with_50_requests_every_one_finishes_and_nothing_happe
             let iid = view["mergeRequest"]["iid"].as_u64().unwrap();
             let mr = &mrs[usize::try_from(iid).unwrap() - 1];
             let id = view["operationId"].as_str().unwrap();
-            assert_eq!(mr.source_branch, format!("changegate/{id}"), "{view}");
+            if !batched {
+                assert_eq!(mr.source_branch, format!("changegate/{id}"), "{view}");
+            }
         }
         assert_eq!(
             effective_calls(&outside, Endpoint::CreateCommit, 201),
-            REQUESTS,
-            "{}: one commit per request",
+            mrs.len(),
+            "{}: one commit per MR",
             test_db.name
         );
         assert_eq!(
             effective_calls(&outside, Endpoint::CreateMergeRequest, 201),
-            REQUESTS,
+            mrs.len(),
             "{}",
             test_db.name
         );
         assert_eq!(
             effective_calls(&outside, Endpoint::Approve, 201),
-            2 * REQUESTS,
+            2 * mrs.len(),
             "{}: two approvals per MR, none repeated",
             test_db.name
         );
@@ -333,7 +356,7 @@ async fn switching_the_flow_order_mid_flight_strands_nothing_and_each_request_ke
     let config_path = dir.path().join("changegate.toml");
     std::fs::write(
         &config_path,
-        config(&test_db.url, port, &outside, "approval_first"),
+        config(&test_db.url, port, &outside, "approval_first", true),
     )
     .unwrap();
     let client = reqwest::Client::builder()
@@ -358,7 +381,7 @@ async fn switching_the_flow_order_mid_flight_strands_nothing_and_each_request_ke
 
     std::fs::write(
         &config_path,
-        config(&test_db.url, port, &outside, "mr_first"),
+        config(&test_db.url, port, &outside, "mr_first", true),
     )
     .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -436,5 +459,22 @@ async fn switching_the_flow_order_mid_flight_strands_nothing_and_each_request_ke
             "{id}: started MR-first, asked with its MR"
         );
     }
-    assert_eq!(merge_requests(&outside).len(), first.len() + second.len());
+    // Approval first: merged in a batch; MR first: each its own MR.
+    let mrs = merge_requests(&outside);
+    for (user, id) in first.iter().chain(&second) {
+        let view: Value = client
+            .get(format!("{address}/api/v1/operations/{id}"))
+            .header("x-auth-request-user", user)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let iid = view["mergeRequest"]["iid"].as_u64().unwrap();
+        let branch = &mrs[usize::try_from(iid).unwrap() - 1].source_branch;
+        let own = format!("changegate/{id}");
+        let started_mr_first = second.iter().any(|(_, late)| late == id);
+        assert_eq!(*branch == own, started_mr_first, "{id}: {branch}");
+    }
 }

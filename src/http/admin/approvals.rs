@@ -5,16 +5,16 @@ use axum::Json;
 use axum::extract::{Path, State};
 use serde_json::{Value, json};
 
+use crate::batch::apply_decision;
 use crate::config::ApprovalProvider;
-use crate::config::resolve::FlowOrder;
 use crate::db::audit::{append_audit, audited_params};
 use crate::db::operations::get_operation;
-use crate::domain::{AWAITING_APPROVAL, ApprovalDecision, BindingStatus, OperationId};
+use crate::domain::{ApprovalDecision, BindingStatus, OperationId};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AppJson, AuthUser, Database};
 use crate::http::layers::authz::Authorized;
 use crate::state::AppState;
-use crate::store::{Change, StoreTx, flip_in};
+use crate::store::StoreTx;
 
 /// Approves a request awaiting approval. Body: `{"reason"?: string}`.
 #[utoipa::path(post, path = "/admin/v1/approvals/{operationId}/approve", tag = "admin",
@@ -86,7 +86,6 @@ async fn decide(
         .map_err(|_| ApiError::NotFound)?
         .as_string();
     let operation = get_operation(db, &id).await?.ok_or(ApiError::NotFound)?;
-    let (to, step) = decision.outcome(operation.flow_order == FlowOrder::MrFirst);
     let operator = caller.identity.as_str();
     let params = audited_params(body, operator);
     let message = params
@@ -98,26 +97,27 @@ async fn decide(
         _ => "approval.reject",
     };
 
+    let settings = state.config.current();
     let mut tx = StoreTx::begin(db).await?;
-    let change = Change {
-        step,
-        message: message.as_deref(),
-        actor: operator,
-    };
     let outcome = async {
-        let flipped = flip_in(&mut tx, &id, AWAITING_APPROVAL, to, change)
-            .await
-            .map_err(ApiError::internal)?;
-        if flipped.is_none() {
-            return Err(ApiError::Conflict(
-                "the request is not waiting for approval",
-            ));
-        }
+        let to = apply_decision(
+            &mut tx,
+            &settings,
+            &operation,
+            decision,
+            operator,
+            message.as_deref(),
+        )
+        .await
+        .map_err(ApiError::internal)?
+        .ok_or(ApiError::Conflict(
+            "the request is not waiting for approval",
+        ))?;
         append_audit(tx.db(), operator, action, &id, &params).await?;
-        Ok(())
+        Ok::<_, ApiError>(to)
     }
     .await;
-    tx.finish(outcome).await?;
+    let to = tx.finish(outcome).await?;
     if to != BindingStatus::Rejected && state.executor.try_submit(id.clone()).is_err() {
         tracing::warn!(operation_id = %id, "approved, but the worker pool is busy; the resume job will pick it up");
     }

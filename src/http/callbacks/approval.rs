@@ -7,14 +7,15 @@ use serde_json::Value;
 
 use super::signed::{ApprovalSystem, SignedJson};
 use super::{Answer, first_receipt, valid_callback_id};
+use crate::batch::apply_decision;
 use crate::config::resolve::FlowOrder;
 use crate::db::callbacks::CallbackSource;
 use crate::db::operations::get_operation;
-use crate::domain::{AWAITING_APPROVAL, ApprovalDecision, BindingStatus, OperationId};
+use crate::domain::{ApprovalDecision, BindingStatus, OperationId};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::Database;
 use crate::state::AppState;
-use crate::store::{Change, StoreError, StoreTx, flip_in};
+use crate::store::{StoreError, StoreTx};
 
 /// The decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
@@ -83,30 +84,33 @@ pub async fn approval_callback(
         Decision::Rejected => ApprovalDecision::Rejected,
         Decision::Withdrawn => ApprovalDecision::Withdrawn,
     };
-    let (to, step) = decision.outcome(mr_first);
-
+    let settings = state.config.current();
     let mut tx = StoreTx::begin(&db).await?;
     if !first_receipt(&mut tx, CallbackSource::Approval, &callback.callback_id).await? {
         tx.rollback().await?;
         return Ok(Answer::Duplicate.json());
     }
-    let change = Change {
-        step,
-        message: None,
-        actor: "approval-callback",
-    };
-    let flipped = match flip_in(&mut tx, &operation_id, AWAITING_APPROVAL, to, change).await {
-        Ok(flipped) => flipped.is_some(),
-        Err(StoreError::NotFound) => false,
+    let decided = apply_decision(
+        &mut tx,
+        &settings,
+        &operation,
+        decision,
+        "approval-callback",
+        None,
+    )
+    .await;
+    let to = match decided {
+        Ok(Some(to)) => to,
+        Ok(None) | Err(StoreError::NotFound) => {
+            tx.rollback().await?;
+            return Ok(Answer::IgnoredStale.json());
+        }
         Err(err) => {
             tx.rollback().await?;
             return Err(ApiError::internal(err));
         }
     };
     tx.commit().await?;
-    if !flipped {
-        return Ok(Answer::IgnoredStale.json());
-    }
     if to != BindingStatus::Rejected && state.executor.try_submit(operation_id.clone()).is_err() {
         // The decision is recorded; the workers pick the operation up from
         // the database once they have room (durable execution).

@@ -87,6 +87,7 @@ pub async fn world_with(db_url: &str, options: WorldOptions) -> World {
     let config = format!(
         "{REQUESTER_CONFIG}\
          [gitlab]\nbase_url = {:?}\nproject = \"config/repo\"\nbot_token = \"bot-token\"\nreviewer_tokens = [\"alice-token\", \"bob-token\"]\n{}\n\
+         [executor]\npoll_interval = \"100ms\"\n[batch]\ninterval = \"200ms\"\n\
          [approval]\nprovider = \"http\"\nurl = \"{}/approvals\"\ncallback_secret = {:?}\n\
          [deploy]\ncallback_secret = {:?}\n",
         gitlab.base_url(),

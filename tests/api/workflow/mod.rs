@@ -28,7 +28,7 @@ pub async fn approval_sim(policy: DecisionPolicy) -> ApprovalSimHandle {
 /// changegate wired to `sim` over HTTP, and `sim` calling changegate back.
 async fn wired_app(db_url: &str, sim: &ApprovalSimHandle, timeout: &str) -> TestApp {
     let config = format!(
-        "{REQUESTER_CONFIG}[approval]\nprovider = \"http\"\nurl = \"{}/approvals\"\ncallback_secret = {:?}\nretries = 2\ntimeout = \"{timeout}\"\n",
+        "{REQUESTER_CONFIG}[executor]\npoll_interval = \"100ms\"\n[batch]\ninterval = \"200ms\"\n[approval]\nprovider = \"http\"\nurl = \"{}/approvals\"\ncallback_secret = {:?}\nretries = 2\ntimeout = \"{timeout}\"\n",
         sim.base_url(),
         sim.secret()
     );

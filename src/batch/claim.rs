@@ -1,0 +1,114 @@
+//! One claim: the waiting requests of a partition become one batch, in one
+//! short transaction (SPEC §7):
+//!
+//! 1. insert the batch, taking the partition's slot (I1); a duplicate key
+//!    means "occupied", and so does an InnoDB deadlock or lock-wait timeout
+//!    on that insert, which concurrent slot inserts produce instead of clean
+//!    duplicate-key errors: a normal answer, tried again next round;
+//! 2. a plain (non-locking) read of the oldest waiting requests, created
+//!    before the database's now, so enqueues never wait (I3);
+//! 3. the guarded claim UPDATE, whose affected rows must equal the rows read
+//!    (I2), else everything rolls back;
+//! 4. membership history, in multi-row inserts;
+//! 5. nothing to claim → roll back, so no empty batch holds the slot.
+//!
+//! No lock is held beyond this transaction: a batch runs for minutes, its
+//! slot is data (the batch's status), not a lock.
+
+use crate::db::batches::{
+    append_membership, claim, describe_batch, insert_batch, oldest_waiting, waiting_group,
+};
+use crate::db::{Db, is_retryable_conflict, is_unique_violation};
+use crate::domain::{BindingStatus, StepStatus};
+use crate::store::{Change, StoreError, StoreTx, move_members};
+
+/// What a claim did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claimed {
+    /// A new batch with these members.
+    Batch {
+        /// Its id.
+        id: i64,
+        /// Its operations.
+        members: Vec<String>,
+    },
+    /// The partition has an active batch.
+    SlotOccupied,
+    /// Nothing was waiting.
+    Empty,
+    /// Another claimer took some of the rows read; nothing was written.
+    Raced,
+}
+
+/// Claims up to `max` waiting requests of `partition_key` into a new batch.
+pub async fn claim_batch(db: &Db, partition_key: &str, max: u32) -> Result<Claimed, StoreError> {
+    let mut tx = StoreTx::begin(db).await?;
+    match claim_in(&mut tx, partition_key, max).await {
+        Ok(Claimed::Batch { id, members }) => {
+            tx.commit().await?;
+            tracing::info!(batch = id, members = members.len(), "merge batch claimed");
+            Ok(Claimed::Batch { id, members })
+        }
+        Ok(other) => {
+            tx.rollback().await?;
+            Ok(other)
+        }
+        Err(err) => {
+            tx.rollback().await?;
+            Err(err)
+        }
+    }
+}
+
+/// [`claim_batch`] inside the caller's transaction; the caller commits only
+/// a [`Claimed::Batch`] and rolls back everything else.
+pub async fn claim_in(
+    tx: &mut StoreTx,
+    partition_key: &str,
+    max: u32,
+) -> Result<Claimed, StoreError> {
+    let batch_id = match insert_batch(tx.db(), partition_key).await {
+        Ok(id) => id,
+        Err(err) if is_unique_violation(&err) || is_retryable_conflict(&err) => {
+            return Ok(Claimed::SlotOccupied);
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let Some(first) = oldest_waiting(tx.db(), partition_key).await? else {
+        return Ok(Claimed::Empty);
+    };
+    let waiting = waiting_group(
+        tx.db(),
+        partition_key,
+        &first.project,
+        &first.split_group,
+        max.max(1),
+    )
+    .await?;
+    let ids: Vec<i64> = waiting.iter().map(|w| w.id).collect();
+    if claim(tx.db(), batch_id, &ids).await? != ids.len() as u64 {
+        return Ok(Claimed::Raced);
+    }
+    describe_batch(tx.db(), batch_id, &first.project, &first.split_group).await?;
+    let members: Vec<String> = waiting.into_iter().map(|w| w.operation_id).collect();
+    append_membership(tx.db(), batch_id, &members, "CLAIMED", None).await?;
+    let message = format!("in merge batch #{batch_id}");
+    let change = Change {
+        step: StepStatus::MrCreating,
+        message: Some(&message),
+        actor: "merge-queue",
+    };
+    move_members(
+        tx,
+        &members,
+        &[BindingStatus::MrCreating],
+        None,
+        change,
+        None,
+    )
+    .await?;
+    Ok(Claimed::Batch {
+        id: batch_id,
+        members,
+    })
+}

@@ -1,0 +1,10 @@
+//! The batch merge queue (SPEC §7): approved requests wait; each round
+//! claims the waiting ones into one batch, which becomes one MR.
+
+mod claim;
+mod enqueue;
+mod runner;
+
+pub use claim::{Claimed, claim_batch, claim_in};
+pub use enqueue::{apply_decision, partition_of};
+pub use runner::{ClaimError, MergeQueue, NotNow};

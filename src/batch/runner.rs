@@ -1,0 +1,638 @@
+//! Runs the merge queue: claims new batches and drives each running batch
+//! through its phases (OPENING: branch, one commit of every member's file,
+//! the MR; PIPELINE; MERGING: both reviewer bots, rebase when needed, merge
+//! at the head whose pipeline passed), one re-entrant round at a time under
+//! the batch's lease, like an operation's steps. Members move together,
+//! with set-based writes.
+
+use std::sync::Arc;
+
+use crate::config::{LiveConfig, Settings};
+use crate::db::batches::{
+    BatchChange, BatchRow, acquire_batch_lease, append_membership, get_batch, members,
+    record_merged_sha, release_batch_lease, release_members, runnable, stuck, update_batch,
+    waiting_partitions,
+};
+use crate::db::callbacks::deployed_since;
+use crate::db::operations::operations_by_ids;
+use crate::db::{Db, DbSlot};
+use crate::domain::{BindingStatus, StepStatus};
+use crate::store::{Change, MergeRequestRef, StoreError, StoreTx, move_members};
+use crate::workflow::{ChangeSet, Round, Workflow, bot, file_action};
+
+use super::claim::{Claimed, claim_batch};
+
+const ACTOR: &str = "merge-queue";
+/// Where the members of a running batch can be.
+const IN_FLIGHT: &[BindingStatus] = &[
+    BindingStatus::MrCreating,
+    BindingStatus::MrCreated,
+    BindingStatus::Merging,
+];
+
+/// The merge queue of one instance; every instance runs one over the same
+/// tables, and the slot and the batch lease keep them from doubling work.
+#[derive(Clone)]
+pub struct MergeQueue {
+    db: DbSlot,
+    config: LiveConfig,
+    workflow: Workflow,
+    owner: Arc<str>,
+}
+
+/// Why a round may not start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotNow {
+    /// `batch.freeze` is on.
+    #[error("the merge queue is frozen (batch.freeze)")]
+    Frozen,
+    /// The database is not ready.
+    #[error("the database is not ready")]
+    NoDatabase,
+}
+
+impl MergeQueue {
+    /// A queue over the shared database, configuration and GitLab steps.
+    pub fn new(db: DbSlot, config: LiveConfig, workflow: Workflow) -> Self {
+        Self {
+            db,
+            config,
+            workflow,
+            owner: Arc::from(format!("merge-queue-{}", uuid::Uuid::new_v4())),
+        }
+    }
+
+    /// How often a new batch is claimed (`batch.interval`, live).
+    pub fn interval(&self) -> std::time::Duration {
+        self.config.current().batch.interval
+    }
+
+    /// One claim per partition with waiting requests (the scheduler and
+    /// `POST /admin/v1/batches/run` both call this; overlapping is safe).
+    pub async fn claim_round(&self) -> Result<Vec<Claimed>, ClaimError> {
+        let db = self
+            .db
+            .get()
+            .ok_or(ClaimError::NotNow(NotNow::NoDatabase))?;
+        let settings = self.config.current();
+        if settings.batch.freeze {
+            return Err(ClaimError::NotNow(NotNow::Frozen));
+        }
+        let mut claimed = Vec::new();
+        // The lock-free pre-check: no waiting request, no transaction.
+        for partition in waiting_partitions(db).await.map_err(StoreError::from)? {
+            claimed.push(claim_batch(db, &partition, settings.batch.max_requests).await?);
+        }
+        Ok(claimed)
+    }
+
+    /// Drives every running batch one round (those whose lease is free),
+    /// and settles the ones running past `batch.timeout`.
+    pub async fn drive_round(&self) -> Result<usize, StoreError> {
+        let Some(db) = self.db.get() else {
+            return Ok(0);
+        };
+        let settings = self.config.current();
+        for batch_id in stuck(db, settings.batch.timeout).await? {
+            tracing::warn!(
+                batch = batch_id,
+                "merge batch ran past batch.timeout; settling it"
+            );
+            self.settle(batch_id, "ran past batch.timeout").await?;
+        }
+        let mut driven = 0;
+        for batch_id in runnable(db).await? {
+            let lease = settings.executor.lease;
+            if !acquire_batch_lease(db, batch_id, &self.owner, lease).await? {
+                continue;
+            }
+            let outcome = match get_batch(db, batch_id).await? {
+                Some(batch) if batch.status == "RUNNING" => self.drive(db, &settings, batch).await,
+                _ => Ok(()),
+            };
+            release_batch_lease(db, batch_id, &self.owner).await?;
+            outcome?;
+            driven += 1;
+        }
+        Ok(driven)
+    }
+
+    /// One round of a running batch's current phase.
+    async fn drive(&self, db: &Db, settings: &Settings, batch: BatchRow) -> Result<(), StoreError> {
+        let token = match bot(settings) {
+            Ok(token) => token,
+            // A mistake the team has to fix: the members say so.
+            Err(err) => {
+                return self
+                    .fail(db, &batch, StepStatus::CreateRefused, &err.to_string())
+                    .await;
+            }
+        };
+        let gitlab = &self.workflow.gitlab;
+        match (batch.phase.as_str(), batch.mr_iid) {
+            ("OPENING", _) => self.open(db, settings, &batch).await,
+            ("PIPELINE", Some(iid)) => match gitlab.merge_request(token, &batch.project, iid).await
+            {
+                Ok(mr) if mr.state == "merged" => self.succeed(db, &batch, mr.sha.as_deref()).await,
+                Ok(mr) => match mr.head_pipeline.as_ref().map(|p| p.status.as_str()) {
+                    Some("success") => {
+                        let change = BatchChange {
+                            phase: Some("MERGING"),
+                            ..BatchChange::default()
+                        };
+                        let message = format!("merge batch #{}: pipeline passed", batch.id);
+                        self.advance(
+                            db,
+                            &batch,
+                            &change,
+                            &[BindingStatus::MrCreated],
+                            BindingStatus::Merging,
+                            StepStatus::HandleStarted,
+                            &message,
+                        )
+                        .await
+                    }
+                    Some("failed" | "canceled") => {
+                        let message = format!("the pipeline of batch MR !{iid} failed");
+                        self.fail(db, &batch, StepStatus::CreatePipelineFailed, &message)
+                            .await
+                    }
+                    _ if settings.polling.deadline_reached(batch.polls + 1)
+                        && !settings.polling.deadline_reached(batch.polls) =>
+                    {
+                        self.pipeline_pending(db, &batch, iid).await
+                    }
+                    _ => self.poll(db, &batch).await,
+                },
+                Err(err) if err.is_transient() => self.poll(db, &batch).await,
+                Err(err) => {
+                    self.fail(db, &batch, StepStatus::CreateFailed, &err.to_string())
+                        .await
+                }
+            },
+            ("MERGING", Some(iid)) => {
+                match self
+                    .workflow
+                    .merge_round(settings, token, &batch.project, iid, batch.polls)
+                    .await
+                {
+                    Ok(Round::Finished(outcome))
+                        if outcome.status == Some(BindingStatus::Merged) =>
+                    {
+                        let head = gitlab.merge_request(token, &batch.project, iid).await.ok();
+                        let sha = head.and_then(|mr| mr.sha);
+                        self.succeed(db, &batch, sha.as_deref()).await
+                    }
+                    Ok(Round::Finished(outcome)) => {
+                        let message = outcome
+                            .message
+                            .unwrap_or_else(|| outcome.step.description().to_owned());
+                        self.fail(db, &batch, outcome.step, &message).await
+                    }
+                    Ok(Round::Rebasing) => {
+                        let message =
+                            format!("batch MR !{iid} is behind its target branch: rebasing it");
+                        self.write(
+                            db,
+                            &batch,
+                            &BatchChange {
+                                message: Some(&message),
+                                ..BatchChange::default()
+                            },
+                        )
+                        .await
+                    }
+                    Ok(Round::NotYet) => self.poll(db, &batch).await,
+                    Err(err) if err.is_transient() => self.poll(db, &batch).await,
+                    Err(err) => {
+                        self.fail(db, &batch, StepStatus::HandleMergeRefused, &err.to_string())
+                            .await
+                    }
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Branch, one commit of every member's file, and the MR.
+    async fn open(&self, db: &Db, settings: &Settings, batch: &BatchRow) -> Result<(), StoreError> {
+        let ids = members(db, batch.id).await?;
+        let operations = operations_by_ids(db, &ids).await?;
+        let trailers: Vec<String> = operations
+            .iter()
+            .map(|o| format!("Changegate-Operation: {}", o.operation_id))
+            .collect();
+        let change = ChangeSet {
+            branch: format!("changegate/batch-{}", batch.id),
+            title: format!(
+                "changegate: merge batch #{} ({} changes)",
+                batch.id,
+                operations.len()
+            ),
+            description: format!("Merge batch #{}.\n\n{}", batch.id, trailers.join("\n")),
+            actions: operations
+                .iter()
+                .map(|o| file_action(settings, o))
+                .collect(),
+        };
+        match self
+            .workflow
+            .open_change(settings, &batch.project, &change)
+            .await
+        {
+            Ok(mr) => {
+                let url = mr.web_url.as_deref();
+                let opened = BatchChange {
+                    phase: Some("PIPELINE"),
+                    mr: Some((mr.iid, url)),
+                    ..BatchChange::default()
+                };
+                let message = format!("merge batch #{} opened MR !{}", batch.id, mr.iid);
+                let mut tx = StoreTx::begin(db).await?;
+                if update_batch(tx.db(), batch.id, batch.version, &opened).await? != 1 {
+                    return tx.rollback().await.map_err(Into::into);
+                }
+                let change = Change {
+                    step: StepStatus::MrCreated,
+                    message: Some(&message),
+                    actor: ACTOR,
+                };
+                let mr_ref = MergeRequestRef { iid: mr.iid, url };
+                move_members(
+                    &mut tx,
+                    &ids,
+                    &[BindingStatus::MrCreating],
+                    Some(BindingStatus::MrCreated),
+                    change,
+                    Some(mr_ref),
+                )
+                .await?;
+                tx.commit().await.map_err(Into::into)
+            }
+            Err(err) if err.is_transient() => self.poll(db, batch).await,
+            Err(err) => {
+                self.fail(db, batch, StepStatus::CreateRefused, &err.to_string())
+                    .await
+            }
+        }
+    }
+
+    /// A guarded batch write with the members' move, in one transaction.
+    #[allow(clippy::too_many_arguments)]
+    async fn advance(
+        &self,
+        db: &Db,
+        batch: &BatchRow,
+        change: &BatchChange<'_>,
+        from: &[BindingStatus],
+        to: BindingStatus,
+        step: StepStatus,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        let ids = members(db, batch.id).await?;
+        let mut tx = StoreTx::begin(db).await?;
+        if update_batch(tx.db(), batch.id, batch.version, change).await? != 1 {
+            return tx.rollback().await.map_err(Into::into);
+        }
+        let member_change = Change {
+            step,
+            message: Some(message),
+            actor: ACTOR,
+        };
+        move_members(&mut tx, &ids, from, Some(to), member_change, None).await?;
+        tx.commit().await.map_err(Into::into)
+    }
+
+    async fn write(
+        &self,
+        db: &Db,
+        batch: &BatchRow,
+        change: &BatchChange<'_>,
+    ) -> Result<(), StoreError> {
+        let mut tx = StoreTx::begin(db).await?;
+        update_batch(tx.db(), batch.id, batch.version, change).await?;
+        tx.commit().await.map_err(Into::into)
+    }
+
+    /// The pipeline passed its deadline: its outcome is unknown, and the
+    /// members say so (keep waiting); the batch goes on polling until the
+    /// pipeline ends or the timeout sweep settles it.
+    async fn pipeline_pending(
+        &self,
+        db: &Db,
+        batch: &BatchRow,
+        iid: i64,
+    ) -> Result<(), StoreError> {
+        let ids = members(db, batch.id).await?;
+        let message =
+            format!("the pipeline of batch MR !{iid} has not finished; its outcome is unknown");
+        let mut tx = StoreTx::begin(db).await?;
+        let polled = BatchChange {
+            polled: true,
+            message: Some(&message),
+            ..BatchChange::default()
+        };
+        if update_batch(tx.db(), batch.id, batch.version, &polled).await? != 1 {
+            return tx.rollback().await.map_err(Into::into);
+        }
+        let change = Change {
+            step: StepStatus::PipelinePending,
+            message: Some(&message),
+            actor: ACTOR,
+        };
+        move_members(
+            &mut tx,
+            &ids,
+            &[BindingStatus::MrCreated],
+            None,
+            change,
+            None,
+        )
+        .await?;
+        tx.commit().await.map_err(Into::into)
+    }
+
+    /// Not ready yet: counted, so the deadline can be told.
+    async fn poll(&self, db: &Db, batch: &BatchRow) -> Result<(), StoreError> {
+        self.write(
+            db,
+            batch,
+            &BatchChange {
+                polled: true,
+                ..BatchChange::default()
+            },
+        )
+        .await
+    }
+
+    /// Merged: the batch SUCCEEDED and every member is MERGED, together; a
+    /// deploy already reported for its MR confirms them at once.
+    async fn succeed(
+        &self,
+        db: &Db,
+        batch: &BatchRow,
+        sha: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let ids = members(db, batch.id).await?;
+        let mut tx = StoreTx::begin(db).await?;
+        let done = BatchChange {
+            status: Some("SUCCEEDED"),
+            merge_sha: sha,
+            ..BatchChange::default()
+        };
+        if update_batch(tx.db(), batch.id, batch.version, &done).await? != 1 {
+            return tx.rollback().await.map_err(Into::into);
+        }
+        let message = format!("merged in batch #{}", batch.id);
+        let change = Change {
+            step: StepStatus::HandleMerged,
+            message: Some(&message),
+            actor: ACTOR,
+        };
+        move_members(
+            &mut tx,
+            &ids,
+            IN_FLIGHT,
+            Some(BindingStatus::Merged),
+            change,
+            None,
+        )
+        .await?;
+        if let Some(sha) = sha {
+            record_merged_sha(tx.db(), batch.id, sha).await?;
+        }
+        append_membership(tx.db(), batch.id, &ids, "MERGED", sha).await?;
+        tx.commit().await?;
+        tracing::info!(batch = batch.id, members = ids.len(), "merge batch merged");
+        let Some(iid) = batch.mr_iid else {
+            return Ok(());
+        };
+        if deployed_since(db, iid, batch.created_at).await? {
+            let mut tx = StoreTx::begin(db).await?;
+            let change = Change {
+                step: StepStatus::DeployConfirmed,
+                message: Some("the deploy was reported before the merge was recorded"),
+                actor: "deploy-callback",
+            };
+            move_members(
+                &mut tx,
+                &ids,
+                &[BindingStatus::Merged],
+                Some(BindingStatus::Validated),
+                change,
+                None,
+            )
+            .await?;
+            tx.commit().await?;
+        }
+        Ok(())
+    }
+
+    /// Reads the MR before settling: an MR still open is closed first, and
+    /// one that merged meanwhile wins (SPEC §7): `true` when it merged, and
+    /// the batch is now settled as SUCCEEDED.
+    async fn merged_meanwhile(&self, db: &Db, batch: &BatchRow) -> Result<bool, StoreError> {
+        let settings = self.config.current();
+        let (Ok(token), Some(iid)) = (bot(&settings), batch.mr_iid) else {
+            return Ok(false);
+        };
+        let gitlab = &self.workflow.gitlab;
+        let mut mr = gitlab.merge_request(token, &batch.project, iid).await.ok();
+        if mr.as_ref().is_some_and(|mr| mr.state == "opened") {
+            if let Err(err) = gitlab.close_merge_request(token, &batch.project, iid).await {
+                tracing::warn!(batch = batch.id, "closing the batch MR failed: {err}");
+            }
+            mr = gitlab.merge_request(token, &batch.project, iid).await.ok();
+        }
+        match mr {
+            Some(mr) if mr.state == "merged" => {
+                self.succeed(db, batch, mr.sha.as_deref()).await?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// A failed batch: FAILED (the guarded batch write first, so a second
+    /// settler rolls back), then its members either split in halves to be
+    /// retried as later rounds (bisection, for failures one member can
+    /// cause) or fail on their own (`next: CONTACT_TEAM`).
+    async fn fail(
+        &self,
+        db: &Db,
+        batch: &BatchRow,
+        step: StepStatus,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        if self.merged_meanwhile(db, batch).await? {
+            return Ok(());
+        }
+        let Some(batch) = get_batch(db, batch.id)
+            .await?
+            .filter(|b| b.status == "RUNNING")
+        else {
+            return Ok(());
+        };
+        let ids = members(db, batch.id).await?;
+        let settings = self.config.current();
+        let depth = batch
+            .split_group
+            .split('/')
+            .filter(|g| !g.is_empty())
+            .count();
+        let splittable = matches!(
+            step,
+            StepStatus::CreatePipelineFailed | StepStatus::HandleRebaseConflict
+        );
+        let bisect = splittable && ids.len() > 1 && depth < settings.batch.max_split_depth as usize;
+        let mut tx = StoreTx::begin(db).await?;
+        let failed = BatchChange {
+            status: Some("FAILED"),
+            message: Some(message),
+            ..BatchChange::default()
+        };
+        if update_batch(tx.db(), batch.id, batch.version, &failed).await? != 1 {
+            return tx.rollback().await.map_err(Into::into);
+        }
+        if bisect {
+            let (first, second) = ids.split_at(ids.len() / 2);
+            let parent = if batch.split_group.is_empty() {
+                String::new()
+            } else {
+                format!("{}/", batch.split_group)
+            };
+            let (group_a, group_b) = (
+                format!("{parent}{}a", batch.id),
+                format!("{parent}{}b", batch.id),
+            );
+            let retry = format!(
+                "batch #{} failed ({message}); retried in a smaller batch",
+                batch.id
+            );
+            let change = Change {
+                step: StepStatus::HandleBatchRetry,
+                message: Some(&retry),
+                actor: ACTOR,
+            };
+            move_members(
+                &mut tx,
+                &ids,
+                IN_FLIGHT,
+                Some(BindingStatus::MrCreating),
+                change,
+                None,
+            )
+            .await?;
+            release_members(
+                tx.db(),
+                &[(group_a.as_str(), first), (group_b.as_str(), second)],
+            )
+            .await?;
+            append_membership(tx.db(), batch.id, first, "SPLIT", Some(&group_a)).await?;
+            append_membership(tx.db(), batch.id, second, "SPLIT", Some(&group_b)).await?;
+        } else {
+            let change = Change {
+                step,
+                message: Some(message),
+                actor: ACTOR,
+            };
+            move_members(
+                &mut tx,
+                &ids,
+                &[BindingStatus::MrCreating, BindingStatus::MrCreated],
+                Some(BindingStatus::CreateFailed),
+                change,
+                None,
+            )
+            .await?;
+            move_members(
+                &mut tx,
+                &ids,
+                &[BindingStatus::Merging],
+                Some(BindingStatus::HandleFailed),
+                change,
+                None,
+            )
+            .await?;
+            append_membership(tx.db(), batch.id, &ids, "FAILED", None).await?;
+        }
+        tx.commit().await?;
+        tracing::warn!(
+            batch = batch.id,
+            members = ids.len(),
+            bisect,
+            "merge batch failed: {message}"
+        );
+        Ok(())
+    }
+
+    /// Settles a batch that must not keep its slot (the timeout sweep, or an
+    /// operator): merged wins; otherwise FAILED, and its members wait again
+    /// for the next round, as they were (they did nothing wrong). `false`
+    /// when it was not running (settled by someone else first).
+    pub async fn settle(&self, batch_id: i64, reason: &str) -> Result<bool, StoreError> {
+        let Some(db) = self.db.get() else {
+            return Ok(false);
+        };
+        let Some(batch) = get_batch(db, batch_id)
+            .await?
+            .filter(|b| b.status == "RUNNING")
+        else {
+            return Ok(false);
+        };
+        if self.merged_meanwhile(db, &batch).await? {
+            return Ok(true);
+        }
+        let Some(batch) = get_batch(db, batch_id)
+            .await?
+            .filter(|b| b.status == "RUNNING")
+        else {
+            return Ok(false);
+        };
+        let ids = members(db, batch.id).await?;
+        let mut tx = StoreTx::begin(db).await?;
+        let message = format!("settled: {reason}");
+        let failed = BatchChange {
+            status: Some("FAILED"),
+            message: Some(&message),
+            ..BatchChange::default()
+        };
+        if update_batch(tx.db(), batch.id, batch.version, &failed).await? != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        let retry = format!(
+            "batch #{} was settled ({reason}); waiting for the next round",
+            batch.id
+        );
+        let change = Change {
+            step: StepStatus::Queued,
+            message: Some(&retry),
+            actor: ACTOR,
+        };
+        move_members(
+            &mut tx,
+            &ids,
+            IN_FLIGHT,
+            Some(BindingStatus::MrCreating),
+            change,
+            None,
+        )
+        .await?;
+        release_members(tx.db(), &[(batch.split_group.as_str(), &ids)]).await?;
+        append_membership(tx.db(), batch.id, &ids, "RELEASED", Some(reason)).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+}
+
+/// Why a claim round failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    /// The round may not run now.
+    #[error(transparent)]
+    NotNow(NotNow),
+    /// The database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

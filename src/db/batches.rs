@@ -1,0 +1,481 @@
+//! `merge_batch`, `merge_batch_request` and `merge_batch_history`: the batch
+//! merge queue's tables (SPEC §7). Each query names the index it uses.
+
+use std::time::Duration;
+
+use chrono::NaiveDateTime;
+use sqlx::AssertSqlSafe;
+
+use super::{Db, DbTx, IN_LIST_CHUNK, dialect, is_unique_violation};
+use crate::{with_pool, with_tx};
+
+/// A batch.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct BatchRow {
+    /// Its id.
+    pub id: i64,
+    /// `RUNNING`, `SUCCEEDED`, `FAILED` or `BLOCKED`.
+    pub status: String,
+    /// The partition whose slot it holds.
+    pub partition_key: String,
+    /// The GitLab project of its MR.
+    pub project: String,
+    /// The half of a failed batch it retries (`""` for a first try).
+    pub split_group: String,
+    /// `OPENING`, `PIPELINE` or `MERGING` while it runs.
+    pub phase: String,
+    /// Its MR, once opened.
+    pub mr_iid: Option<i64>,
+    /// The MR's address.
+    pub mr_url: Option<String>,
+    /// The head that was merged (the one whose pipeline passed).
+    pub merge_sha: Option<String>,
+    /// Polls of the current phase.
+    pub polls: i32,
+    /// Why it ended, when it failed.
+    pub message: Option<String>,
+    /// Guards every write.
+    pub version: i64,
+    /// Database time of creation.
+    pub created_at: NaiveDateTime,
+    /// Database time of the last write.
+    pub updated_at: NaiveDateTime,
+}
+
+const COLUMNS: &str = "id, status, partition_key, project, split_group, phase, mr_iid, mr_url, \
+    merge_sha, polls, message, version, created_at, updated_at";
+
+fn placeholders(count: usize) -> String {
+    vec!["?"; count].join(", ")
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Puts an approved request in the waiting set; `false` when it is there
+/// already (I4: the unique operation id makes enqueue idempotent).
+pub async fn enqueue(
+    tx: &mut DbTx,
+    operation_id: &str,
+    partition_key: &str,
+    project: &str,
+) -> Result<bool, sqlx::Error> {
+    let sql =
+        "INSERT INTO merge_batch_request (operation_id, partition_key, project) VALUES (?, ?, ?)";
+    let inserted = with_tx!(tx, |conn| {
+        sqlx::query(sql)
+            .bind(operation_id)
+            .bind(partition_key)
+            .bind(project)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    });
+    match inserted {
+        Ok(_) => Ok(true),
+        Err(err) if is_unique_violation(&err) => Ok(false),
+        Err(err) => Err(err),
+    }
+}
+
+/// Partitions with waiting requests: the lock-free pre-check that skips
+/// empty rounds. Served by `ix_merge_batch_request_waiting`.
+pub async fn waiting_partitions(db: &Db) -> Result<Vec<String>, sqlx::Error> {
+    let sql = "SELECT DISTINCT partition_key FROM merge_batch_request WHERE batch_id IS NULL";
+    with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(sql).fetch_all(pool).await
+    })
+}
+
+/// Takes the partition's slot: a new RUNNING batch. A duplicate key (or, on
+/// InnoDB, a deadlock or lock wait over the slot) is the caller's "occupied".
+pub async fn insert_batch(tx: &mut DbTx, partition_key: &str) -> Result<i64, sqlx::Error> {
+    let sql = "INSERT INTO merge_batch (status, partition_key, project) VALUES ('RUNNING', ?, '')";
+    with_tx!(tx, |conn| {
+        sqlx::query(sql)
+            .bind(partition_key)
+            .execute(&mut *conn)
+            .await
+            .map(|done| done.last_insert_id_of())
+    })
+}
+
+/// What [`insert_batch`] needs from either backend's query result.
+trait LastInsertId {
+    fn last_insert_id_of(&self) -> i64;
+}
+
+impl LastInsertId for sqlx::sqlite::SqliteQueryResult {
+    fn last_insert_id_of(&self) -> i64 {
+        self.last_insert_rowid()
+    }
+}
+
+impl LastInsertId for sqlx::mysql::MySqlQueryResult {
+    fn last_insert_id_of(&self) -> i64 {
+        i64::try_from(self.last_insert_id()).unwrap_or(i64::MAX)
+    }
+}
+
+/// A waiting request.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Waiting {
+    /// Row id.
+    pub id: i64,
+    /// The operation.
+    pub operation_id: String,
+    /// Its project.
+    pub project: String,
+    /// Its split group.
+    pub split_group: String,
+}
+
+/// The oldest waiting request of a partition, created before the database's
+/// now: a plain (non-locking) read, so enqueues never wait on a claim (I3).
+/// Served by `ix_merge_batch_request_waiting`.
+pub async fn oldest_waiting(
+    tx: &mut DbTx,
+    partition_key: &str,
+) -> Result<Option<Waiting>, sqlx::Error> {
+    let sql = format!(
+        "SELECT id, operation_id, project, split_group FROM merge_batch_request \
+         WHERE partition_key = ? AND batch_id IS NULL AND created_at < {} ORDER BY id LIMIT 1",
+        dialect::now_ms(tx.backend())
+    );
+    with_tx!(tx, |conn| {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .bind(partition_key)
+            .fetch_optional(conn)
+            .await
+    })
+}
+
+/// Up to `limit` waiting requests of one project and split group, oldest
+/// first: a plain read (I3). Served by `ix_merge_batch_request_waiting`.
+pub async fn waiting_group(
+    tx: &mut DbTx,
+    partition_key: &str,
+    project: &str,
+    split_group: &str,
+    limit: u32,
+) -> Result<Vec<Waiting>, sqlx::Error> {
+    let sql = format!(
+        "SELECT id, operation_id, project, split_group FROM merge_batch_request \
+         WHERE partition_key = ? AND batch_id IS NULL AND created_at < {} \
+         AND project = ? AND split_group = ? ORDER BY id LIMIT ?",
+        dialect::now_ms(tx.backend())
+    );
+    with_tx!(tx, |conn| {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .bind(partition_key)
+            .bind(project)
+            .bind(split_group)
+            .bind(limit)
+            .fetch_all(conn)
+            .await
+    })
+}
+
+/// The guarded claim (I2): rows still unclaimed among `ids` join `batch_id`.
+/// Returns how many did; fewer than `ids.len()` means another claimer won
+/// some, and the caller must roll back. Uses the primary key only.
+pub async fn claim(tx: &mut DbTx, batch_id: i64, ids: &[i64]) -> Result<u64, sqlx::Error> {
+    let mut claimed = 0;
+    for chunk in ids.chunks(IN_LIST_CHUNK) {
+        let sql = format!(
+            "UPDATE merge_batch_request SET batch_id = ? WHERE batch_id IS NULL AND id IN ({})",
+            placeholders(chunk.len())
+        );
+        claimed += with_tx!(tx, |conn| {
+            let mut query = sqlx::query(AssertSqlSafe(sql)).bind(batch_id);
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            query
+                .execute(&mut *conn)
+                .await
+                .map(|done| done.rows_affected())
+        })?;
+    }
+    Ok(claimed)
+}
+
+/// Sets what the claim learned from its first member.
+pub async fn describe_batch(
+    tx: &mut DbTx,
+    batch_id: i64,
+    project: &str,
+    split_group: &str,
+) -> Result<(), sqlx::Error> {
+    let sql = "UPDATE merge_batch SET project = ?, split_group = ? WHERE id = ?";
+    with_tx!(tx, |conn| {
+        sqlx::query(sql)
+            .bind(project)
+            .bind(split_group)
+            .bind(batch_id)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })
+}
+
+/// Appends membership history, one row per operation, in multi-row inserts.
+pub async fn append_membership(
+    tx: &mut DbTx,
+    batch_id: i64,
+    operation_ids: &[String],
+    event: &str,
+    detail: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    for chunk in operation_ids.chunks(IN_LIST_CHUNK) {
+        let sql = format!(
+            "INSERT INTO merge_batch_history (batch_id, operation_id, event, detail) VALUES {}",
+            vec!["(?, ?, ?, ?)"; chunk.len()].join(", ")
+        );
+        with_tx!(tx, |conn| {
+            let mut query = sqlx::query(AssertSqlSafe(sql));
+            for id in chunk {
+                query = query
+                    .bind(batch_id)
+                    .bind(id.as_str())
+                    .bind(event)
+                    .bind(detail);
+            }
+            query.execute(&mut *conn).await.map(|_| ())
+        })?;
+    }
+    Ok(())
+}
+
+/// The operations of a batch, in id order. Served by `ix_merge_batch_request_batch`.
+pub async fn members(db: &Db, batch_id: i64) -> Result<Vec<String>, sqlx::Error> {
+    let sql =
+        "SELECT operation_id FROM merge_batch_request WHERE batch_id = ? ORDER BY operation_id";
+    with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(sql).bind(batch_id).fetch_all(pool).await
+    })
+}
+
+/// The batch an operation is in, if it is in one now.
+pub async fn batch_of(db: &Db, operation_id: &str) -> Result<Option<i64>, sqlx::Error> {
+    let sql = "SELECT batch_id FROM merge_batch_request WHERE operation_id = ?";
+    let found: Option<Option<i64>> = with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(sql)
+            .bind(operation_id)
+            .fetch_optional(pool)
+            .await
+    })?;
+    Ok(found.flatten())
+}
+
+/// One batch.
+pub async fn get_batch(db: &Db, batch_id: i64) -> Result<Option<BatchRow>, sqlx::Error> {
+    let sql = format!("SELECT {COLUMNS} FROM merge_batch WHERE id = ?");
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .bind(batch_id)
+            .fetch_optional(pool)
+            .await
+    })
+}
+
+/// Batches newest first, below `before_id` when given (primary key).
+pub async fn list_batches(
+    db: &Db,
+    before_id: Option<i64>,
+    limit: u32,
+) -> Result<Vec<BatchRow>, sqlx::Error> {
+    let sql = format!("SELECT {COLUMNS} FROM merge_batch WHERE id < ? ORDER BY id DESC LIMIT ?");
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .bind(before_id.unwrap_or(i64::MAX))
+            .bind(limit)
+            .fetch_all(pool)
+            .await
+    })
+}
+
+/// RUNNING batches whose lease is free or expired. Served by
+/// `ix_merge_batch_status_updated`.
+pub async fn runnable(db: &Db) -> Result<Vec<i64>, sqlx::Error> {
+    let now = dialect::now_ms(db.backend());
+    let sql = format!(
+        "SELECT id FROM merge_batch WHERE status = 'RUNNING' \
+         AND (lease_owner IS NULL OR lease_until < {now}) ORDER BY id"
+    );
+    with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(AssertSqlSafe(sql)).fetch_all(pool).await
+    })
+}
+
+/// RUNNING batches started more than `older_than` ago: the timeout sweep's
+/// work (polls keep `updated_at` fresh, so the start is what counts).
+/// Served by `ix_merge_batch_status_updated` (status prefix).
+pub async fn stuck(db: &Db, older_than: Duration) -> Result<Vec<i64>, sqlx::Error> {
+    let sql = format!(
+        "SELECT id FROM merge_batch WHERE status = 'RUNNING' AND created_at < {} ORDER BY id",
+        dialect::now_minus_ms(db.backend())
+    );
+    with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(AssertSqlSafe(sql))
+            .bind(millis(older_than))
+            .fetch_all(pool)
+            .await
+    })
+}
+
+/// Takes a batch's lease by compare-and-swap, like an operation's.
+pub async fn acquire_batch_lease(
+    db: &Db,
+    batch_id: i64,
+    owner: &str,
+    lease: Duration,
+) -> Result<bool, sqlx::Error> {
+    let backend = db.backend();
+    let sql = format!(
+        "UPDATE merge_batch SET lease_owner = ?, lease_until = {} WHERE id = ? AND status = 'RUNNING' \
+         AND (lease_owner IS NULL OR lease_until < {} OR lease_owner = ?)",
+        dialect::now_plus_ms(backend),
+        dialect::now_ms(backend)
+    );
+    with_pool!(db, writer, |pool| {
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(owner)
+            .bind(millis(lease))
+            .bind(batch_id)
+            .bind(owner)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected() == 1)
+    })
+}
+
+/// Gives a batch's lease back.
+pub async fn release_batch_lease(db: &Db, batch_id: i64, owner: &str) -> Result<(), sqlx::Error> {
+    let sql = "UPDATE merge_batch SET lease_owner = NULL, lease_until = NULL WHERE id = ? AND lease_owner = ?";
+    with_pool!(db, writer, |pool| {
+        sqlx::query(sql)
+            .bind(batch_id)
+            .bind(owner)
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+}
+
+/// What a guarded batch write changes.
+#[derive(Debug, Clone, Default)]
+pub struct BatchChange<'a> {
+    /// New status.
+    pub status: Option<&'a str>,
+    /// New phase.
+    pub phase: Option<&'a str>,
+    /// The MR, once opened.
+    pub mr: Option<(i64, Option<&'a str>)>,
+    /// The merged head.
+    pub merge_sha: Option<&'a str>,
+    /// Why.
+    pub message: Option<&'a str>,
+    /// Count one more poll (else polls start again from zero).
+    pub polled: bool,
+}
+
+/// Writes `change` if the batch is still at `version` (and RUNNING); the
+/// affected rows: 1, or 0 when another writer got there first.
+pub async fn update_batch(
+    tx: &mut DbTx,
+    batch_id: i64,
+    version: i64,
+    change: &BatchChange<'_>,
+) -> Result<u64, sqlx::Error> {
+    let mut sets = vec![
+        "version = version + 1".to_owned(),
+        format!("updated_at = {}", dialect::now_ms(tx.backend())),
+    ];
+    sets.push(
+        if change.polled {
+            "polls = polls + 1"
+        } else {
+            "polls = 0"
+        }
+        .to_owned(),
+    );
+    for (column, present) in [
+        ("status", change.status.is_some()),
+        ("phase", change.phase.is_some()),
+        ("mr_iid", change.mr.is_some()),
+        ("mr_url", change.mr.is_some()),
+        ("merge_sha", change.merge_sha.is_some()),
+        ("message", change.message.is_some()),
+    ] {
+        if present {
+            sets.push(format!("{column} = ?"));
+        }
+    }
+    let sql = format!(
+        "UPDATE merge_batch SET {} WHERE id = ? AND version = ? AND status = 'RUNNING'",
+        sets.join(", ")
+    );
+    with_tx!(tx, |conn| {
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        if let Some(status) = change.status {
+            query = query.bind(status);
+        }
+        if let Some(phase) = change.phase {
+            query = query.bind(phase);
+        }
+        if let Some((iid, url)) = change.mr {
+            query = query.bind(iid).bind(url);
+        }
+        if let Some(sha) = change.merge_sha {
+            query = query.bind(sha);
+        }
+        if let Some(message) = change.message {
+            query = query.bind(message);
+        }
+        query
+            .bind(batch_id)
+            .bind(version)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected())
+    })
+}
+
+/// Sends a failed batch's members back to wait, in `split_group` each (the
+/// halves of a bisection), with their batch cleared.
+pub async fn release_members(
+    tx: &mut DbTx,
+    halves: &[(&str, &[String])],
+) -> Result<(), sqlx::Error> {
+    for (group, ids) in halves {
+        for chunk in ids.chunks(IN_LIST_CHUNK) {
+            let sql = format!(
+                "UPDATE merge_batch_request SET batch_id = NULL, split_group = ? WHERE operation_id IN ({})",
+                placeholders(chunk.len())
+            );
+            with_tx!(tx, |conn| {
+                let mut query = sqlx::query(AssertSqlSafe(sql)).bind(*group);
+                for id in chunk {
+                    query = query.bind(id.as_str());
+                }
+                query.execute(&mut *conn).await.map(|_| ())
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Records the merged head on every member of a batch.
+pub async fn record_merged_sha(tx: &mut DbTx, batch_id: i64, sha: &str) -> Result<(), sqlx::Error> {
+    let sql = "UPDATE merge_batch_request SET merged_sha = ? WHERE batch_id = ?";
+    with_tx!(tx, |conn| {
+        sqlx::query(sql)
+            .bind(sha)
+            .bind(batch_id)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })
+}
