@@ -30,6 +30,15 @@ export interface Operation {
   updatedAt: string;
 }
 
+/** One recorded step of an operation, oldest first. */
+export interface HistoryEntry {
+  step: { code: number; name: string };
+  status?: string;
+  actor: string;
+  message: string;
+  at: string;
+}
+
 export interface Submitted {
   code: "ACCEPTED" | "DUPLICATE_SUBMIT";
   operationId: string;

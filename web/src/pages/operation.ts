@@ -3,7 +3,7 @@
 import { ApiError, get } from "../api";
 import { h, replace, when } from "../dom";
 import { advice, badge, timeline } from "../status";
-import type { Operation } from "../types";
+import type { HistoryEntry, Operation } from "../types";
 
 const POLL_MS = 2000;
 
@@ -29,12 +29,23 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
       timer = window.setTimeout(() => void load(), POLL_MS * 2);
       return;
     }
+    const history = await loadHistory();
     if (stopped) return;
-    show(op);
+    show(op, history);
     if (op.next === "WAIT") timer = window.setTimeout(() => void load(), POLL_MS);
   }
 
-  function show(op: Operation): void {
+  // The recorded steps, where the server offers them; the stages above are
+  // derived from the current status and need nothing more.
+  async function loadHistory(): Promise<HistoryEntry[] | null> {
+    try {
+      return (await get<{ items: HistoryEntry[] }>(`/api/v1/operations/${encodeURIComponent(id)}/timeline`)).items;
+    } catch {
+      return null;
+    }
+  }
+
+  function show(op: Operation, history: HistoryEntry[] | null): void {
     const mr = op.mergeRequest;
     const mrLink = mr
       ? mr.url
@@ -61,6 +72,18 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
             stage.key === "mr" && mrLink ? [" ", mrLink] : null,
             stage.state === "active" || stage.state === "failed" ? h("span", { class: "detail" }, op.message) : null,
           ))),
+      history?.length
+        ? [
+            h("h2", {}, "History"),
+            h("table", { class: "list", id: "history" },
+              h("tbody", {}, history.map((entry) =>
+                h("tr", {},
+                  h("td", {}, when(entry.at)),
+                  h("td", {}, entry.step.name),
+                  h("td", {}, entry.message),
+                  h("td", {}, entry.actor))))),
+          ]
+        : null,
     );
   }
 
