@@ -44,17 +44,25 @@ export function badge(status: string): HTMLElement {
 /** Statuses whose binding may be removed (src/store/submit.rs, close). */
 export const CLOSABLE = ["MERGED", "VALIDATED", "CLOSE_FAILED"];
 
+/** Why a request ended without a live binding, when its status says. */
+const ENDED: Record<string, string> = {
+  REJECTED: "It was not approved.",
+  BUSY_REJECTED: "changegate was too busy to start it; nothing was changed.",
+  CLOSED: "The binding is removed.",
+  ABANDONED: "An operator stopped it.",
+};
+
 /** `next` in plain words. */
-export function advice(next: Next): string {
+export function advice(next: Next, status: string): string {
   switch (next) {
     case "WAIT":
       return "Keep waiting: this is in progress, and this page updates by itself.";
     case "CONTACT_TEAM":
       return "Contact the team: this failed in a way that waiting will not fix.";
     case "REAPPLY":
-      return "You can apply again: this request finished without a change.";
+      return `${ENDED[status] ?? "This request is over."} You can apply again.`;
     case "NONE":
-      return "Done: nothing more to do.";
+      return "Done: the change is live.";
   }
 }
 

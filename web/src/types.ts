@@ -7,6 +7,13 @@ export interface Target {
   selfOnly: boolean;
 }
 
+/** `GET /api/v1/access`: `window` is null when there is no time restriction. */
+export interface Access {
+  mode: "OPEN" | "TEST_WINDOW" | "CLOSED";
+  open: boolean;
+  window: { start: string; end: string; timezone: string } | { valid: false } | null;
+}
+
 export interface Preview {
   path: string;
   action: "create" | "update";

@@ -1,9 +1,10 @@
-// A requester applies in the browser and watches the request reach VALIDATED.
+// A requester applies in the browser, watches the request reach VALIDATED,
+// and removes the binding again.
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { BASE_URL, launch, pageAs, screenshot } from "../lib.mjs";
+import { launch, pageAs, screenshot } from "../lib.mjs";
 
 let browser;
 before(async () => {
@@ -13,7 +14,7 @@ after(async () => {
   await browser?.close();
 });
 
-test("a requester applies and the timeline reaches VALIDATED", async () => {
+test("a requester applies, the timeline reaches VALIDATED, and the binding is removed", async () => {
   const page = await pageAs(browser, "alice");
 
   // The preview shows the file the request would write.
@@ -73,7 +74,24 @@ test("a requester applies and the timeline reaches VALIDATED", async () => {
   assert.equal(await row.locator("button.close").count(), 1);
   await screenshot(page, "requester-5-bindings");
 
+  // Removing it asks for a reason, then follows the removal to CLOSED.
+  await row.locator("button.close").click();
+  await page.click("#confirm-ok");
+  await page.locator("#confirm-outcome .field-error").waitFor();
+  await page.fill("#confirm-reason", "e2e: done trying");
+  await page.click("#confirm-ok");
+  await page.locator("#confirm-result.success").filter({ hasText: "Removal requested" }).waitFor();
+  await page.click("#confirm-cancel");
+  await page.waitForURL(/\/operations\/[0-9a-f-]{36}$/);
+  assert.notEqual(new URL(page.url()).pathname, `/operations/${operationId}`);
+  await page.locator('#next[data-next="REAPPLY"]').waitFor({ timeout: 90_000 });
+  assert.equal(await page.locator("#status").innerText(), "CLOSED");
+  assert.match(await page.locator("#next").innerText(), /removed\. You can apply again/);
+  const closeStates = await page.locator("#timeline li").evaluateAll((items) => items.map((li) => li.dataset.state));
+  assert.deepEqual(closeStates, ["done", "done", "done", "done", "done", "done"]);
+  await screenshot(page, "requester-6-closed");
+
   // A reload of an app route gets the page again (the server's fallback).
-  await page.goto(`${BASE_URL}/operations/${operationId}`);
-  await page.locator('#next[data-next="NONE"]').waitFor();
+  await page.reload();
+  await page.locator('#next[data-next="REAPPLY"]').waitFor();
 });

@@ -3,7 +3,7 @@
 import { ApiError, call, get, newKey, query } from "../api";
 import { h, replace } from "../dom";
 import { navigate } from "../nav";
-import type { Preview, Submitted, Target } from "../types";
+import type { Access, Preview, Submitted, Target } from "../types";
 
 export function applyPage(root: HTMLElement): () => void {
   let previewTimer: number | undefined;
@@ -37,9 +37,12 @@ export function applyPage(root: HTMLElement): () => void {
     result,
   );
 
+  const access = h("div", { id: "access", "aria-live": "polite" });
+
   replace(
     root,
     h("h1", {}, "Apply for a change"),
+    access,
     h("div", { class: "split" }, form, h("section", {}, h("h2", {}, "Preview"), preview)),
   );
 
@@ -159,6 +162,19 @@ export function applyPage(root: HTMLElement): () => void {
 
   target.addEventListener("change", showTarget);
   subject.addEventListener("input", schedulePreview);
+
+  // Say up front when submissions are closed, rather than only after a 503.
+  get<Access>("/api/v1/access").then(
+    (now) => {
+      if (now.open) return;
+      const window = now.window && "start" in now.window
+        ? ` Submissions are open from ${now.window.start} to ${now.window.end} (${now.window.timezone}).`
+        : "";
+      replace(access, h("p", { class: "notice" }, `Submissions are closed right now.${window}`));
+    },
+    // Advice only: a failed check leaves submitting to report the answer.
+    () => undefined,
+  );
 
   void (async () => {
     try {

@@ -63,7 +63,7 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
         h("dt", {}, "Updated"), h("dd", {}, when(op.updatedAt)),
       ),
       h("p", { class: `next next-${op.next.toLowerCase()}`, id: "next", "data-next": op.next },
-        advice(op.next),
+        advice(op.next, op.status),
         op.next === "REAPPLY" ? [" ", h("a", { href: `/?target=${encodeURIComponent(op.targetKey)}` }, "Apply again")] : null),
       h("ol", { class: "timeline", id: "timeline" },
         timeline(op).map((stage) =>
