@@ -6,7 +6,7 @@ use reqwest::Response;
 use reqwest::header::{ACCEPT, CACHE_CONTROL, CONTENT_TYPE};
 use serde_json::Value;
 
-use crate::helpers::{TestApp, settings_from, spawn_app, sqlite_db};
+use crate::helpers::{REQUESTER_CONFIG, TestApp, settings_from, spawn_app, sqlite_db};
 
 /// What a browser sends when it navigates.
 const BROWSER_ACCEPT: &str = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8";
@@ -196,12 +196,24 @@ async fn the_demo_user_switcher_is_offered_only_when_configured() {
     assert!(!page.contains(&marker("on")));
     app.stop().await.unwrap();
 
-    let app = spawn_app(&test_db.url, "[web]\ndemo_identity = true\n").await;
+    let app = spawn_app(
+        &test_db.url,
+        &format!("{REQUESTER_CONFIG}[web]\ndemo_identity = true\n"),
+    )
+    .await;
     for path in ["/", "/ops"] {
         let page = assert_page(fetch(&app, path, BROWSER_ACCEPT).await).await;
         assert!(page.contains(&marker("on")), "{path}: {page}");
         assert!(!page.contains(&marker("off")));
     }
+    // Operators see the switch in the effective configuration.
+    let config: Value = app
+        .get_as("admin", "/admin/v1/config")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(config["web"]["demoIdentity"], true);
     app.stop().await.unwrap();
 }
 
