@@ -7,6 +7,8 @@ import { chromium } from "playwright-core";
 export const BASE_URL = process.env.CHANGEGATE_E2E_BASE_URL ?? "http://127.0.0.1:8080";
 /** The demo's GitLab simulator, whose control API injects pipeline failures. */
 export const GITLAB_SIM_URL = process.env.CHANGEGATE_E2E_GITLAB_URL ?? "http://127.0.0.1:18081";
+/** The demo's approval simulator, whose control API sets how requests are decided. */
+export const APPROVAL_SIM_URL = process.env.CHANGEGATE_E2E_APPROVAL_URL ?? "http://127.0.0.1:18082";
 /** Screenshots go here (ignored by git). */
 export const OUTPUT_DIR = process.env.CHANGEGATE_E2E_OUTPUT ?? new URL("./output/", import.meta.url).pathname;
 

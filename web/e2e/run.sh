@@ -2,12 +2,12 @@
 # Browser tests: starts the demo (changegate and its simulators) on a fresh
 # temporary database, then runs tests/*.test.mjs in headless Chromium.
 #
-#   web/e2e/run.sh                        # everything that exists in this build
-#   CHANGEGATE_E2E_ADMIN=1 web/e2e/run.sh # plus the ops console retry
+#   web/e2e/run.sh
 #
 # Needs /usr/bin/chromium (Debian `chromium`; CHROMIUM=... for another) and
-# the npm packages (`npm ci` in this directory); .ci/run installs both. Screenshots and the demo's log go to
-# web/e2e/output/ (CHANGEGATE_E2E_OUTPUT=... for another directory).
+# the npm packages (`npm ci` in this directory); .ci/run installs both.
+# Screenshots and the demo's log go to web/e2e/output/
+# (CHANGEGATE_E2E_OUTPUT=... for another directory).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
