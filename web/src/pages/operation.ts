@@ -35,8 +35,8 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
     if (op.next === "WAIT") timer = window.setTimeout(() => void load(), POLL_MS);
   }
 
-  // The recorded steps, where the server offers them; the stages above are
-  // derived from the current status and need nothing more.
+  // The recorded steps. The stages above need only the status, so a failed
+  // read of the history leaves it out rather than failing the page.
   async function loadHistory(): Promise<HistoryEntry[] | null> {
     try {
       return (await get<{ items: HistoryEntry[] }>(`/api/v1/operations/${encodeURIComponent(id)}/timeline`)).items;
