@@ -105,6 +105,17 @@ async fn the_page_is_never_cached_and_hashed_assets_are_cached_for_good() {
         assert_eq!(response.bytes().await.unwrap(), on_disk, "{path}");
     }
 
+    // HEAD answers the headers of GET, without the body.
+    let head = app
+        .client
+        .head(format!("{}{script}", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), 200);
+    assert_eq!(header(&head, CACHE_CONTROL), IMMUTABLE);
+    assert!(head.bytes().await.unwrap().is_empty());
+
     // Unhashed files keep their name across builds: they must be revalidated.
     let icon = fetch(&app, "/favicon.svg", "image/*").await;
     assert_eq!(icon.status(), 200);

@@ -106,7 +106,11 @@ function shell(): void {
 
 // The assets loaded: forget the cache-busting retry, and drop its parameter
 // so a bookmark of this page stays clean.
-sessionStorage.removeItem("changegate.assetReloadAt");
+try {
+  sessionStorage.removeItem("changegate.assetReloadAt");
+} catch {
+  // No storage: the page never reloads by itself, so there is nothing to forget.
+}
 const url = new URL(location.href);
 if (url.searchParams.has("_reload")) {
   url.searchParams.delete("_reload");
