@@ -63,4 +63,10 @@ curl -fsS -o /dev/null "$base_url/readyz"
 
 export CHANGEGATE_E2E_BASE_URL="$base_url" CHROMIUM="$chromium"
 cd "$here"
-node --test --test-concurrency=1 tests/
+status=0
+node --test --test-concurrency=1 tests/ || status=$?
+if ! kill -0 "$demo_pid" 2>/dev/null; then
+    echo "error: the demo stopped during the tests; its log is $CHANGEGATE_E2E_OUTPUT/demo.log" >&2
+    status=1
+fi
+exit "$status"
