@@ -18,8 +18,9 @@ mkdirSync(OUTPUT_DIR, { recursive: true });
 export function launch() {
   return chromium.launch({
     executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-    // Root in CI cannot use Chromium's sandbox.
-    args: ["--no-sandbox"],
+    // Root in CI cannot use Chromium's sandbox, and containers often have a
+    // small /dev/shm.
+    args: ["--no-sandbox", "--disable-dev-shm-usage"],
   });
 }
 

@@ -77,6 +77,7 @@ export function applyPage(root: HTMLElement): () => void {
 
   function schedulePreview(): void {
     window.clearTimeout(previewTimer);
+    if (target.value) replace(preview, h("p", { class: "hint" }, "Loading the preview…"));
     previewTimer = window.setTimeout(() => void loadPreview(), 250);
   }
 
