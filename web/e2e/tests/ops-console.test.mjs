@@ -121,6 +121,16 @@ test("an operator force-fails a request stuck awaiting approval, with a reason",
   assert.match(await page.locator("#next").innerText(), /An operator stopped it/);
 });
 
+test("an operator reads the effective configuration, secrets redacted", async () => {
+  const page = await pageAs(browser, "admin");
+  await page.click('nav a[href="/ops"]');
+  await page.click("#tab-config");
+  const config = JSON.parse(await page.locator("#config").innerText());
+  assert.equal(config.web.demoIdentity, true);
+  assert.equal(config.gitlab.botToken, "[redacted]");
+  await screenshot(page, "admin-6-config");
+});
+
 test("a requester is told the console is for operators", async () => {
   const page = await pageAs(browser, "alice");
   await page.goto(`${BASE_URL}/ops`);

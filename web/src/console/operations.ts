@@ -18,6 +18,15 @@ const AGES: [string, string][] = [
   ["86400", "older than 1 day"],
 ];
 
+/** Views an operator opens most: the failed, and the long idle. */
+const QUICK_VIEWS: [string, Record<string, string>][] = [
+  ["Create failed", { status: "CREATE_FAILED" }],
+  ["Handle failed", { status: "HANDLE_FAILED" }],
+  ["Close failed", { status: "CLOSE_FAILED" }],
+  ["Merging for over 15 minutes", { status: "MERGING", olderThanSeconds: "900" }],
+  ["Awaiting approval for over a day", { status: "APPROVAL_SENT", olderThanSeconds: "86400" }],
+];
+
 /** Statuses after which nothing runs, so nothing can be retried or failed. */
 const SETTLED = ["VALIDATED", "REJECTED", "BUSY_REJECTED", "CLOSED", "ABANDONED"];
 const AWAITING_APPROVAL = ["APPROVAL_SENDING", "APPROVAL_SENT"];
@@ -45,6 +54,8 @@ export function operationsTab(root: HTMLElement): void {
 
   replace(
     root,
+    h("p", { class: "quick-views" }, "Quick views: ",
+      QUICK_VIEWS.flatMap(([label, params], i) => [i ? " · " : "", h("a", { href: `/ops${query(params)}` }, label)])),
     filters,
     h("table", { class: "list", id: "operations" },
       h("thead", {}, h("tr", {}, ["Request", "Target", "Subject", "Status", "Step", "Idle", "Message", "Actions"].map((c) => h("th", {}, c)))),
@@ -120,7 +131,7 @@ export function operationsTab(root: HTMLElement): void {
       h("td", {}, `${op.step.name} (${op.step.code})`),
       h("td", { title: when(op.updatedAt) }, age(op.updatedAt)),
       h("td", { class: "message" }, op.message),
-      h("td", { class: "actions" }, actions),
+      h("td", {}, h("div", { class: "actions" }, actions)),
     );
   }
 
