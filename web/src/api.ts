@@ -37,18 +37,13 @@ export function setDemoUser(user: string | null): void {
   demoUser = user;
 }
 
-export interface Answer<T> {
-  status: number;
-  body: T;
-}
-
-/** Calls the API; resolves on 2xx, rejects with [`ApiError`] otherwise. */
+/** Calls the API; resolves with the body of a 2xx, rejects with `ApiError` otherwise. */
 export async function call<T>(
   method: "GET" | "POST",
   path: string,
   body?: unknown,
   headers: Record<string, string> = {},
-): Promise<Answer<T>> {
+): Promise<T> {
   const sent: Record<string, string> = { Accept: "application/json", ...headers };
   if (body !== undefined) sent["Content-Type"] = "application/json";
   if (demoUser) sent["X-Auth-Request-User"] = demoUser;
@@ -78,12 +73,12 @@ export async function call<T>(
       error?.requestId,
     );
   }
-  return { status: response.status, body: parsed as T };
+  return parsed as T;
 }
 
 /** GET and return the body. */
-export async function get<T>(path: string): Promise<T> {
-  return (await call<T>("GET", path)).body;
+export function get<T>(path: string): Promise<T> {
+  return call<T>("GET", path);
 }
 
 /** A query string from the set values only. */

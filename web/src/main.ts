@@ -11,10 +11,10 @@ import { bindingsPage } from "./pages/bindings";
 import { consolePage } from "./pages/console";
 import { operationPage } from "./pages/operation";
 
-/** A page renders into `root` and may return a function that stops its timers. */
-export type Page = (root: HTMLElement, params: Record<string, string>) => (() => void) | void;
+/** A view renders into `root` and may return a function that stops its timers. */
+type View = (root: HTMLElement, params: Record<string, string>) => (() => void) | void;
 
-const ROUTES: [RegExp, Page][] = [
+const ROUTES: [RegExp, View][] = [
   [/^\/$/, applyPage],
   [/^\/bindings$/, bindingsPage],
   [/^\/operations\/(?<id>[^/]+)$/, operationPage],
@@ -24,11 +24,11 @@ const ROUTES: [RegExp, Page][] = [
 const DEMO_USERS = ["alice", "admin"];
 const USER_KEY = "changegate.demoUser";
 
-let stopPage: (() => void) | void;
+let stopView: (() => void) | void;
 
 function render(): void {
-  stopPage?.();
-  stopPage = undefined;
+  stopView?.();
+  stopView = undefined;
   const main = document.getElementById("main");
   if (!main) return;
   main.replaceChildren();
@@ -36,10 +36,10 @@ function render(): void {
     const here = link.pathname === "/" ? location.pathname === "/" : location.pathname.startsWith(link.pathname);
     link.classList.toggle("current", here);
   }
-  for (const [pattern, page] of ROUTES) {
+  for (const [pattern, view] of ROUTES) {
     const match = pattern.exec(location.pathname);
     if (match) {
-      stopPage = page(main, { ...match.groups });
+      stopView = view(main, { ...match.groups });
       return;
     }
   }

@@ -143,7 +143,7 @@ export function operationsTab(root: HTMLElement): void {
     confirmAction({
       ...action,
       act: async (reason) => {
-        const { body } = await call<ActionResult>("POST", action.path, reason ? { reason } : {});
+        const body = await call<ActionResult>("POST", action.path, reason ? { reason } : {});
         const now = body.operation ?? (body.status ? { status: body.status } : null);
         return now ? `${body.code}: the request is now ${now.status}.` : body.code;
       },

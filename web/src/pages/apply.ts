@@ -125,7 +125,7 @@ export function applyPage(root: HTMLElement): () => void {
     if (expires.value) body.expiresAt = new Date(expires.value).toISOString();
     lock(true);
     try {
-      const { body: answer } = await call<Submitted>("POST", "/api/v1/applications", body, { "Idempotency-Key": key });
+      const answer = await call<Submitted>("POST", "/api/v1/applications", body, { "Idempotency-Key": key });
       const link = h("a", { href: `/operations/${answer.operationId}` }, "follow it");
       if (answer.code === "DUPLICATE_SUBMIT") {
         // Already submitted: the form stays locked so it cannot be sent again.

@@ -66,7 +66,7 @@ export function bindingsPage(root: HTMLElement): void {
       reasonRequired: true,
       act: async (reason) => {
         const path = `/api/v1/bindings/${encodeURIComponent(binding.targetKey)}/close`;
-        const { body } = await call<Submitted>("POST", path, { subjectId: binding.subjectId, reason }, { "Idempotency-Key": key });
+        const body = await call<Submitted>("POST", path, { subjectId: binding.subjectId, reason }, { "Idempotency-Key": key });
         operationId = body.operationId;
         return body.code === "DUPLICATE_SUBMIT" ? "Removal was already requested." : "Removal requested.";
       },
