@@ -102,6 +102,16 @@ test("an operator force-fails a request stuck awaiting approval, with a reason",
   await page.goto(`${BASE_URL}/ops?status=APPROVAL_SENT`);
   const row = page.locator(`#operations tr[data-operation="${submitted.operationId}"]`);
   await row.waitFor();
+
+  // The demo's approvals come from the approval system: a local decision is
+  // refused, and the dialog says why.
+  await row.locator('button[data-action="approve"]').click();
+  await page.click("#confirm-ok");
+  const refused = page.locator("#confirm-result.error");
+  await refused.waitFor();
+  assert.match(await refused.innerText(), /decided by the approval system/);
+  await page.click("#confirm-cancel");
+
   await row.locator('button[data-action="fail"]').click();
   // A reason is required before anything is sent.
   await page.click("#confirm-ok");
