@@ -62,6 +62,7 @@ test("a requester applies, the timeline reaches VALIDATED, and the binding is re
   const states = await page.locator("#timeline li").evaluateAll((items) => items.map((li) => li.dataset.state));
   assert.deepEqual(states, ["done", "done", "done", "done", "done", "done"]);
   assert.match(await page.locator("#mr-link").innerText(), /^!\d+$/);
+  assert.match(await page.locator("#mr-link").getAttribute("href"), /\/config\/repo\/-\/merge_requests\/\d+$/);
   assert.match(await page.locator("#next").innerText(), /Done/);
   await screenshot(page, "requester-4-validated");
 

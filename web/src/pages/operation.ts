@@ -47,8 +47,9 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
 
   function show(op: Operation, history: HistoryEntry[] | null): void {
     const mr = op.mergeRequest;
+    // The URL comes from GitLab: link only what is plainly a web address.
     const mrLink = mr
-      ? mr.url
+      ? mr.url && /^https?:\/\//.test(mr.url)
         ? h("a", { href: mr.url, target: "_blank", rel: "noopener", id: "mr-link" }, `!${mr.iid}`)
         : h("span", { id: "mr-link" }, `!${mr.iid}`)
       : null;
