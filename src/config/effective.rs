@@ -141,6 +141,7 @@ pub fn effective(settings: &Settings) -> Value {
             "maxRequests": s.batch.max_requests,
         },
         "webhooks": { "silent": s.webhooks_silent },
+        "web": { "demoIdentity": s.web.demo_identity },
     })
 }
 

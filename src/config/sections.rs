@@ -158,6 +158,15 @@ pub(super) fn poll_schedule(r: &mut Reader<'_>) -> PollSchedule {
     }
 }
 
+/// `[web]`: the single-page app.
+#[derive(Debug, Clone, Default)]
+pub struct WebSettings {
+    /// `demo_identity`, default false: the page offers a user switcher and
+    /// sends the chosen name as the identity header. Only for the demo, where
+    /// the browser is on loopback and so a trusted proxy.
+    pub demo_identity: bool,
+}
+
 /// Keys of the sections defined here.
 pub(super) const IDENTITY_KEYS: &[&str] = &[
     "trusted_proxies",
@@ -171,6 +180,7 @@ pub(super) const IDENTITY_KEYS: &[&str] = &[
 pub(super) const AUTHZ_KEYS: &[&str] = &["provider", "url", "timeout", "rules", "grants"];
 pub(super) const IDEMPOTENCY_KEYS: &[&str] = &["ttl", "cleanup_interval"];
 pub(super) const EXECUTOR_KEYS: &[&str] = &["workers", "queue_capacity", "lease", "poll_interval"];
+pub(super) const WEB_KEYS: &[&str] = &["demo_identity"];
 const JWT_KEYS: &[&str] = &["hs256_secret", "rs256_public_key", "issuer", "audience"];
 const TARGET_KEYS: &[&str] = &[
     "description",
@@ -353,5 +363,11 @@ pub(super) fn executor(r: &mut Reader<'_>) -> ExecutorSettings {
         queue_capacity: r.count_at(&["executor", "queue_capacity"], 1..=100_000, 256),
         lease: r.static_duration("executor", "lease", Duration::from_secs(60)),
         poll_interval: r.static_duration("executor", "poll_interval", Duration::from_secs(1)),
+    }
+}
+
+pub(super) fn web(r: &mut Reader<'_>) -> WebSettings {
+    WebSettings {
+        demo_identity: r.bool_at(&["web", "demo_identity"], false),
     }
 }

@@ -15,7 +15,7 @@ use super::reader::Reader;
 use super::resolve::{self, AccessMode, AccessWindow, ApproveImpl, FlowOrder};
 use super::sections::{
     AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings, PollSchedule,
-    TargetSettings,
+    TargetSettings, WebSettings,
 };
 use super::{Problem, sections};
 
@@ -57,6 +57,8 @@ pub struct Settings {
     pub batch: BatchSettings,
     /// Dynamic: when on, outbound webhook deliveries are recorded as silent, not sent.
     pub webhooks_silent: bool,
+    /// Dynamic: the single-page app.
+    pub web: WebSettings,
 }
 
 impl Settings {
@@ -250,6 +252,7 @@ const SCHEMA: &[(&str, Option<&[&str]>)] = &[
         ]),
     ),
     ("webhooks", Some(&["silent"])),
+    ("web", Some(sections::WEB_KEYS)),
 ];
 
 impl Settings {
@@ -359,6 +362,7 @@ impl Settings {
         let idempotency = sections::idempotency(&mut r);
         let executor = sections::executor(&mut r);
         let polling = sections::poll_schedule(&mut r);
+        let web = sections::web(&mut r);
 
         let flow_order = r.resolved(
             "workflow.flow_order",
@@ -469,6 +473,7 @@ impl Settings {
                 "webhooks.silent",
                 resolve::webhook_silent(r.get("webhooks", "silent")),
             ),
+            web,
         };
         (settings, r.into_problems())
     }

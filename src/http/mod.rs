@@ -9,6 +9,7 @@ pub mod extract;
 pub mod layers;
 mod ops;
 pub mod request_id;
+mod web;
 
 use std::time::Duration;
 
@@ -48,7 +49,7 @@ pub fn router(state: AppState) -> Router {
                 async move { ([(CONTENT_TYPE, "application/json")], document.to_string()) }
             }),
         )
-        .fallback(|| async { ApiError::NotFound })
+        .fallback(web::serve)
         .with_state(state);
     with_edge_layers(router, request_timeout)
 }

@@ -20,4 +20,5 @@ mod requests;
 mod signature;
 mod storage;
 mod store;
+mod web;
 mod workflow;

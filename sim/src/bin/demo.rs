@@ -68,6 +68,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         tracing::warn!("{warning}");
     }
     let changegate_url = format!("http://{}", settings.server.listen);
+    let demo_identity = settings.web.demo_identity;
     let loopback = |port| std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let stack = SimStack::start(StackOptions {
         gitlab: GitLabSimOptions {
@@ -117,6 +118,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     println!(
         "changegate           {changegate_url}  (try: curl -H 'X-Auth-Request-User: alice' {changegate_url}/api/v1/targets)"
     );
+    let switcher = if demo_identity {
+        "; pick alice (requester) or admin (operator) at the top right"
+    } else {
+        ""
+    };
+    println!("web app              open {changegate_url}/ in a browser{switcher}");
     print!("{stack}");
     println!("ready; Ctrl-C stops everything");
     tokio::spawn(async move {

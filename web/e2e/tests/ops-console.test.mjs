@@ -1,0 +1,148 @@
+// The ops console: an operator re-runs a failed request and force-fails a
+// stuck one; a requester is turned away.
+
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+
+import {
+  APPROVAL_SIM_URL, BASE_URL, GITLAB_SIM_URL, applyForDemoTarget, launch, pageAs, screenshot,
+} from "../lib.mjs";
+
+/** A JSON call; resolves with the parsed answer (null when empty). */
+async function send(method, url, body, headers = {}) {
+  const response = await fetch(url, {
+    method,
+    headers: body ? { "Content-Type": "application/json", ...headers } : headers,
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await response.text();
+  assert.equal(response.ok, true, `${method} ${url}: ${response.status} ${text}`);
+  return text ? JSON.parse(text) : null;
+}
+
+/** The demo project in the GitLab simulator's control API. */
+function gitlabSim(method, path, body) {
+  return send(method, `${GITLAB_SIM_URL}/_sim/projects/config%2Frepo/${path}`, body);
+}
+
+/** How the approval simulator decides new requests. */
+function approvalPolicy(policy) {
+  return send("PUT", `${APPROVAL_SIM_URL}/_sim/policy`, policy);
+}
+
+let browser;
+before(async () => {
+  browser = await launch();
+});
+after(async () => {
+  await browser?.close();
+  // Whatever happened here, later tests get passing pipelines and approvals.
+  await gitlabSim("POST", "pipeline_script", { outcomes: [] });
+  await approvalPolicy({ mode: "auto", result: "APPROVED", delay_ms: 3000 });
+});
+
+test("an operator retries a failed request from the console", async () => {
+  // The next MR pipeline fails, so the request stops at CREATE_FAILED.
+  await gitlabSim("POST", "pipeline_script", { outcomes: ["failed"] });
+
+  const page = await pageAs(browser, "admin");
+  const operationId = await applyForDemoTarget(page, "e2e: a request whose pipeline fails");
+  await page.locator('#next[data-next="CONTACT_TEAM"]').waitFor({ timeout: 90_000 });
+  assert.equal(await page.locator("#status").innerText(), "CREATE_FAILED");
+  assert.equal(await page.locator('#timeline li[data-state="failed"]').getAttribute("data-stage"), "pipeline");
+  await screenshot(page, "admin-1-failed");
+
+  // Someone re-runs the MR's pipeline and it passes.
+  const iid = (await page.locator("#mr-link").innerText()).replace("!", "");
+  const mr = await gitlabSim("GET", `merge_requests/${iid}`);
+  await gitlabSim("POST", `pipelines/${mr.head_pipeline.id}/force`, { outcome: "success" });
+
+  await page.goto(`${BASE_URL}/ops`);
+  await page.selectOption("#filter-status", "CREATE_FAILED");
+  await page.click('#ops-filters button[type="submit"]');
+  await page.waitForURL(/status=CREATE_FAILED/);
+  const row = page.locator(`#operations tr[data-operation="${operationId}"]`);
+  await row.waitFor();
+  await screenshot(page, "admin-2-console");
+
+  await row.locator('button[data-action="retry"]').click();
+  await page.fill("#confirm-reason", "e2e: the pipeline is fixed");
+  await page.click("#confirm-ok");
+  const result = page.locator("#confirm-result.success");
+  await result.waitFor();
+  assert.match(await result.innerText(), /^OK/);
+  await screenshot(page, "admin-3-retried");
+  await page.click("#confirm-cancel");
+
+  await page.goto(`${BASE_URL}/operations/${operationId}`);
+  await page.locator('#next[data-next="NONE"]').waitFor({ timeout: 90_000 });
+  assert.equal(await page.locator("#status").innerText(), "VALIDATED");
+  // The recorded steps show the failure and who re-ran it.
+  await page.locator("#history tr").filter({ hasText: "CREATE_PIPELINE_FAILED" }).waitFor();
+  await page.locator("#history tr").filter({ hasText: "retried by admin: e2e: the pipeline is fixed" }).waitFor();
+  await screenshot(page, "admin-4-validated");
+
+  // The retry is in the audit log.
+  await page.goto(`${BASE_URL}/ops/audit`);
+  await page.locator("#audit tbody tr").filter({ hasText: operationId }).first().waitFor();
+});
+
+test("an operator force-fails a request stuck awaiting approval, with a reason", async () => {
+  // Nobody decides: the request waits at APPROVAL_SENT.
+  await approvalPolicy({ mode: "manual" });
+  // An operator may apply for someone else; this subject has no binding yet.
+  const submitted = await send(
+    "POST",
+    `${BASE_URL}/api/v1/applications`,
+    { targetKey: "demo.feature-flags", subjectId: "e2e-stuck", reason: "e2e: waits for approval" },
+    { "X-Auth-Request-User": "admin" },
+  );
+
+  const page = await pageAs(browser, "admin");
+  await page.goto(`${BASE_URL}/ops?status=APPROVAL_SENT`);
+  const row = page.locator(`#operations tr[data-operation="${submitted.operationId}"]`);
+  await row.waitFor();
+
+  // The demo's approvals come from the approval system: a local decision is
+  // refused, and the dialog says why.
+  await row.locator('button[data-action="approve"]').click();
+  await page.click("#confirm-ok");
+  const refused = page.locator("#confirm-result.error");
+  await refused.waitFor();
+  assert.match(await refused.innerText(), /decided by the approval system/);
+  await page.click("#confirm-cancel");
+
+  await row.locator('button[data-action="fail"]').click();
+  // A reason is required before anything is sent.
+  await page.click("#confirm-ok");
+  await page.locator("#confirm-outcome .field-error").waitFor();
+  await page.fill("#confirm-reason", "e2e: the approver left");
+  await page.click("#confirm-ok");
+  const result = page.locator("#confirm-result.success");
+  await result.waitFor();
+  assert.match(await result.innerText(), /^OK: the request is now ABANDONED/);
+  await screenshot(page, "admin-5-force-failed");
+  await page.click("#confirm-cancel");
+  // The list is read again: the request is no longer awaiting approval.
+  await row.waitFor({ state: "detached" });
+
+  await page.goto(`${BASE_URL}/operations/${submitted.operationId}`);
+  await page.locator('#next[data-next="REAPPLY"]').waitFor();
+  assert.match(await page.locator("#next").innerText(), /An operator stopped it/);
+});
+
+test("an operator reads the effective configuration, secrets redacted", async () => {
+  const page = await pageAs(browser, "admin");
+  await page.click('nav a[href="/ops"]');
+  await page.click("#tab-config");
+  const config = JSON.parse(await page.locator("#config").innerText());
+  assert.equal(config.web.demoIdentity, true);
+  assert.equal(config.gitlab.botToken, "[redacted]");
+  await screenshot(page, "admin-6-config");
+});
+
+test("a requester is told the console is for operators", async () => {
+  const page = await pageAs(browser, "alice");
+  await page.goto(`${BASE_URL}/ops`);
+  await page.locator("#console-error").filter({ hasText: "Only operators" }).waitFor();
+});

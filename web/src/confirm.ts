@@ -1,0 +1,72 @@
+// Confirmation for every action that changes something: a modal dialog that
+// says what will happen, asks for a reason, and then shows the answer.
+
+import { ApiError } from "./api";
+import { h, replace } from "./dom";
+
+export interface ConfirmOptions {
+  title: string;
+  /** What will happen, in plain words. */
+  text: string;
+  confirmLabel: string;
+  /** Whether a reason must be given. */
+  reasonRequired: boolean;
+  /** Does the action; its resolved value is described in the dialog. */
+  act: (reason: string) => Promise<string>;
+  /** Called after a successful action, when the dialog closes. */
+  done?: () => void;
+}
+
+/** Opens the dialog; the action runs only after the user confirms. */
+export function confirmAction(options: ConfirmOptions): void {
+  const reason = h("textarea", { id: "confirm-reason", rows: 3, maxlength: 2000 });
+  const outcome = h("div", { id: "confirm-outcome", "aria-live": "polite" });
+  const ok = h("button", { type: "submit", id: "confirm-ok" }, options.confirmLabel);
+  const cancel = h("button", { type: "button", id: "confirm-cancel" }, "Cancel");
+  let succeeded = false;
+  const dialog = h(
+    "dialog",
+    { id: "confirm", class: "confirm" },
+    h(
+      "form",
+      { method: "dialog", onsubmit: (event: Event) => void run(event) },
+      h("h2", {}, options.title),
+      h("p", {}, options.text),
+      h("label", { for: "confirm-reason" }, options.reasonRequired ? "Reason (required)" : "Reason (optional)"),
+      reason,
+      outcome,
+      h("div", { class: "actions" }, cancel, ok),
+    ),
+  );
+  cancel.addEventListener("click", () => dialog.close());
+  dialog.addEventListener("close", () => {
+    dialog.remove();
+    if (succeeded) options.done?.();
+  });
+  document.body.append(dialog);
+  dialog.showModal();
+
+  async function run(event: Event): Promise<void> {
+    event.preventDefault();
+    const text = reason.value.trim();
+    if (options.reasonRequired && !text) {
+      replace(outcome, h("p", { class: "field-error" }, "Give a reason: it is written to the audit log."));
+      return;
+    }
+    ok.disabled = true;
+    reason.disabled = true;
+    replace(outcome, h("p", { class: "hint" }, "Working…"));
+    try {
+      const description = await options.act(text);
+      succeeded = true;
+      replace(outcome, h("p", { class: "success", id: "confirm-result" }, description));
+      ok.hidden = true;
+      cancel.textContent = "Close";
+    } catch (error) {
+      const message = error instanceof ApiError ? error.describe() : String(error);
+      replace(outcome, h("p", { class: "error", id: "confirm-result" }, message));
+      ok.disabled = false;
+      reason.disabled = false;
+    }
+  }
+}

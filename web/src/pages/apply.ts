@@ -1,0 +1,200 @@
+// Apply for a change: pick a target, see what file it would write, say why.
+
+import { ApiError, call, get, newKey, query } from "../api";
+import { h, replace } from "../dom";
+import { navigate } from "../nav";
+import type { Access, Preview, Submitted, Target } from "../types";
+
+export function applyPage(root: HTMLElement): () => void {
+  let previewTimer: number | undefined;
+  let previewSeq = 0;
+  // One key per filled-in form: a double click or a retry after a lost
+  // answer is answered DUPLICATE_SUBMIT instead of applying twice.
+  let key = newKey();
+
+  const target = h("select", { id: "target", name: "targetKey", required: true });
+  const subject = h("input", { id: "subject", name: "subjectId", placeholder: "yourself" });
+  const subjectRow = h("div", { class: "field", hidden: true },
+    h("label", { for: "subject" }, "For (subject)"), subject, fieldError("subjectId"));
+  const params = h("div", { id: "params" });
+  const expires = h("input", { id: "expires", name: "expiresAt", type: "datetime-local" });
+  const reason = h("textarea", { id: "reason", name: "reason", rows: 3, maxlength: 2000 });
+  const submit = h("button", { type: "submit", id: "submit" }, "Apply");
+  const result = h("div", { id: "result", "aria-live": "polite" });
+  const preview = h("div", { id: "preview", class: "preview" }, "Pick a target to see the file it would write.");
+  const description = h("p", { class: "hint", id: "target-description" });
+  let targets: Target[] = [];
+
+  const form: HTMLFormElement = h(
+    "form",
+    { id: "apply-form", novalidate: true, onsubmit: (event: Event) => void send(event) },
+    h("div", { class: "field" }, h("label", { for: "target" }, "Target"), target, description, fieldError("targetKey")),
+    subjectRow,
+    params,
+    h("div", { class: "field" }, h("label", { for: "expires" }, "Remove automatically at (optional)"), expires, fieldError("expiresAt")),
+    h("div", { class: "field" }, h("label", { for: "reason" }, "Reason"), reason, fieldError("reason")),
+    h("div", { class: "actions" }, submit),
+    result,
+  );
+
+  const access = h("div", { id: "access", "aria-live": "polite" });
+
+  replace(
+    root,
+    h("h1", {}, "Apply for a change"),
+    access,
+    h("div", { class: "split" }, form, h("section", {}, h("h2", {}, "Preview"), preview)),
+  );
+
+  function fieldError(name: string): HTMLElement {
+    return h("p", { class: "field-error", "data-field": name, "aria-live": "polite" });
+  }
+
+  function clearErrors(): void {
+    for (const el of form.querySelectorAll<HTMLElement>(".field-error")) el.textContent = "";
+    replace(result);
+  }
+
+  function selected(): Target | undefined {
+    return targets.find((t) => t.key === target.value);
+  }
+
+  function showTarget(): void {
+    const t = selected();
+    description.textContent = t?.description ?? "";
+    subjectRow.hidden = !t || t.selfOnly;
+    replace(
+      params,
+      (t?.params ?? []).map((name) =>
+        h("div", { class: "field" },
+          h("label", { for: `param-${name}` }, `Parameter ${name}`),
+          h("input", { id: `param-${name}`, "data-param": name }),
+          fieldError(`params.${name}`)),
+      ),
+    );
+    schedulePreview();
+  }
+
+  function schedulePreview(): void {
+    window.clearTimeout(previewTimer);
+    if (target.value) replace(preview, h("p", { class: "hint" }, "Loading the preview…"));
+    previewTimer = window.setTimeout(() => void loadPreview(), 250);
+  }
+
+  // The preview is advice only: whatever happens here, submitting stays possible.
+  async function loadPreview(): Promise<void> {
+    const seq = ++previewSeq;
+    if (!target.value) return;
+    let data: Preview | null = null;
+    try {
+      data = (await get<{ data: Preview | null }>(
+        `/api/v1/preview${query({ targetKey: target.value, subjectId: subject.value.trim() })}`,
+      )).data;
+    } catch {
+      data = null;
+    }
+    if (seq !== previewSeq) return;
+    if (!data) {
+      replace(preview, h("p", { class: "hint" }, "No preview available; you can still apply."));
+      return;
+    }
+    replace(
+      preview,
+      h("p", {}, data.action === "create" ? "Creates " : "Updates ", h("code", {}, data.path),
+        data.current ? ` (now ${data.current})` : ""),
+      h("pre", {}, data.content),
+    );
+  }
+
+  function lock(locked: boolean): void {
+    for (const el of form.querySelectorAll<HTMLInputElement>("input, select, textarea, button")) {
+      el.disabled = locked;
+    }
+  }
+
+  async function send(event: Event): Promise<void> {
+    event.preventDefault();
+    clearErrors();
+    const body: Record<string, unknown> = { targetKey: target.value, reason: reason.value };
+    const t = selected();
+    if (t && !t.selfOnly && subject.value.trim()) body.subjectId = subject.value.trim();
+    const paramInputs = params.querySelectorAll<HTMLInputElement>("input[data-param]");
+    if (paramInputs.length) {
+      body.params = Object.fromEntries(Array.from(paramInputs, (input) => [input.dataset.param, input.value]));
+    }
+    if (expires.value) body.expiresAt = new Date(expires.value).toISOString();
+    lock(true);
+    try {
+      const answer = await call<Submitted>("POST", "/api/v1/applications", body, { "Idempotency-Key": key });
+      const link = h("a", { href: `/operations/${answer.operationId}` }, "follow it");
+      if (answer.code === "DUPLICATE_SUBMIT") {
+        // Already submitted: the form stays locked so it cannot be sent again.
+        replace(result, h("p", { class: "notice", id: "duplicate" },
+          "This request was already submitted; ", link, ". ",
+          h("button", { type: "button", id: "new-request", onclick: () => startOver() }, "Start a new request")));
+        return;
+      }
+      navigate(`/operations/${answer.operationId}`);
+    } catch (error) {
+      lock(false);
+      showError(error);
+    }
+  }
+
+  function startOver(): void {
+    key = newKey();
+    form.reset();
+    clearErrors();
+    lock(false);
+    showTarget();
+  }
+
+  function showError(error: unknown): void {
+    if (!(error instanceof ApiError)) throw error;
+    const field = error.field;
+    const slot = field && form.querySelector<HTMLElement>(`.field-error[data-field="${CSS.escape(field.name)}"]`);
+    if (field && slot) {
+      slot.textContent = field.message;
+      return;
+    }
+    const kind = error.status === 429 ? "rate-limited" : "error";
+    replace(result, h("p", { class: `error ${kind}`, id: "submit-error" }, error.describe()));
+  }
+
+  target.addEventListener("change", showTarget);
+  subject.addEventListener("input", schedulePreview);
+
+  // Say up front when submissions are closed, rather than only after a 503.
+  get<Access>("/api/v1/access").then(
+    (now) => {
+      if (now.open) return;
+      const window = now.window && "start" in now.window
+        ? ` Submissions are open from ${now.window.start} to ${now.window.end} (${now.window.timezone}).`
+        : "";
+      replace(access, h("p", { class: "notice" }, `Submissions are closed right now.${window}`));
+    },
+    // Advice only: a failed check leaves submitting to report the answer.
+    () => undefined,
+  );
+
+  void (async () => {
+    try {
+      targets = await get<Target[]>("/api/v1/targets");
+    } catch (error) {
+      lock(true);
+      replace(result, h("p", { class: "error" }, error instanceof ApiError ? error.describe() : String(error)));
+      return;
+    }
+    if (targets.length === 0) {
+      replace(result, h("p", { class: "hint" }, "There is nothing you may apply for."));
+      lock(true);
+      return;
+    }
+    replace(target, targets.map((t) => h("option", { value: t.key }, t.key)));
+    const wanted = new URLSearchParams(location.search).get("target");
+    if (wanted && targets.some((t) => t.key === wanted)) target.value = wanted;
+    showTarget();
+  })();
+
+  return () => window.clearTimeout(previewTimer);
+}

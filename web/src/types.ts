@@ -1,0 +1,85 @@
+// The JSON shapes of the API, as the handlers in src/http/api/ write them.
+
+export interface Target {
+  key: string;
+  description: string;
+  params: string[];
+  selfOnly: boolean;
+}
+
+/** `GET /api/v1/access`: `window` is null when there is no time restriction. */
+export interface Access {
+  mode: "OPEN" | "TEST_WINDOW" | "CLOSED";
+  open: boolean;
+  window: { start: string; end: string; timezone: string } | { valid: false } | null;
+}
+
+export interface Preview {
+  path: string;
+  action: "create" | "update";
+  content: string;
+  current: string | null;
+}
+
+export type Next = "WAIT" | "CONTACT_TEAM" | "REAPPLY" | "NONE";
+
+export interface Operation {
+  operationId: string;
+  subjectId: string;
+  targetKey: string;
+  status: string;
+  step: { code: number; name: string };
+  next: Next;
+  message: string;
+  mergeRequest?: { iid: number; url?: string };
+  batchId?: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** One recorded step of an operation, oldest first. */
+export interface HistoryEntry {
+  step: { code: number; name: string };
+  status?: string;
+  actor: string;
+  message: string;
+  at: string;
+}
+
+export interface Submitted {
+  code: "ACCEPTED" | "DUPLICATE_SUBMIT";
+  operationId: string;
+  status: string;
+  next: Next;
+}
+
+export interface Binding {
+  subjectId: string;
+  targetKey: string;
+  status: string;
+  operationId: string;
+  expiresAt?: string;
+  updatedAt: string;
+}
+
+export interface Page<T> {
+  items: T[];
+  nextCursor?: string | null;
+}
+
+export interface AuditEntry {
+  id: number | string;
+  actor: string;
+  action: string;
+  target: string;
+  params: unknown;
+  createdAt: string;
+}
+
+/** What an operator action answers. */
+export interface ActionResult {
+  code: string;
+  operation?: Operation;
+  operationId?: string;
+  status?: string;
+}
