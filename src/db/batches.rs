@@ -179,12 +179,19 @@ pub async fn waiting_group(
 
 /// The guarded claim (I2): rows still unclaimed among `ids` join `batch_id`.
 /// Returns how many did; fewer than `ids.len()` means another claimer won
-/// some, and the caller must roll back. Uses the primary key only.
+/// some, and the caller must roll back. It must find the rows by primary
+/// key: a scan of the `batch_id IS NULL` range would lock its gaps, and
+/// every enqueue (a new NULL row) would wait for the claim to end (I3).
 pub async fn claim(tx: &mut DbTx, batch_id: i64, ids: &[i64]) -> Result<u64, sqlx::Error> {
+    let primary_key_only = match tx.backend() {
+        super::Backend::MySql => " FORCE INDEX (PRIMARY)",
+        super::Backend::Sqlite => "",
+    };
     let mut claimed = 0;
     for chunk in ids.chunks(IN_LIST_CHUNK) {
         let sql = format!(
-            "UPDATE merge_batch_request SET batch_id = ? WHERE batch_id IS NULL AND id IN ({})",
+            "UPDATE merge_batch_request{primary_key_only} SET batch_id = ? \
+             WHERE id IN ({}) AND batch_id IS NULL",
             placeholders(chunk.len())
         );
         claimed += with_tx!(tx, |conn| {
@@ -477,5 +484,27 @@ pub async fn record_merged_sha(tx: &mut DbTx, batch_id: i64, sha: &str) -> Resul
             .execute(conn)
             .await
             .map(|_| ())
+    })
+}
+
+/// One membership event.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct MembershipRow {
+    /// The operation.
+    pub operation_id: String,
+    /// `CLAIMED`, `MERGED`, `RELEASED`, `SPLIT` or `FAILED`.
+    pub event: String,
+    /// The split group, the merged head, or a reason.
+    pub detail: Option<String>,
+    /// When.
+    pub created_at: NaiveDateTime,
+}
+
+/// A batch's membership history, oldest first. Served by `ix_merge_batch_history_batch`.
+pub async fn membership_history(db: &Db, batch_id: i64) -> Result<Vec<MembershipRow>, sqlx::Error> {
+    let sql = "SELECT operation_id, event, detail, created_at FROM merge_batch_history \
+               WHERE batch_id = ? ORDER BY id";
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(sql).bind(batch_id).fetch_all(pool).await
     })
 }

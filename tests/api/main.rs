@@ -7,6 +7,7 @@
 )]
 
 mod admin;
+mod batches;
 mod callbacks;
 mod cli;
 mod durability;

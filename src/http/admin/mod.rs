@@ -3,5 +3,6 @@
 
 pub mod approvals;
 pub mod audit;
+pub mod batches;
 pub mod config;
 pub mod operations;

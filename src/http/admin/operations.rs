@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use crate::db::Db;
 use crate::db::audit::{append_audit, audited_params};
+use crate::db::batches::{batch_of, get_batch};
 use crate::db::history::last_statuses;
 use crate::db::leases::make_due_now;
 use crate::db::operations::OperationRow;
@@ -184,6 +185,16 @@ pub async fn retry(
     let (id, operation, status) = owned(&db, &operation_id).await?;
     let plan = operator::retry(operation.kind, status, operation.step)
         .map_err(|why| ApiError::Conflict(why.message()))?;
+    // A member of a running batch moves with its batch, never on its own.
+    if let Some(batch_id) = batch_of(&db, &id).await?
+        && get_batch(&db, batch_id)
+            .await?
+            .is_some_and(|batch| batch.status == "RUNNING")
+    {
+        return Err(ApiError::Conflict(
+            "the request is in a running merge batch; settle the batch instead",
+        ));
+    }
     let operator = caller.identity.as_str();
     let message = format!(
         "retried by {operator}{}",

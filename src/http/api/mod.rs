@@ -57,6 +57,16 @@ const ADMIN_FORCE_FAIL: RouteSpec = RouteSpec {
     rate_limit: None,
     activity: Some("admin.force_fail"),
 };
+const ADMIN_BATCH_RUN: RouteSpec = RouteSpec {
+    name: "operator",
+    rate_limit: None,
+    activity: Some("admin.batch_run"),
+};
+const ADMIN_BATCH_SETTLE: RouteSpec = RouteSpec {
+    name: "operator",
+    rate_limit: None,
+    activity: Some("admin.batch_settle"),
+};
 /// Operator reads: the `operator` rule, no business activity.
 const ADMIN_READ: RouteSpec = RouteSpec {
     name: "operator",
@@ -126,6 +136,26 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
             state,
             &ADMIN_READ,
             routes!(super::admin::config::get_config),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_READ,
+            routes!(super::admin::batches::list),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_READ,
+            routes!(super::admin::batches::get_one),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_BATCH_RUN,
+            routes!(super::admin::batches::run),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_BATCH_SETTLE,
+            routes!(super::admin::batches::settle),
         ))
         .routes(guarded(
             state,

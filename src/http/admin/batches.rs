@@ -1,0 +1,236 @@
+//! Operators and the merge queue: `GET /admin/v1/batches` (newest first),
+//! `GET /admin/v1/batches/{id}` (members and their history, the split tree
+//! included), `POST /admin/v1/batches/run` (a claim round now, the same code
+//! as the scheduler) and `POST /admin/v1/batches/{id}/settle` (a stuck batch
+//! gives its slot back; its members wait for the next round). Actions are
+//! audited.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::batch::{ClaimError, Claimed, NotNow};
+use crate::db::audit::{append_audit, audited_params};
+use crate::db::batches::{BatchRow, get_batch, list_batches, members, membership_history};
+use crate::http::api::status::rfc3339;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::{AppJson, AppQuery, AuthUser, Database};
+use crate::state::AppState;
+
+const DEFAULT_PAGE: u32 = 50;
+const MAX_PAGE: u32 = 200;
+
+/// Page selection.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct BatchQuery {
+    /// `nextCursor` of the previous page.
+    cursor: Option<String>,
+    /// Page size, 1 to 200 (default 50).
+    limit: Option<u32>,
+}
+
+/// One batch.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchView {
+    id: i64,
+    /// `RUNNING`, `SUCCEEDED`, `FAILED` or `BLOCKED`.
+    status: String,
+    /// `OPENING`, `PIPELINE` or `MERGING` (meaningful while RUNNING).
+    phase: String,
+    project: String,
+    /// The half of a failed batch it retries (`a`/`b` path), empty for a first try.
+    split_group: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    merge_request: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    merge_sha: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+    created_at: String,
+    updated_at: String,
+}
+
+impl From<BatchRow> for BatchView {
+    fn from(row: BatchRow) -> Self {
+        Self {
+            id: row.id,
+            status: row.status,
+            phase: row.phase,
+            project: row.project,
+            split_group: row.split_group,
+            merge_request: row
+                .mr_iid
+                .map(|iid| json!({ "iid": iid, "url": row.mr_url })),
+            merge_sha: row.merge_sha,
+            message: row.message,
+            created_at: rfc3339(row.created_at),
+            updated_at: rfc3339(row.updated_at),
+        }
+    }
+}
+
+/// Batches, newest first.
+#[utoipa::path(get, path = "/admin/v1/batches", tag = "admin", params(BatchQuery),
+    responses((status = 200, description = "`{items: [batch], nextCursor}`", body = Object)))]
+pub async fn list(
+    Database(db): Database,
+    AppQuery(query): AppQuery<BatchQuery>,
+) -> ApiResult<Json<Value>> {
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::InvalidArgument(
+            "query `limit`: 1 to 200".to_owned(),
+        ));
+    }
+    let before = query
+        .cursor
+        .map(|c| {
+            c.parse().map_err(|_| {
+                ApiError::InvalidArgument("query `cursor`: not a cursor from this API".to_owned())
+            })
+        })
+        .transpose()?;
+    let mut rows = list_batches(&db, before, limit + 1).await?;
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    let next_cursor = more
+        .then(|| rows.last().map(|b| b.id.to_string()))
+        .flatten();
+    let items: Vec<BatchView> = rows.into_iter().map(BatchView::from).collect();
+    Ok(Json(json!({ "items": items, "nextCursor": next_cursor })))
+}
+
+/// One batch with its members and their membership history.
+#[utoipa::path(get, path = "/admin/v1/batches/{batchId}", tag = "admin",
+    params(("batchId" = i64, Path)),
+    responses((status = 200, description = "`{batch, members, history}`", body = Object),
+        (status = 404, description = "No such batch")))]
+pub async fn get_one(
+    Database(db): Database,
+    Path(batch_id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let batch_id: i64 = batch_id.parse().map_err(|_| ApiError::NotFound)?;
+    let batch = get_batch(&db, batch_id).await?.ok_or(ApiError::NotFound)?;
+    let current = members(&db, batch_id).await?;
+    let history: Vec<Value> = membership_history(&db, batch_id)
+        .await?
+        .into_iter()
+        .map(|h| {
+            json!({ "operationId": h.operation_id, "event": h.event, "detail": h.detail,
+                    "at": rfc3339(h.created_at) })
+        })
+        .collect();
+    Ok(Json(json!({
+        "batch": BatchView::from(batch),
+        "members": current,
+        "history": history,
+    })))
+}
+
+/// Runs a claim round now (the scheduler's code; overlapping it is safe).
+#[utoipa::path(post, path = "/admin/v1/batches/run", tag = "admin", request_body = Object,
+    responses((status = 200, description = "`{code: OK, claimed: [{batchId, members}], slotOccupied, raced}`", body = Object),
+        (status = 409, description = "The queue is frozen (batch.freeze)")))]
+pub async fn run(
+    State(state): State<AppState>,
+    AuthUser(caller): AuthUser,
+    Database(db): Database,
+    AppJson(body): AppJson<Value>,
+) -> ApiResult<Json<Value>> {
+    let outcomes = match state.merge_queue.claim_round().await {
+        Ok(outcomes) => outcomes,
+        Err(ClaimError::NotNow(NotNow::Frozen)) => {
+            return Err(ApiError::Conflict(
+                "the merge queue is frozen (batch.freeze)",
+            ));
+        }
+        Err(ClaimError::NotNow(NotNow::NoDatabase)) => return Err(ApiError::NotReady),
+        Err(ClaimError::Store(err)) => return Err(ApiError::internal(err)),
+    };
+    let operator = caller.identity.as_str();
+    let mut tx = db.begin().await?;
+    append_audit(
+        &mut tx,
+        operator,
+        "batch.run",
+        "merge-queue",
+        &audited_params(&body, operator),
+    )
+    .await?;
+    tx.commit().await?;
+    let claimed: Vec<Value> = outcomes
+        .iter()
+        .filter_map(|outcome| match outcome {
+            Claimed::Batch { id, members } => {
+                Some(json!({ "batchId": id, "members": members.len() }))
+            }
+            _ => None,
+        })
+        .collect();
+    let count = |wanted: &Claimed| outcomes.iter().filter(|o| *o == wanted).count();
+    Ok(Json(json!({
+        "code": "OK",
+        "claimed": claimed,
+        "slotOccupied": count(&Claimed::SlotOccupied),
+        "raced": count(&Claimed::Raced),
+    })))
+}
+
+/// Settles a running batch: merged wins; otherwise FAILED, and its members
+/// wait for the next round. Body: `{"reason": string}` (required).
+#[utoipa::path(post, path = "/admin/v1/batches/{batchId}/settle", tag = "admin",
+    params(("batchId" = i64, Path)), request_body = Object,
+    responses((status = 200, description = "`{code: OK, batch}`", body = Object),
+        (status = 400, description = "No reason given"),
+        (status = 404, description = "No such batch"),
+        (status = 409, description = "Not running (settled already)")))]
+pub async fn settle(
+    State(state): State<AppState>,
+    AuthUser(caller): AuthUser,
+    Database(db): Database,
+    Path(batch_id): Path<String>,
+    AppJson(body): AppJson<Value>,
+) -> ApiResult<Json<Value>> {
+    let batch_id: i64 = batch_id.parse().map_err(|_| ApiError::NotFound)?;
+    let reason = match body.get("reason") {
+        Some(Value::String(reason))
+            if !reason.trim().is_empty() && reason.chars().count() <= 1000 =>
+        {
+            reason.trim().to_owned()
+        }
+        _ => {
+            return Err(ApiError::InvalidArgument(
+                "field `reason`: required, a string of at most 1000 characters".to_owned(),
+            ));
+        }
+    };
+    get_batch(&db, batch_id).await?.ok_or(ApiError::NotFound)?;
+    let operator = caller.identity.as_str();
+    let settled = state
+        .merge_queue
+        .settle(batch_id, &format!("by {operator}: {reason}"))
+        .await
+        .map_err(ApiError::internal)?;
+    if !settled {
+        return Err(ApiError::Conflict(
+            "the batch is not running (settled already)",
+        ));
+    }
+    let mut tx = db.begin().await?;
+    append_audit(
+        &mut tx,
+        operator,
+        "batch.settle",
+        &batch_id.to_string(),
+        &audited_params(&body, operator),
+    )
+    .await?;
+    tx.commit().await?;
+    let batch = get_batch(&db, batch_id).await?.ok_or(ApiError::NotFound)?;
+    Ok(Json(
+        json!({ "code": "OK", "batch": BatchView::from(batch) }),
+    ))
+}
