@@ -163,6 +163,20 @@ pub fn create(scope: &mut Scope, sha: &str, mr_iid: u64, user: UserId) -> u64 {
     let project = &mut *scope.project;
     let id = scope.ids.pipeline();
     let now = Utc::now();
+    let scripted = project
+        .pipeline_script
+        .pop_front()
+        .unwrap_or(PipelineOutcome::Success);
+    let poisoned = project
+        .settings
+        .failing_content
+        .as_deref()
+        .is_some_and(|marker| {
+            project
+                .repo
+                .commit(sha)
+                .is_some_and(|commit| commit.tree.values().any(|content| content.contains(marker)))
+        });
     project.pipelines.push(Pipeline {
         id,
         iid: project.pipelines.len() as u64 + 1,
@@ -170,10 +184,11 @@ pub fn create(scope: &mut Scope, sha: &str, mr_iid: u64, user: UserId) -> u64 {
         sha: sha.to_owned(),
         git_ref: format!("refs/merge-requests/{mr_iid}/head"),
         status: PipelineStatus::Created,
-        outcome: project
-            .pipeline_script
-            .pop_front()
-            .unwrap_or(PipelineOutcome::Success),
+        outcome: if poisoned {
+            PipelineOutcome::Failed
+        } else {
+            scripted
+        },
         user,
         created_at: now,
         updated_at: now,

@@ -72,6 +72,10 @@ pub struct ProjectSettings {
     pub approval_checklist_required: bool,
     /// The current checklist served by `GET /projects/:id/approval_checklist`.
     pub approval_checklist: Vec<ChecklistItem>,
+    /// A poisoned change: a pipeline whose head has a file containing this
+    /// text fails, whatever the pipeline script says (so a batch fails while
+    /// it carries the poisoned file, and passes without it).
+    pub failing_content: Option<String>,
 }
 
 impl Default for ProjectSettings {
@@ -81,6 +85,7 @@ impl Default for ProjectSettings {
             tier: Tier::default(),
             approval_checklist_required: false,
             approval_checklist: Vec::new(),
+            failing_content: None,
         }
     }
 }

@@ -26,6 +26,8 @@ pub struct WorldOptions {
     pub extra: String,
     /// Lines inside the `[gitlab]` section.
     pub gitlab_keys: String,
+    /// Lines inside the `[batch]` section.
+    pub batch_keys: String,
     /// How the approval simulator decides.
     pub policy: DecisionPolicy,
     /// The GitLab simulator's options.
@@ -37,6 +39,7 @@ impl Default for WorldOptions {
         Self {
             extra: String::new(),
             gitlab_keys: String::new(),
+            batch_keys: "interval = \"200ms\"".to_owned(),
             policy: DecisionPolicy::Auto {
                 result: Decision::Approved,
                 delay: Duration::ZERO,
@@ -87,11 +90,12 @@ pub async fn world_with(db_url: &str, options: WorldOptions) -> World {
     let config = format!(
         "{REQUESTER_CONFIG}\
          [gitlab]\nbase_url = {:?}\nproject = \"config/repo\"\nbot_token = \"bot-token\"\nreviewer_tokens = [\"alice-token\", \"bob-token\"]\n{}\n\
-         [executor]\npoll_interval = \"100ms\"\n[batch]\ninterval = \"200ms\"\n\
+         [executor]\npoll_interval = \"100ms\"\n[batch]\n{}\n\
          [approval]\nprovider = \"http\"\nurl = \"{}/approvals\"\ncallback_secret = {:?}\n\
          [deploy]\ncallback_secret = {:?}\n",
         gitlab.base_url(),
         options.gitlab_keys,
+        options.batch_keys,
         approval.base_url(),
         approval.secret(),
         deploy.secret(),

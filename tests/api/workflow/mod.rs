@@ -204,5 +204,6 @@ async fn with_the_builtin_provider_the_request_waits_for_an_operator() {
     assert_eq!(view["message"], "waiting for an operator's decision");
 }
 
+mod batched;
 mod end_to_end;
 mod gitlab_faults;

@@ -1,0 +1,204 @@
+//! The merge queue end to end, with the simulators: approved requests merged
+//! together in one MR, and a batch with one poisoned request bisected until
+//! the others are merged and only that one fails.
+
+use std::time::{Duration, Instant};
+
+use changegate_sim::approval::{Decision, DecisionPolicy};
+use changegate_sim::gitlab::MrState;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::end_to_end::{World, WorldOptions, world_with};
+use crate::helpers::sqlite_db;
+
+/// Approvals held until decided, and no scheduled rounds: the test runs them.
+fn manual_rounds() -> WorldOptions {
+    WorldOptions {
+        policy: DecisionPolicy::Manual,
+        batch_keys: "interval = \"1h\"".to_owned(),
+        ..WorldOptions::default()
+    }
+}
+
+/// `subject` applies for itself on `team.access` with `level` (each its
+/// own requester: the apply rate limit is per person).
+async fn apply_for(w: &World, subject: &str, level: &str) -> String {
+    let answer: Value = w
+        .app
+        .post_as(
+            subject,
+            "/api/v1/applications",
+            &json!({ "targetKey": "team.access", "subjectId": subject,
+                     "params": { "level": level }, "reason": "batched" }),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    answer["operationId"].as_str().unwrap().to_owned()
+}
+
+async fn view(w: &World, id: &str) -> Value {
+    w.app
+        .get_as("admin", &format!("/api/v1/operations/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Approves every request once the approval system has them all.
+async fn approve_all(w: &World, ids: &[String]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while w.approval.approvals().len() < ids.len() {
+        assert!(Instant::now() < deadline, "approvals were not requested");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for id in ids {
+        w.approval
+            .decide(Uuid::parse_str(id).unwrap(), Decision::Approved)
+            .await
+            .unwrap();
+    }
+}
+
+/// Runs merge rounds until every operation of `ids` is settled; their views.
+async fn rounds_until_settled(w: &World, ids: &[String]) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let run = w
+            .app
+            .post_as("admin", "/admin/v1/batches/run", &json!({}))
+            .await;
+        assert_eq!(run.status(), 200);
+        let mut views = Vec::new();
+        for id in ids {
+            views.push(view(w, id).await);
+        }
+        if views
+            .iter()
+            .all(|v| v["status"] == "VALIDATED" || v["next"] == "CONTACT_TEAM")
+        {
+            return views;
+        }
+        assert!(Instant::now() < deadline, "not settled: {views:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn approved_requests_are_merged_together_in_one_mr() {
+    let db = sqlite_db().await;
+    let w = world_with(&db.url, manual_rounds()).await;
+    let mut ids = Vec::new();
+    for n in 0..10 {
+        ids.push(apply_for(&w, &format!("member{n}"), "read").await);
+    }
+    approve_all(&w, &ids).await;
+    for id in &ids {
+        let queued = view(&w, id).await;
+        assert_eq!(
+            (queued["status"].as_str(), queued["step"]["name"].as_str()),
+            (Some("MR_CREATING"), Some("QUEUED")),
+            "{queued}"
+        );
+    }
+    let views = rounds_until_settled(&w, &ids).await;
+    let iids: Vec<i64> = views
+        .iter()
+        .map(|v| {
+            assert_eq!(v["status"], "VALIDATED", "{v}");
+            v["mergeRequest"]["iid"].as_i64().unwrap()
+        })
+        .collect();
+    assert!(iids.iter().all(|iid| *iid == iids[0]), "one MR: {iids:?}");
+    let mr = w.gitlab.merge_request(w.project, 1).unwrap();
+    assert_eq!(mr.state, MrState::Merged);
+    assert!(mr.source_branch.starts_with("changegate/batch-"), "{mr:?}");
+    let files = w.gitlab.files(w.project, "main").unwrap();
+    for n in 0..10 {
+        assert!(files.contains_key(&format!("bindings/team.access/member{n}.json")));
+    }
+
+    let batches: Value = w
+        .app
+        .get_as("admin", "/admin/v1/batches")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(batches["items"].as_array().unwrap().len(), 1, "{batches}");
+    let batch = &batches["items"][0];
+    assert_eq!(batch["status"], "SUCCEEDED");
+    assert_eq!(
+        batch["mergeSha"],
+        mr.sha.as_str(),
+        "the merged head is pinned"
+    );
+    let detail: Value = w
+        .app
+        .get_as("admin", &format!("/admin/v1/batches/{}", batch["id"]))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(detail["members"].as_array().unwrap().len(), 10);
+    let merged = detail["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["event"] == "MERGED" && h["detail"] == mr.sha.as_str())
+        .count();
+    assert_eq!(merged, 10, "{detail}");
+    assert_eq!(
+        w.app.get_as("alice", "/admin/v1/batches").await.status(),
+        403
+    );
+}
+
+#[tokio::test]
+async fn one_poisoned_request_is_bisected_out_and_the_other_fifteen_merge() {
+    let db = sqlite_db().await;
+    let w = world_with(&db.url, manual_rounds()).await;
+    w.gitlab
+        .update_settings(w.project, |settings| {
+            settings.failing_content = Some("POISON".to_owned());
+        })
+        .unwrap();
+    let mut ids = Vec::new();
+    for n in 0..16 {
+        let level = if n == 11 { "POISON" } else { "read" };
+        ids.push(apply_for(&w, &format!("member{n}"), level).await);
+    }
+    approve_all(&w, &ids).await;
+    let views = rounds_until_settled(&w, &ids).await;
+    for (n, v) in views.iter().enumerate() {
+        if n == 11 {
+            assert_eq!(
+                (
+                    v["status"].as_str(),
+                    v["step"]["name"].as_str(),
+                    v["next"].as_str()
+                ),
+                (
+                    Some("CREATE_FAILED"),
+                    Some("CREATE_PIPELINE_FAILED"),
+                    Some("CONTACT_TEAM")
+                ),
+                "{v}"
+            );
+        } else {
+            assert_eq!(v["status"], "VALIDATED", "member {n}: {v}");
+        }
+    }
+    let pipelines = (1..)
+        .map_while(|iid| w.gitlab.merge_request(w.project, iid))
+        .count();
+    assert!(
+        pipelines <= 1 + 2 * 4,
+        "{pipelines} batch MRs (one pipeline each) for 16 members"
+    );
+    let files = w.gitlab.files(w.project, "main").unwrap();
+    assert!(!files.values().any(|content| content.contains("POISON")));
+}
