@@ -125,13 +125,17 @@ impl Application {
         spawn_jobs(
             &mut workers,
             &shutdown,
-            &limiter,
-            &db,
-            &executor,
-            &merge_queue,
+            JobParts {
+                limiter: &limiter,
+                db: &db,
+                executor: &executor,
+                merge_queue: &merge_queue,
+                config: &config,
+            },
             JobIntervals {
                 dispatch: settings.executor.poll_interval,
                 idempotency_cleanup: settings.idempotency.cleanup_interval,
+                reconcile: settings.reconcile.interval,
             },
         );
 
@@ -220,23 +224,38 @@ impl Application {
     }
 }
 
-/// Starts the background jobs: idle rate-limit keys, stalled operations,
-/// expired bindings and expired idempotency records.
 /// How often the configurable background jobs run.
 struct JobIntervals {
     dispatch: Duration,
     idempotency_cleanup: Duration,
+    reconcile: Duration,
 }
 
+/// What the background jobs work on.
+struct JobParts<'a> {
+    limiter: &'a Arc<SlidingWindow>,
+    db: &'a DbSlot,
+    executor: &'a Executor,
+    merge_queue: &'a MergeQueue,
+    config: &'a LiveConfig,
+}
+
+/// Starts the background jobs: idle rate-limit keys, due operations, the
+/// merge queue, lost deploy callbacks, expired bindings and expired
+/// idempotency records.
 fn spawn_jobs(
     workers: &mut JoinSet<()>,
     shutdown: &CancellationToken,
-    limiter: &Arc<SlidingWindow>,
-    db: &DbSlot,
-    executor: &Executor,
-    merge_queue: &MergeQueue,
+    parts: JobParts<'_>,
     intervals: JobIntervals,
 ) {
+    let JobParts {
+        limiter,
+        db,
+        executor,
+        merge_queue,
+        config,
+    } = parts;
     let limiter = limiter.clone();
     workers.spawn(jobs::run_loop(
         "rate_limit_eviction",
@@ -275,6 +294,26 @@ fn spawn_jobs(
         merge_queue.clone(),
         intervals.dispatch,
         shutdown.child_token(),
+    ));
+    let (reconcile_db, reconcile_config) = (db.clone(), config.clone());
+    workers.spawn(jobs::run_loop(
+        "reconcile_deploys",
+        intervals.reconcile,
+        shutdown.child_token(),
+        move || {
+            let (db, window) = (
+                reconcile_db.get().cloned(),
+                reconcile_config.current().reconcile,
+            );
+            async move {
+                match db {
+                    Some(db) => {
+                        jobs::reconcile::run_once(&db, window.min_age, window.max_age).await
+                    }
+                    None => Ok(Outcome::Idle),
+                }
+            }
+        },
     ));
     let (expiry_db, expiry_executor) = (db.clone(), executor.clone());
     workers.spawn(jobs::run_loop(

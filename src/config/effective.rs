@@ -141,6 +141,11 @@ pub fn effective(settings: &Settings) -> Value {
             "maxRequests": s.batch.max_requests,
         },
         "webhooks": { "silent": s.webhooks_silent },
+        "reconcile": {
+            "interval": duration(s.reconcile.interval),
+            "minAge": duration(s.reconcile.min_age),
+            "maxAge": duration(s.reconcile.max_age),
+        },
         "web": { "demoIdentity": s.web.demo_identity },
     })
 }

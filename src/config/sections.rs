@@ -167,6 +167,27 @@ pub struct WebSettings {
     pub demo_identity: bool,
 }
 
+/// `[reconcile]`: closing out lost deploy callbacks (SPEC §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReconcileSettings {
+    /// `interval`, static, default `1m`.
+    pub interval: Duration,
+    /// `min_age`, default `10m`: a younger MERGED binding may still get its own callback.
+    pub min_age: Duration,
+    /// `max_age`, default `24h`: older ones are left to operators.
+    pub max_age: Duration,
+}
+
+pub(super) const RECONCILE_KEYS: &[&str] = &["interval", "min_age", "max_age"];
+
+pub(super) fn reconcile(r: &mut Reader<'_>) -> ReconcileSettings {
+    ReconcileSettings {
+        interval: r.static_duration("reconcile", "interval", Duration::from_secs(60)),
+        min_age: r.static_duration("reconcile", "min_age", Duration::from_secs(600)),
+        max_age: r.static_duration("reconcile", "max_age", Duration::from_secs(86_400)),
+    }
+}
+
 /// Keys of the sections defined here.
 pub(super) const IDENTITY_KEYS: &[&str] = &[
     "trusted_proxies",

@@ -15,7 +15,7 @@ use super::reader::Reader;
 use super::resolve::{self, AccessMode, AccessWindow, ApproveImpl, FlowOrder};
 use super::sections::{
     AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings, PollSchedule,
-    TargetSettings, WebSettings,
+    ReconcileSettings, TargetSettings, WebSettings,
 };
 use super::{Problem, sections};
 
@@ -47,6 +47,8 @@ pub struct Settings {
     pub flow_order: FlowOrder,
     /// Dynamic: how waits on GitLab poll.
     pub polling: PollSchedule,
+    /// Closing out lost deploy callbacks.
+    pub reconcile: ReconcileSettings,
     /// GitLab connection (static) and approve implementation (dynamic).
     pub gitlab: GitLabSettings,
     /// The approval system.
@@ -252,6 +254,7 @@ const SCHEMA: &[(&str, Option<&[&str]>)] = &[
         ]),
     ),
     ("webhooks", Some(&["silent"])),
+    ("reconcile", Some(sections::RECONCILE_KEYS)),
     ("web", Some(sections::WEB_KEYS)),
 ];
 
@@ -362,6 +365,7 @@ impl Settings {
         let idempotency = sections::idempotency(&mut r);
         let executor = sections::executor(&mut r);
         let polling = sections::poll_schedule(&mut r);
+        let reconcile = sections::reconcile(&mut r);
         let web = sections::web(&mut r);
 
         let flow_order = r.resolved(
@@ -465,6 +469,7 @@ impl Settings {
             executor,
             flow_order,
             polling,
+            reconcile,
             gitlab,
             approval,
             deploy_callback_secret: r.secret("deploy", "callback_secret"),

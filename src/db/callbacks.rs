@@ -90,3 +90,42 @@ pub async fn deployed_since(
     })?;
     Ok(count > 0)
 }
+
+/// The highest MR iid the deploy pipeline reported deployed: its watermark
+/// (it deploys the target branch in merge order, so every MR merged before
+/// that one is deployed too). Served by `ix_deploy_report_status_mr`.
+pub async fn deploy_watermark(db: &Db) -> Result<Option<i64>, sqlx::Error> {
+    let sql = "SELECT MAX(mr_iid) FROM deploy_report WHERE status = 'success'";
+    with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(sql).fetch_one(pool).await
+    })
+}
+
+/// MERGED operations last changed between `max_age` and `min_age` ago (by
+/// the database clock) whose MR is at or below `watermark`, oldest first.
+/// Served by `ix_binding_status_updated`.
+pub async fn merged_below_watermark(
+    db: &Db,
+    min_age_ms: i64,
+    max_age_ms: i64,
+    watermark: i64,
+    limit: u32,
+) -> Result<Vec<String>, sqlx::Error> {
+    let backend = db.backend();
+    let sql = format!(
+        "SELECT b.operation_id FROM binding b JOIN operation o ON o.operation_id = b.operation_id \
+         WHERE b.status = 'MERGED' AND b.updated_at > {} AND b.updated_at < {} \
+         AND o.mr_iid IS NOT NULL AND o.mr_iid <= ? ORDER BY b.updated_at LIMIT ?",
+        super::dialect::now_minus_ms(backend),
+        super::dialect::now_minus_ms(backend)
+    );
+    with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .bind(max_age_ms)
+            .bind(min_age_ms)
+            .bind(watermark)
+            .bind(limit)
+            .fetch_all(pool)
+            .await
+    })
+}

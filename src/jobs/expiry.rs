@@ -41,7 +41,7 @@ pub async fn run_once(db: &Db, executor: &Executor) -> anyhow::Result<Outcome> {
         match store::submit(db, &request).await {
             Ok(_) => {
                 opened += 1;
-                // A full queue is fine: the resume job hands it over later.
+                // A full queue is fine: the dispatcher finds it due later.
                 let _ = executor.try_submit(request.operation_id.as_string());
             }
             // Another instance (or a person) got there first.

@@ -16,6 +16,7 @@ mod health;
 mod helpers;
 mod jobs;
 mod readiness;
+mod reconcile;
 mod reload;
 mod requests;
 mod signature;

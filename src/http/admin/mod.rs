@@ -6,3 +6,4 @@ pub mod audit;
 pub mod batches;
 pub mod config;
 pub mod operations;
+pub mod reconcile;

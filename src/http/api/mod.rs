@@ -67,6 +67,11 @@ const ADMIN_BATCH_SETTLE: RouteSpec = RouteSpec {
     rate_limit: None,
     activity: Some("admin.batch_settle"),
 };
+const ADMIN_RECONCILE: RouteSpec = RouteSpec {
+    name: "operator",
+    rate_limit: None,
+    activity: Some("admin.reconcile"),
+};
 /// Operator reads: the `operator` rule, no business activity.
 const ADMIN_READ: RouteSpec = RouteSpec {
     name: "operator",
@@ -156,6 +161,11 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
             state,
             &ADMIN_BATCH_SETTLE,
             routes!(super::admin::batches::settle),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_RECONCILE,
+            routes!(super::admin::reconcile::run),
         ))
         .routes(guarded(
             state,

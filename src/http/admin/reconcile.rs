@@ -1,0 +1,43 @@
+//! `POST /admin/v1/reconcile/run`: closes out lost deploy callbacks now,
+//! with the job's own code and window (audited).
+
+use axum::Json;
+use axum::extract::State;
+use serde_json::{Value, json};
+
+use crate::db::audit::{append_audit, audited_params};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::{AppJson, AuthUser, Database};
+use crate::jobs::{Outcome, reconcile};
+use crate::state::AppState;
+
+/// Runs one reconciliation round. Body: `{}` (or `{"reason"}`, audited).
+#[utoipa::path(post, path = "/admin/v1/reconcile/run", tag = "admin", request_body = Object,
+    responses((status = 200, description = "`{code: OK, validated}`", body = Object)))]
+pub async fn run(
+    State(state): State<AppState>,
+    AuthUser(caller): AuthUser,
+    Database(db): Database,
+    AppJson(body): AppJson<Value>,
+) -> ApiResult<Json<Value>> {
+    let window = state.config.current().reconcile;
+    let validated = match reconcile::run_once(&db, window.min_age, window.max_age)
+        .await
+        .map_err(ApiError::internal)?
+    {
+        Outcome::Idle => 0,
+        Outcome::Worked { done, .. } => done,
+    };
+    let operator = caller.identity.as_str();
+    let mut tx = db.begin().await?;
+    append_audit(
+        &mut tx,
+        operator,
+        "reconcile.run",
+        "deploys",
+        &audited_params(&body, operator),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Json(json!({ "code": "OK", "validated": validated })))
+}

@@ -1,0 +1,73 @@
+//! Closes out lost deploy callbacks (SPEC §8): a MERGED binding whose deploy
+//! callback never came is VALIDATED once a later deploy is known to include
+//! it. The deploy pipeline deploys the target branch in merge order, so a
+//! successful deploy of MR N includes every MR merged before it (the
+//! watermark rule). Only bindings in the window `(now - max_age, now -
+//! min_age)` are looked at: younger ones may still get their own callback,
+//! older ones are left to operators. The flip goes through the same guarded,
+//! set-based move as every member move, so a callback racing this job flips
+//! a binding once and counts it once.
+
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::Outcome;
+use crate::db::Db;
+use crate::db::callbacks::{deploy_watermark, merged_below_watermark};
+use crate::domain::{BindingStatus, StepStatus};
+use crate::store::{Change, StoreTx, move_members};
+
+const BATCH: u32 = 500;
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// One round over the window; how many bindings it validated.
+pub async fn run_once(db: &Db, min_age: Duration, max_age: Duration) -> anyhow::Result<Outcome> {
+    let Some(watermark) = deploy_watermark(db)
+        .await
+        .context("reading the watermark")?
+    else {
+        return Ok(Outcome::Idle);
+    };
+    let candidates = merged_below_watermark(db, millis(min_age), millis(max_age), watermark, BATCH)
+        .await
+        .context("listing merged bindings")?;
+    if candidates.is_empty() {
+        return Ok(Outcome::Idle);
+    }
+    let message = format!("a later deploy (MR !{watermark}) includes this change");
+    let change = Change {
+        step: StepStatus::DeployReconciled,
+        message: Some(&message),
+        actor: "reconciliation",
+    };
+    let mut tx = StoreTx::begin(db).await?;
+    let moved = move_members(
+        &mut tx,
+        &candidates,
+        &[BindingStatus::Merged],
+        Some(BindingStatus::Validated),
+        change,
+        None,
+    )
+    .await
+    .context("validating reconciled bindings")?;
+    tx.commit().await?;
+    if !moved.is_empty() {
+        tracing::info!(
+            validated = moved.len(),
+            watermark,
+            "lost deploy callbacks reconciled"
+        );
+    }
+    Ok(match moved.len() as u64 {
+        0 => Outcome::Idle,
+        done => Outcome::Worked {
+            done,
+            full: candidates.len() == BATCH as usize,
+        },
+    })
+}
