@@ -60,3 +60,13 @@ CREATE TABLE merge_batch_history (
     KEY ix_merge_batch_history_batch (batch_id, id),
     KEY ix_merge_batch_history_operation (operation_id, id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- The operators' freeze switch, shared by every instance (one row).
+CREATE TABLE merge_queue_control (
+    id          INT           NOT NULL PRIMARY KEY,
+    frozen      BOOLEAN       NOT NULL DEFAULT FALSE,
+    reason      VARCHAR(1024) NULL,
+    updated_by  VARCHAR(191)  NULL,
+    updated_at  DATETIME(3)   NOT NULL DEFAULT CURRENT_TIMESTAMP(3)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+INSERT INTO merge_queue_control (id, frozen) VALUES (1, FALSE);

@@ -47,3 +47,12 @@ CREATE TABLE merge_batch_history (
 );
 CREATE INDEX ix_merge_batch_history_batch ON merge_batch_history (batch_id, id);
 CREATE INDEX ix_merge_batch_history_operation ON merge_batch_history (operation_id, id);
+
+CREATE TABLE merge_queue_control (
+    id          INTEGER PRIMARY KEY,
+    frozen      INTEGER NOT NULL DEFAULT 0,
+    reason      TEXT    NULL,
+    updated_by  TEXT    NULL,
+    updated_at  TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+);
+INSERT INTO merge_queue_control (id, frozen) VALUES (1, 0);

@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use crate::config::{LiveConfig, Settings};
 use crate::db::batches::{
-    BatchChange, BatchRow, acquire_batch_lease, append_membership, get_batch, members,
-    record_merged_sha, release_batch_lease, release_members, runnable, stuck, update_batch,
-    waiting_partitions,
+    BatchChange, BatchRow, acquire_batch_lease, append_membership, frozen_by_operator, get_batch,
+    members, record_merged_sha, release_batch_lease, release_members, runnable, stuck,
+    update_batch, waiting_partitions,
 };
 use crate::db::callbacks::deployed_since;
 use crate::db::operations::operations_by_ids;
@@ -43,8 +43,8 @@ pub struct MergeQueue {
 /// Why a round may not start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum NotNow {
-    /// `batch.freeze` is on.
-    #[error("the merge queue is frozen (batch.freeze)")]
+    /// `batch.freeze` is on, or an operator froze the queue.
+    #[error("the merge queue is frozen")]
     Frozen,
     /// The database is not ready.
     #[error("the database is not ready")]
@@ -75,7 +75,7 @@ impl MergeQueue {
             .get()
             .ok_or(ClaimError::NotNow(NotNow::NoDatabase))?;
         let settings = self.config.current();
-        if settings.batch.freeze {
+        if settings.batch.freeze || frozen_by_operator(db).await.map_err(StoreError::from)? {
             return Err(ClaimError::NotNow(NotNow::Frozen));
         }
         let mut claimed = Vec::new();

@@ -508,3 +508,34 @@ pub async fn membership_history(db: &Db, batch_id: i64) -> Result<Vec<Membership
         sqlx::query_as(sql).bind(batch_id).fetch_all(pool).await
     })
 }
+
+/// Whether an operator froze the queue (`PUT /admin/v1/batches/freeze`).
+pub async fn frozen_by_operator(db: &Db) -> Result<bool, sqlx::Error> {
+    let sql = "SELECT frozen FROM merge_queue_control WHERE id = 1";
+    let frozen: Option<bool> = with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(sql).fetch_optional(pool).await
+    })?;
+    Ok(frozen.unwrap_or(false))
+}
+
+/// Sets the operators' freeze switch, in the caller's transaction.
+pub async fn set_frozen(
+    tx: &mut DbTx,
+    frozen: bool,
+    reason: Option<&str>,
+    operator: &str,
+) -> Result<(), sqlx::Error> {
+    let sql = format!(
+        "UPDATE merge_queue_control SET frozen = ?, reason = ?, updated_by = ?, updated_at = {} WHERE id = 1",
+        dialect::now_ms(tx.backend())
+    );
+    with_tx!(tx, |conn| {
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(frozen)
+            .bind(reason)
+            .bind(operator)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })
+}

@@ -12,7 +12,9 @@ use serde_json::{Value, json};
 
 use crate::batch::{ClaimError, Claimed, NotNow};
 use crate::db::audit::{append_audit, audited_params};
-use crate::db::batches::{BatchRow, get_batch, list_batches, members, membership_history};
+use crate::db::batches::{
+    BatchRow, get_batch, list_batches, members, membership_history, set_frozen,
+};
 use crate::http::api::status::rfc3339;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AppJson, AppQuery, AuthUser, Database};
@@ -233,4 +235,51 @@ pub async fn settle(
     Ok(Json(
         json!({ "code": "OK", "batch": BatchView::from(batch) }),
     ))
+}
+
+/// Freezes or thaws the merge queue for every instance (merge windows,
+/// embargoes): frozen, no new round starts; nothing waiting or running
+/// fails. `batch.freeze` in the configuration freezes it too. Body:
+/// `{"frozen": bool, "reason"?: string}`.
+#[utoipa::path(put, path = "/admin/v1/batches/freeze", tag = "admin", request_body = Object,
+    responses((status = 200, description = "`{code: OK, frozen, byConfiguration}`", body = Object),
+        (status = 400, description = "`frozen` missing or not a boolean")))]
+pub async fn freeze(
+    State(state): State<AppState>,
+    AuthUser(caller): AuthUser,
+    Database(db): Database,
+    AppJson(body): AppJson<Value>,
+) -> ApiResult<Json<Value>> {
+    let Some(frozen) = body.get("frozen").and_then(Value::as_bool) else {
+        return Err(ApiError::InvalidArgument(
+            "field `frozen`: required, true or false".to_owned(),
+        ));
+    };
+    let reason = match body.get("reason") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(reason)) if reason.chars().count() <= 1000 => Some(reason.as_str()),
+        Some(_) => {
+            return Err(ApiError::InvalidArgument(
+                "field `reason`: a string of at most 1000 characters".to_owned(),
+            ));
+        }
+    };
+    let operator = caller.identity.as_str();
+    let mut tx = db.begin().await?;
+    set_frozen(&mut tx, frozen, reason, operator).await?;
+    let action = if frozen { "batch.freeze" } else { "batch.thaw" };
+    append_audit(
+        &mut tx,
+        operator,
+        action,
+        "merge-queue",
+        &audited_params(&body, operator),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Json(json!({
+        "code": "OK",
+        "frozen": frozen,
+        "byConfiguration": state.config.current().batch.freeze,
+    })))
 }

@@ -62,6 +62,11 @@ const ADMIN_BATCH_RUN: RouteSpec = RouteSpec {
     rate_limit: None,
     activity: Some("admin.batch_run"),
 };
+const ADMIN_BATCH_FREEZE: RouteSpec = RouteSpec {
+    name: "operator",
+    rate_limit: None,
+    activity: Some("admin.batch_freeze"),
+};
 const ADMIN_BATCH_SETTLE: RouteSpec = RouteSpec {
     name: "operator",
     rate_limit: None,
@@ -156,6 +161,11 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
             state,
             &ADMIN_BATCH_RUN,
             routes!(super::admin::batches::run),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_BATCH_FREEZE,
+            routes!(super::admin::batches::freeze),
         ))
         .routes(guarded(
             state,

@@ -202,3 +202,75 @@ async fn one_poisoned_request_is_bisected_out_and_the_other_fifteen_merge() {
     let files = w.gitlab.files(w.project, "main").unwrap();
     assert!(!files.values().any(|content| content.contains("POISON")));
 }
+
+#[tokio::test]
+async fn a_frozen_queue_starts_no_round_and_fails_nothing() {
+    let db = sqlite_db().await;
+    let w = world_with(&db.url, manual_rounds()).await;
+    let ids = vec![
+        apply_for(&w, "member0", "read").await,
+        apply_for(&w, "member1", "read").await,
+    ];
+    approve_all(&w, &ids).await;
+
+    let put = |body: Value, user: &'static str| {
+        let app = &w.app;
+        async move {
+            app.client
+                .put(format!("{}/admin/v1/batches/freeze", app.address))
+                .header("x-auth-request-user", user)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(put(json!({ "frozen": true }), "alice").await.status(), 403);
+    assert_eq!(put(json!({ "frozen": "yes" }), "admin").await.status(), 400);
+    let frozen = put(
+        json!({ "frozen": true, "reason": "release freeze" }),
+        "admin",
+    )
+    .await;
+    assert_eq!(frozen.status(), 200);
+    let run = w
+        .app
+        .post_as("admin", "/admin/v1/batches/run", &json!({}))
+        .await;
+    assert_eq!(run.status(), 409);
+    for id in &ids {
+        let waiting = view(&w, id).await;
+        assert_eq!(
+            (
+                waiting["status"].as_str(),
+                waiting["step"]["name"].as_str(),
+                waiting["next"].as_str()
+            ),
+            (Some("MR_CREATING"), Some("QUEUED"), Some("WAIT")),
+            "{waiting}"
+        );
+    }
+    assert_eq!(put(json!({ "frozen": false }), "admin").await.status(), 200);
+    let views = rounds_until_settled(&w, &ids).await;
+    assert!(
+        views.iter().all(|v| v["status"] == "VALIDATED"),
+        "{views:?}"
+    );
+    let audit: Value = w
+        .app
+        .get_as("admin", "/admin/v1/audit")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let actions: Vec<&str> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|entry| entry["action"].as_str())
+        .collect();
+    assert!(
+        actions.contains(&"batch.freeze") && actions.contains(&"batch.thaw"),
+        "{actions:?}"
+    );
+}
