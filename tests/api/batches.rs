@@ -293,3 +293,138 @@ async fn of_several_racing_settlers_exactly_one_settles_a_batch() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_batch_whose_mr_merged_meanwhile_settles_as_merged() {
+    use changegate::config::resolve::FlowOrder;
+    use changegate::db::batches::get_batch;
+    use changegate::db::operations::get_operation_with_status;
+    use changegate::domain::{BindingStatus, OperationId, OperationKind, StepStatus};
+    use changegate::store::{Change, NewRequest};
+    use changegate_sim::gitlab::{AccessLevel, GitLabSim, GitLabSimOptions, PipelineOutcome};
+    use secrecy::SecretString;
+
+    let test_db = crate::helpers::sqlite_db().await;
+    let db = test_db.db.clone();
+    let gitlab = GitLabSim::start(GitLabSimOptions::default()).await.unwrap();
+    let project = gitlab.create_project("config/repo");
+    for (name, token) in [
+        ("bot", "bot-token"),
+        ("rev-a", "a-token"),
+        ("rev-b", "b-token"),
+    ] {
+        let user = gitlab.add_user(name, token);
+        gitlab
+            .add_member(project, user, AccessLevel::Developer)
+            .unwrap();
+    }
+    gitlab
+        .script_pipelines(project, [PipelineOutcome::StuckRunning])
+        .unwrap();
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let request = NewRequest {
+            operation_id: OperationId::new(),
+            kind: OperationKind::Apply,
+            subject_id: format!("s{n}"),
+            target_key: "t".to_owned(),
+            requested_by: format!("s{n}"),
+            flow_order: FlowOrder::ApprovalFirst,
+            params: serde_json::json!({}),
+            reason: "race".to_owned(),
+            expires_at: None,
+            idempotency: None,
+            busy: false,
+            expired: false,
+        };
+        changegate::store::submit(&db, &request).await.unwrap();
+        let id = request.operation_id.as_string();
+        let queued = Change {
+            step: StepStatus::Queued,
+            message: None,
+            actor: "test",
+        };
+        changegate::store::transition(&db, &id, 1, Some(BindingStatus::MrCreating), queued)
+            .await
+            .unwrap();
+        let mut tx = db.begin().await.unwrap();
+        enqueue(&mut tx, &id, "", "config/repo").await.unwrap();
+        tx.commit().await.unwrap();
+        ids.push(id);
+    }
+    tokio::time::sleep(Duration::from_millis(5)).await;
+
+    let (settings, problems) = settings_from(&format!(
+        "[gitlab]\nbase_url = {:?}\nproject = \"config/repo\"\nbot_token = \"bot-token\"\n\
+         reviewer_tokens = [\"a-token\", \"b-token\"]\n",
+        gitlab.base_url()
+    ));
+    assert!(problems.is_empty(), "{problems:?}");
+    let config = LiveConfig::new(settings, None, None);
+    let slot = DbSlot::ready(db.clone());
+    let http = reqwest::Client::new();
+    let client = GitLabClient::new(
+        http.clone(),
+        gitlab.base_url(),
+        Duration::from_secs(5),
+        RetryPolicy::default(),
+    );
+    let workflow = Workflow::new(
+        slot.clone(),
+        config.clone(),
+        ApprovalClient::new(http),
+        client.clone(),
+    );
+    let queue = MergeQueue::new(slot, config, workflow);
+
+    let Claimed::Batch { id: batch_id, .. } = claim_batch(&db, "", 10).await.unwrap() else {
+        panic!("a batch");
+    };
+    queue.drive_round().await.unwrap(); // opens the MR
+    queue.drive_round().await.unwrap(); // its pipeline runs on and on
+    let iid = get_batch(&db, batch_id)
+        .await
+        .unwrap()
+        .unwrap()
+        .mr_iid
+        .unwrap();
+
+    // Someone finishes the pipeline, approves and merges it by hand just as
+    // an operator gives up on the batch.
+    let mr = gitlab
+        .merge_request(project, u64::try_from(iid).unwrap())
+        .unwrap();
+    gitlab
+        .force_pipeline(
+            project,
+            mr.head_pipeline.unwrap().0,
+            PipelineOutcome::Success,
+        )
+        .unwrap();
+    for token in ["a-token", "b-token"] {
+        client
+            .approve(&SecretString::from(token), "config/repo", iid)
+            .await
+            .unwrap();
+    }
+    let bot = SecretString::from("bot-token");
+    client
+        .merge(&bot, "config/repo", iid, &mr.sha)
+        .await
+        .unwrap();
+
+    assert!(queue.settle(batch_id, "operator gave up").await.unwrap());
+    let batch = get_batch(&db, batch_id).await.unwrap().unwrap();
+    assert_eq!(batch.status, "SUCCEEDED", "merged wins: {batch:?}");
+    for id in &ids {
+        let (operation, status, _) = get_operation_with_status(&db, id).await.unwrap().unwrap();
+        assert_eq!(
+            (status, operation.step),
+            (Some(BindingStatus::Merged), StepStatus::HandleMerged)
+        );
+    }
+    assert!(
+        !queue.settle(batch_id, "again").await.unwrap(),
+        "settled once"
+    );
+}
