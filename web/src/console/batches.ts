@@ -171,6 +171,8 @@ function batchView(root: HTMLElement, id: string): () => void {
     const tree = await loadTree(detail);
     if (stopped) return;
     show(detail, tree);
+    // A reload after an action may overlap a poll: keep one timer.
+    window.clearTimeout(timer);
     if (detail.batch.status === "RUNNING") timer = window.setTimeout(() => void load(), POLL_MS);
   }
 
