@@ -1,20 +1,22 @@
 // The ops console's merge queue: a requester's approved request is merged in
-// a batch, and the operator finds that batch, its MR and its member.
+// a batch, and the operator finds that batch, its MR and its member; a batch
+// stuck on its pipeline is settled by hand, and its request merges later.
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { BASE_URL, launch, pageAs, screenshot } from "../lib.mjs";
+import { BASE_URL, GITLAB_SIM_URL, launch, pageAs, screenshot } from "../lib.mjs";
 
-/** A requester the other tests do not use, so its binding is in nobody's way. */
+/** Requesters the other tests do not use, so their bindings are in nobody's way. */
 const REQUESTER = "bob";
+const STUCK_REQUESTER = "carol";
 
-/** A requester API call as REQUESTER; resolves with the parsed answer. */
-async function asRequester(method, path, body) {
+/** A requester API call (as REQUESTER unless told); resolves with the parsed answer. */
+async function asRequester(method, path, body, user = REQUESTER) {
   const response = await fetch(`${BASE_URL}${path}`, {
     method,
     headers: {
-      "X-Auth-Request-User": REQUESTER,
+      "X-Auth-Request-User": user,
       ...(body ? { "Content-Type": "application/json" } : {}),
     },
     body: body ? JSON.stringify(body) : undefined,
@@ -41,7 +43,26 @@ before(async () => {
 });
 after(async () => {
   await browser?.close();
+  // Whatever happened here, later tests get passing pipelines.
+  await pipelineScript([]);
 });
+
+/** How the GitLab simulator's next pipelines end. */
+async function pipelineScript(outcomes) {
+  const response = await fetch(`${GITLAB_SIM_URL}/_sim/projects/config%2Frepo/pipeline_script`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ outcomes }),
+  });
+  assert.equal(response.ok, true, `pipeline_script: ${response.status}`);
+}
+
+/** The batch a request was last claimed into, from its timeline. */
+async function lastBatchOf(operationId, user) {
+  const { items } = await asRequester("GET", `/api/v1/operations/${operationId}/timeline`, undefined, user);
+  const batches = items.map((entry) => /in merge batch #(\d+)/.exec(entry.message)?.[1]).filter(Boolean);
+  return batches[batches.length - 1];
+}
 
 test("an operator finds the batch that merged a request, with its MR and member", async () => {
   const submitted = await asRequester("POST", "/api/v1/applications", {
@@ -52,11 +73,7 @@ test("an operator finds the batch that merged a request, with its MR and member"
 
   // The approval simulator decides after ~3 s, then a round (every 5 s)
   // claims the request into a batch: its timeline names the batch.
-  const batchId = await eventually("the request to join a batch", async () => {
-    const { items } = await asRequester("GET", `/api/v1/operations/${operationId}/timeline`);
-    const joined = items.map((entry) => /in merge batch #(\d+)/.exec(entry.message)).find(Boolean);
-    return joined?.[1];
-  });
+  const batchId = await eventually("the request to join a batch", () => lastBatchOf(operationId, REQUESTER));
 
   const page = await pageAs(browser, "admin");
   await page.goto(`${BASE_URL}/ops`);
@@ -111,4 +128,49 @@ test("an operator finds the batch that merged a request, with its MR and member"
   await screenshot(page, "merge-queue-3-round");
   await page.click("#confirm-cancel");
   await row.waitFor();
+});
+
+test("an operator settles a batch stuck on its pipeline, with a reason, and its request merges later", async () => {
+  // The next batch's pipeline never finishes.
+  await pipelineScript(["stuck_running"]);
+  const submitted = await asRequester("POST", "/api/v1/applications", {
+    targetKey: "demo.feature-flags",
+    reason: "e2e: stuck in the queue",
+  }, STUCK_REQUESTER);
+  const operationId = submitted.operationId;
+  const batchId = await eventually("the request to join a batch", () => lastBatchOf(operationId, STUCK_REQUESTER));
+
+  const page = await pageAs(browser, "admin");
+  await page.goto(`${BASE_URL}/ops/merge-queue?batch=${batchId}`);
+  // The view refreshes itself while the batch runs.
+  await page.locator("#batch-status").filter({ hasText: "RUNNING PIPELINE" }).waitFor({ timeout: 30_000 });
+  await page.locator(`#batch-members li[data-operation="${operationId}"]`).waitFor();
+  await screenshot(page, "merge-queue-4-stuck");
+
+  await page.click('button[data-action="settle"]');
+  // A reason is required before anything is sent.
+  await page.click("#confirm-ok");
+  await page.locator("#confirm-outcome .field-error").waitFor();
+  await page.fill("#confirm-reason", "e2e: the pipeline hangs");
+  await page.click("#confirm-ok");
+  const result = page.locator("#confirm-result.success");
+  await result.waitFor();
+  assert.equal(await result.innerText(), `OK: batch #${batchId} is now FAILED.`);
+  await screenshot(page, "merge-queue-5-settled");
+  await page.click("#confirm-cancel");
+
+  // The view is read again: the batch let its request go, with the reason.
+  await page.locator("#batch-status .badge").filter({ hasText: "FAILED" }).waitFor();
+  assert.equal(await page.locator('button[data-action="settle"]').count(), 0);
+  await page.locator('#batch-history tr[data-event="RELEASED"]').filter({ hasText: "e2e: the pipeline hangs" }).waitFor();
+
+  // The request waits for the next round, whose pipeline passes.
+  const retried = await eventually("the request to join another batch", async () => {
+    const last = await lastBatchOf(operationId, STUCK_REQUESTER);
+    return last !== batchId && last;
+  });
+  await page.goto(`${BASE_URL}/ops/merge-queue?batch=${retried}`);
+  await page.locator("#batch-status .badge").filter({ hasText: "SUCCEEDED" }).waitFor({ timeout: 60_000 });
+  await page.locator(`#batch-members li[data-operation="${operationId}"]`).waitFor();
+  await screenshot(page, "merge-queue-6-merged-later");
 });
