@@ -83,3 +83,44 @@ export interface ActionResult {
   operationId?: string;
   status?: string;
 }
+
+/** One batch of the merge queue (`GET /admin/v1/batches`). */
+export interface Batch {
+  id: number;
+  /** RUNNING, SUCCEEDED, FAILED or BLOCKED. */
+  status: string;
+  /** OPENING, PIPELINE or MERGING: meaningful while RUNNING. */
+  phase: string;
+  project: string;
+  /** The half of a failed batch it retries, as a path (`3a`, `3a/5b`); empty for a first try. */
+  splitGroup: string;
+  mergeRequest?: { iid: number; url?: string | null };
+  mergeSha?: string;
+  message?: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** One change of a batch's membership. */
+export interface MembershipEvent {
+  operationId: string;
+  /** CLAIMED, MERGED, RELEASED, SPLIT (detail: the half's split group) or FAILED. */
+  event: string;
+  detail?: string | null;
+  at: string;
+}
+
+/** `GET /admin/v1/batches/{id}`. */
+export interface BatchDetail {
+  batch: Batch;
+  members: string[];
+  history: MembershipEvent[];
+}
+
+/** `POST /admin/v1/batches/run`. */
+export interface RoundResult {
+  code: string;
+  claimed: { batchId: number; members: number }[];
+  slotOccupied: number;
+  raced: number;
+}

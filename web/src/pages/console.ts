@@ -1,8 +1,9 @@
 // The ops console for the operator rule. Each tab is one admin resource;
-// batches and webhook deliveries become tabs here when their APIs exist.
+// webhook deliveries become a tab here when their API exists.
 
 import { h, replace } from "../dom";
 import { auditTab } from "../console/audit";
+import { batchesTab } from "../console/batches";
 import { configTab } from "../console/config";
 import { operationsTab } from "../console/operations";
 
@@ -14,6 +15,7 @@ interface Tab {
 
 const TABS: Tab[] = [
   { key: "operations", label: "Operations", render: operationsTab },
+  { key: "merge-queue", label: "Merge queue", render: batchesTab },
   { key: "audit", label: "Audit log", render: auditTab },
   { key: "config", label: "Configuration", render: configTab },
 ];
