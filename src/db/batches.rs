@@ -539,3 +539,28 @@ pub async fn set_frozen(
             .map(|_| ())
     })
 }
+
+/// The batch each of `operation_ids` is (or was last) in, one query per
+/// chunk. Served by `uk_merge_batch_request_operation`.
+pub async fn batches_of(
+    db: &Db,
+    operation_ids: &[&str],
+) -> Result<std::collections::HashMap<String, i64>, sqlx::Error> {
+    let mut found = std::collections::HashMap::new();
+    for chunk in operation_ids.chunks(IN_LIST_CHUNK) {
+        let sql = format!(
+            "SELECT operation_id, batch_id FROM merge_batch_request \
+             WHERE batch_id IS NOT NULL AND operation_id IN ({})",
+            placeholders(chunk.len())
+        );
+        let rows: Vec<(String, i64)> = with_pool!(db, reader, |pool| {
+            let mut query = sqlx::query_as(AssertSqlSafe(sql));
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            query.fetch_all(pool).await
+        })?;
+        found.extend(rows);
+    }
+    Ok(found)
+}

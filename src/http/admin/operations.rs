@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::db::Db;
 use crate::db::audit::{append_audit, audited_params};
-use crate::db::batches::{batch_of, get_batch};
+use crate::db::batches::{batch_of, batches_of, get_batch};
 use crate::db::history::last_statuses;
 use crate::db::leases::make_due_now;
 use crate::db::operations::OperationRow;
@@ -113,11 +113,17 @@ pub async fn list(
         .map(|(row, _)| row.operation_id.as_str())
         .collect();
     let last = last_statuses(&db, &superseded).await?;
+    let listed: Vec<&str> = rows
+        .iter()
+        .map(|(row, _)| row.operation_id.as_str())
+        .collect();
+    let batches = batches_of(&db, &listed).await?;
     let items = rows
         .into_iter()
         .map(|(row, status)| {
             let status = status.or_else(|| last.get(&row.operation_id)?.parse().ok());
-            OperationView::of(row, status)
+            let batch_id = batches.get(&row.operation_id).copied();
+            OperationView::of(row, status).in_batch(batch_id)
         })
         .collect();
     Ok(Json(OperationPage { items, next_cursor }))

@@ -6,6 +6,7 @@ use chrono::NaiveDateTime;
 use serde::Serialize;
 
 use crate::db::Db;
+use crate::db::batches::batch_of;
 use crate::db::history::last_status;
 use crate::db::operations::{OperationRow, get_operation_with_status};
 use crate::domain::{BindingStatus, Next, OperationId, StepStatus, next_action};
@@ -28,6 +29,9 @@ pub struct OperationView {
     message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     merge_request: Option<MergeRequestView>,
+    /// The merge batch it is (or was last) in, when it went through the merge queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    batch_id: Option<i64>,
     #[schema(value_type = String, format = DateTime)]
     created_at: String,
     #[schema(value_type = String, format = DateTime)]
@@ -123,10 +127,18 @@ pub async fn get_operation_status(
         return Err(ApiError::NotFound);
     }
     let status = status_of(&db, &operation, live).await?;
-    Ok(Json(OperationView::of(operation, status)))
+    let batch_id = batch_of(&db, &operation.operation_id).await?;
+    Ok(Json(
+        OperationView::of(operation, status).in_batch(batch_id),
+    ))
 }
 
 impl OperationView {
+    /// The same view, naming the merge batch the operation is in.
+    pub fn in_batch(self, batch_id: Option<i64>) -> Self {
+        Self { batch_id, ..self }
+    }
+
     /// The view of `operation`, whose relation is (or was last) in `status`.
     pub fn of(operation: OperationRow, status: Option<BindingStatus>) -> Self {
         let next = status.map_or(Next::Wait, |s| next_action(s, operation.step));
@@ -144,6 +156,7 @@ impl OperationView {
                 iid,
                 url: operation.mr_url,
             }),
+            batch_id: None,
             created_at: rfc3339(operation.created_at),
             updated_at: rfc3339(operation.updated_at),
         }

@@ -131,6 +131,9 @@ async fn approved_requests_are_merged_together_in_one_mr() {
     assert_eq!(batches["items"].as_array().unwrap().len(), 1, "{batches}");
     let batch = &batches["items"][0];
     assert_eq!(batch["status"], "SUCCEEDED");
+    for v in &views {
+        assert_eq!(v["batchId"], batch["id"], "{v}");
+    }
     assert_eq!(
         batch["mergeSha"],
         mr.sha.as_str(),
