@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use crate::clients::gitlab::MergeRequest;
 use crate::config::{LiveConfig, Settings};
 use crate::db::batches::{
     BatchChange, BatchRow, acquire_batch_lease, append_membership, frozen_by_operator, get_batch,
@@ -135,7 +136,7 @@ impl MergeQueue {
             ("OPENING", _) => self.open(db, settings, &batch).await,
             ("PIPELINE", Some(iid)) => match gitlab.merge_request(token, &batch.project, iid).await
             {
-                Ok(mr) if mr.state == "merged" => self.succeed(db, &batch, mr.sha.as_deref()).await,
+                Ok(mr) if mr.state == "merged" => self.succeed(db, &batch, Some(&mr)).await,
                 Ok(mr) => match mr.head_pipeline.as_ref().map(|p| p.status.as_str()) {
                     Some("success") => {
                         let change = BatchChange {
@@ -181,9 +182,8 @@ impl MergeQueue {
                     Ok(Round::Finished(outcome))
                         if outcome.status == Some(BindingStatus::Merged) =>
                     {
-                        let head = gitlab.merge_request(token, &batch.project, iid).await.ok();
-                        let sha = head.and_then(|mr| mr.sha);
-                        self.succeed(db, &batch, sha.as_deref()).await
+                        let merged = gitlab.merge_request(token, &batch.project, iid).await.ok();
+                        self.succeed(db, &batch, merged.as_ref()).await
                     }
                     Ok(Round::Finished(outcome)) => {
                         let message = outcome
@@ -373,13 +373,15 @@ impl MergeQueue {
         &self,
         db: &Db,
         batch: &BatchRow,
-        sha: Option<&str>,
+        merged: Option<&MergeRequest>,
     ) -> Result<(), StoreError> {
+        let sha = merged.and_then(|mr| mr.sha.as_deref());
         let ids = members(db, batch.id).await?;
         let mut tx = StoreTx::begin(db).await?;
         let done = BatchChange {
             status: Some("SUCCEEDED"),
             merge_sha: sha,
+            merge_commit_sha: merged.and_then(|mr| mr.merge_commit_sha.as_deref()),
             ..BatchChange::default()
         };
         if update_batch(tx.db(), batch.id, batch.version, &done).await? != 1 {
@@ -448,7 +450,7 @@ impl MergeQueue {
         }
         match mr {
             Some(mr) if mr.state == "merged" => {
-                self.succeed(db, batch, mr.sha.as_deref()).await?;
+                self.succeed(db, batch, Some(&mr)).await?;
                 Ok(true)
             }
             _ => Ok(false),
