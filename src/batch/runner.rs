@@ -16,7 +16,7 @@ use crate::db::batches::{
 };
 use crate::db::callbacks::deployed_since;
 use crate::db::operations::operations_by_ids;
-use crate::db::{Db, DbSlot};
+use crate::db::{Db, DbSlot, is_retryable_conflict};
 use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, MergeRequestRef, StoreError, StoreTx, move_members};
 use crate::workflow::{ChangeSet, Round, Workflow, bot, file_action};
@@ -579,7 +579,9 @@ impl MergeQueue {
         let Some(db) = self.db.get() else {
             return Ok(Settled::NotRunning);
         };
-        let settler = format!("{}-settle", self.owner);
+        // Its own lease holder: two settles never run at once, not even two
+        // of this instance's (the guarded writes would then race on locks).
+        let settler = format!("settle-{}", uuid::Uuid::new_v4());
         let lease = self.config.current().executor.lease;
         // A round holds the lease for moments: wait a little for it.
         let mut tries = 0;
@@ -596,7 +598,17 @@ impl MergeQueue {
             }
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
-        let outcome = self.settle_held(db, batch_id, reason).await;
+        // A claim racing for the slot may make InnoDB pick this transaction
+        // as a deadlock victim: it was rolled back whole, so try again.
+        let mut outcome = self.settle_held(db, batch_id, reason).await;
+        for _ in 0..3 {
+            match &outcome {
+                Err(StoreError::Db(err)) if is_retryable_conflict(err) => {
+                    outcome = self.settle_held(db, batch_id, reason).await;
+                }
+                _ => break,
+            }
+        }
         release_batch_lease(db, batch_id, &settler).await?;
         outcome
     }
