@@ -463,7 +463,11 @@ pub(super) fn webhooks(r: &mut Reader<'_>) -> WebhookSettings {
         poll_interval: r.static_duration("webhooks", "poll_interval", Duration::from_secs(1)),
         concurrency: r.count_at(&["webhooks", "concurrency"], 1..=256, 16),
         breaker_failures: r.count_at(&["webhooks", "breaker_failures"], 1..=1000, 5),
-        breaker_open_for: r.static_duration("webhooks", "breaker_open_for", Duration::from_secs(60)),
+        breaker_open_for: r.static_duration(
+            "webhooks",
+            "breaker_open_for",
+            Duration::from_secs(60),
+        ),
         secret_grace: r.static_duration("webhooks", "secret_grace", Duration::from_secs(86_400)),
     }
 }

@@ -134,7 +134,11 @@ pub async fn relay_events(
         }
         // Serialised once per event: every endpoint gets the same bytes.
         let body = body_of(event);
-        rows.extend(wanted.into_iter().map(|endpoint| (endpoint, event, body.clone())));
+        rows.extend(
+            wanted
+                .into_iter()
+                .map(|endpoint| (endpoint, event, body.clone())),
+        );
     }
     for chunk in rows.chunks(IN_LIST_CHUNK / 6) {
         let sql = format!(

@@ -268,7 +268,8 @@ pub async fn take_half_open(db: &Db, id: i64, probe_for: Duration) -> Result<boo
 pub async fn record_success(db: &Db, id: i64) -> Result<bool, sqlx::Error> {
     let close = "UPDATE webhook_endpoint SET breaker_state = 'closed', breaker_failures = 0, \
                  breaker_until = NULL WHERE id = ? AND breaker_state <> 'closed'";
-    let reset = "UPDATE webhook_endpoint SET breaker_failures = 0 WHERE id = ? AND breaker_failures <> 0";
+    let reset =
+        "UPDATE webhook_endpoint SET breaker_failures = 0 WHERE id = ? AND breaker_failures <> 0";
     with_pool!(db, writer, |pool| {
         let closed = sqlx::query(close).bind(id).execute(pool).await?;
         if closed.rows_affected() == 0 {

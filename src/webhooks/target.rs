@@ -17,9 +17,7 @@ pub fn validate(text: &str, allow_private: bool) -> Result<reqwest::Url, String>
         .filter(|host| !host.is_empty())
         .ok_or_else(|| "url must name a host".to_owned())?;
     if !allow_private && is_internal(host) {
-        return Err(
-            "url points to a loopback or private address; not allowed here".to_owned(),
-        );
+        return Err("url points to a loopback or private address; not allowed here".to_owned());
     }
     Ok(url)
 }
@@ -51,7 +49,10 @@ fn internal_v6(ip: Ipv6Addr) -> bool {
         return internal_v4(v4);
     }
     let first = ip.segments()[0];
-    ip.is_loopback() || ip.is_unspecified() || (first & 0xfe00) == 0xfc00 || (first & 0xffc0) == 0xfe80
+    ip.is_loopback()
+        || ip.is_unspecified()
+        || (first & 0xfe00) == 0xfc00
+        || (first & 0xffc0) == 0xfe80
 }
 
 #[cfg(test)]

@@ -262,8 +262,13 @@ impl Deliverer {
             if record_success(db, endpoint.id).await? {
                 tracing::info!(endpoint_id = endpoint.id, "webhook endpoint breaker closed");
             }
-        } else if record_failure(db, endpoint.id, hooks.breaker_failures, hooks.breaker_open_for)
-            .await?
+        } else if record_failure(
+            db,
+            endpoint.id,
+            hooks.breaker_failures,
+            hooks.breaker_open_for,
+        )
+        .await?
         {
             tracing::warn!(
                 endpoint_id = endpoint.id,

@@ -23,4 +23,5 @@ mod signature;
 mod storage;
 mod store;
 mod web;
+mod webhooks;
 mod workflow;
