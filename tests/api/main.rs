@@ -24,4 +24,5 @@ mod storage;
 mod store;
 mod web;
 mod webhooks;
+mod webhooks_delivery;
 mod workflow;

@@ -129,7 +129,11 @@ impl Receiver {
     }
 
     pub fn script(&self, answers: &[(u16, Option<u64>)]) {
-        self.seen.script.lock().unwrap().extend(answers.iter().copied());
+        self.seen
+            .script
+            .lock()
+            .unwrap()
+            .extend(answers.iter().copied());
     }
 }
 
@@ -153,7 +157,9 @@ pub fn deliverer(db: &Db, config: &LiveConfig) -> Deliverer {
 pub async fn add_endpoint(db: &Db, url: &str, types: &str) -> (i64, String) {
     let secret = WebhookSecret::generate().expose();
     let mut tx = db.begin().await.unwrap();
-    let id = insert_endpoint(&mut tx, url, "", types, &secret).await.unwrap();
+    let id = insert_endpoint(&mut tx, url, "", types, &secret)
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     (id, secret)
 }
@@ -273,9 +279,13 @@ async fn endpoints_are_validated_show_their_secret_once_and_are_audited() {
         assert!(new_secret.starts_with("whsec_") && new_secret != secret);
         assert!(rotated["previousSecretValidUntil"].is_string());
 
-        let deliveries = app.get_as("admin", &format!("{base}/{id}/deliveries")).await;
+        let deliveries = app
+            .get_as("admin", &format!("{base}/{id}/deliveries"))
+            .await;
         assert_eq!(deliveries.status(), 200);
-        let missing = app.get_as("admin", &format!("{base}/999999/deliveries")).await;
+        let missing = app
+            .get_as("admin", &format!("{base}/999999/deliveries"))
+            .await;
         assert_eq!(missing.status(), 404);
 
         let delete = |path: String| {
@@ -287,14 +297,23 @@ async fn endpoints_are_validated_show_their_secret_once_and_are_audited() {
         assert_eq!(delete(format!("{base}/{id}")).await.unwrap().status(), 204);
         assert_eq!(delete(format!("{base}/{id}")).await.unwrap().status(), 404);
 
-        let audit = app.get_as("admin", "/admin/v1/audit").await.text().await.unwrap();
+        let audit = app
+            .get_as("admin", "/admin/v1/audit")
+            .await
+            .text()
+            .await
+            .unwrap();
         for action in [
             "webhook.endpoint.create",
             "webhook.endpoint.update",
             "webhook.endpoint.rotate",
             "webhook.endpoint.delete",
         ] {
-            assert!(audit.contains(action), "{action} audited on {}", test_db.name);
+            assert!(
+                audit.contains(action),
+                "{action} audited on {}",
+                test_db.name
+            );
         }
         assert!(!audit.contains(&secret) && !audit.contains(&new_secret));
         app.stop().await.unwrap();
@@ -396,7 +415,10 @@ async fn only_matching_endpoints_get_a_delivery_and_the_log_shows_it() {
         .await
         .unwrap();
     assert_eq!(log.len(), 3);
-    assert!(log.iter().all(|d| d.status == "delivered" && d.attempts == 1));
+    assert!(
+        log.iter()
+            .all(|d| d.status == "delivered" && d.attempts == 1)
+    );
     let none = changegate::db::webhook_deliveries::list_for_endpoint(db, other, None, 10)
         .await
         .unwrap();
