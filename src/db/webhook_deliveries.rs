@@ -169,20 +169,37 @@ pub async fn relay_events(
 
 /// Puts claims whose lease ran out (their instance died or hung) back in
 /// the queue, with a new version so the old owner's late write matches
-/// nothing. Served by `ix_delivery_due` (status = 'sending').
+/// nothing. The expired rows are found by a plain read (`ix_delivery_due`,
+/// status = 'sending') and updated by primary key with the condition
+/// repeated: a range UPDATE would take next-key locks over every claimed
+/// row's index entry and deadlock with the claims and answers of other
+/// instances (seen on MariaDB with three instances).
 pub async fn requeue_expired(db: &Db) -> Result<u64, sqlx::Error> {
-    let backend = db.backend();
+    let now = dialect::now_ms(db.backend());
+    let find = format!(
+        "SELECT id FROM webhook_delivery WHERE status = 'sending' AND lease_until < {now} LIMIT ?"
+    );
+    let ids: Vec<i64> = with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(AssertSqlSafe(find))
+            .bind(IN_LIST_CHUNK as i64)
+            .fetch_all(pool)
+            .await
+    })?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
     let sql = format!(
         "UPDATE webhook_delivery SET status = 'queued', version = version + 1, \
          lease_owner = NULL, lease_until = NULL, updated_at = {now} \
-         WHERE status = 'sending' AND lease_until < {now}",
-        now = dialect::now_ms(backend)
+         WHERE id IN ({}) AND status = 'sending' AND lease_until < {now}",
+        placeholders(ids.len())
     );
     with_pool!(db, writer, |pool| {
-        sqlx::query(AssertSqlSafe(sql))
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected())
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for id in &ids {
+            query = query.bind(id);
+        }
+        query.execute(pool).await.map(|done| done.rows_affected())
     })
 }
 

@@ -13,10 +13,12 @@ pub const PAGE: u32 = 200;
 /// One round: relays one page of events. In silent mode the deliveries are
 /// recorded `silent`, so ending silent mode never sends them.
 pub async fn run_once(db: &Db, silent: bool) -> anyhow::Result<Outcome> {
-    match relay_events(db, PAGE, silent, super::body_of)
-        .await
-        .context("relaying events to webhook deliveries")?
-    {
+    let relayed = match relay_events(db, PAGE, silent, super::body_of).await {
+        // A deadlock or lock timeout rolled everything back: try again later.
+        Err(err) if crate::db::is_retryable_conflict(&err) => Relayed::Lost,
+        other => other.context("relaying events to webhook deliveries")?,
+    };
+    match relayed {
         Relayed::Done { events: 0, .. } => Ok(Outcome::Idle),
         Relayed::Done { events, .. } => Ok(Outcome::Worked {
             done: events as u64,

@@ -155,12 +155,18 @@ impl Deliverer {
             if !self.may_send(&row, &mut probing, lease).await? {
                 continue;
             }
-            if claim(db, row.id, row.version, &self.inner.owner, lease).await? {
-                won += 1;
-                let worker = self.clone();
-                sends.spawn(async move { worker.deliver_claimed(row.id, row.version + 1).await });
-            } else {
-                lost += 1;
+            match claim(db, row.id, row.version, &self.inner.owner, lease).await {
+                Ok(true) => {
+                    won += 1;
+                    let worker = self.clone();
+                    sends.spawn(
+                        async move { worker.deliver_claimed(row.id, row.version + 1).await },
+                    );
+                }
+                Ok(false) => lost += 1,
+                // Rolled back, nothing changed: as good as lost.
+                Err(err) if crate::db::is_retryable_conflict(&err) => lost += 1,
+                Err(err) => return Err(err).context("claiming a delivery"),
             }
         }
         metrics::counter!("changegate_webhook_claims_total", "outcome" => "won").increment(won);
@@ -259,7 +265,9 @@ impl Deliverer {
                 );
             }
         } else if ending == Ending::Delivered {
-            if record_success(db, endpoint.id).await? {
+            // A healthy endpoint (the common case) costs no write here.
+            let healthy = endpoint.breaker_state == "closed" && endpoint.breaker_failures == 0;
+            if !healthy && record_success(db, endpoint.id).await? {
                 tracing::info!(endpoint_id = endpoint.id, "webhook endpoint breaker closed");
             }
         } else if record_failure(

@@ -25,4 +25,5 @@ mod store;
 mod web;
 mod webhooks;
 mod webhooks_delivery;
+mod webhooks_race;
 mod workflow;

@@ -247,3 +247,48 @@ async fn silent_mode_records_deliveries_as_silent_and_ending_it_sends_only_new_e
         assert_eq!(log[0].status, "delivered");
     }
 }
+
+#[tokio::test]
+async fn a_dead_instances_claim_runs_out_and_another_instance_delivers_it() {
+    for test_db in each_backend().await {
+        let db = &test_db.db;
+        let receiver = Receiver::start().await;
+        add_endpoint(db, &receiver.url, "").await;
+        add_events(db, 1).await;
+        relay_all(db, false).await;
+        // An instance claims the delivery and dies before sending it.
+        let due = changegate::db::webhook_deliveries::list_due(db, 10)
+            .await
+            .unwrap();
+        let row = &due[0];
+        let claimed = changegate::db::webhook_deliveries::claim(
+            db,
+            row.id,
+            row.version,
+            "dead-instance",
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap();
+        assert!(claimed);
+        let other = deliverer(db, &hooks_config(""));
+        rounds_for(&other, Duration::from_millis(50)).await;
+        assert!(receiver.arrivals().is_empty(), "held while the lease lasts");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        drain(db, &other, false, Duration::from_secs(10)).await;
+        assert_eq!(receiver.arrivals().len(), 1, "{}", test_db.name);
+        // The dead instance's late answer matches nothing.
+        let late = changegate::db::webhook_deliveries::finish(
+            db,
+            row.id,
+            row.version + 1,
+            changegate::db::webhook_deliveries::Ending::Failed,
+            None,
+            Some("late"),
+        )
+        .await
+        .unwrap();
+        assert!(!late);
+        assert_eq!(count_status(db, "delivered").await, 1);
+    }
+}
