@@ -70,6 +70,7 @@ impl std::fmt::Debug for Deliverer {
 struct LostClaims {
     since_log: AtomicU64,
     last_log: std::sync::Mutex<Instant>,
+    every: Duration,
 }
 
 impl LostClaims {
@@ -80,7 +81,7 @@ impl LostClaims {
         let Ok(mut last) = self.last_log.lock() else {
             return;
         };
-        if last.elapsed() >= LOST_CLAIMS_LOG_EVERY {
+        if last.elapsed() >= self.every {
             let count = self.since_log.swap(0, Ordering::Relaxed);
             if count > 0 {
                 tracing::info!(
@@ -107,6 +108,7 @@ impl Deliverer {
                 lost: LostClaims {
                     since_log: AtomicU64::new(0),
                     last_log: std::sync::Mutex::new(Instant::now()),
+                    every: LOST_CLAIMS_LOG_EVERY,
                 },
             }),
         }
@@ -417,5 +419,52 @@ mod tests {
             assert!(spread >= Duration::from_secs(80) && spread <= Duration::from_secs(120));
         }
         assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
+    }
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .map_err(|_| std::io::ErrorKind::Other)?
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn lost_claims_are_summed_in_one_info_line() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish();
+        let lost = LostClaims {
+            since_log: AtomicU64::new(0),
+            last_log: std::sync::Mutex::new(Instant::now()),
+            every: Duration::from_millis(30),
+        };
+        tracing::subscriber::with_default(subscriber, || {
+            for _ in 0..5 {
+                lost.add(3);
+            }
+            std::thread::sleep(Duration::from_millis(40));
+            lost.add(1);
+            lost.add(0);
+        });
+        let text = String::from_utf8_lossy(&captured.0.lock().expect("not poisoned")).into_owned();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 1, "{text}");
+        assert!(
+            lines[0].contains("INFO") && lines[0].contains("lost=16"),
+            "{text}"
+        );
     }
 }
