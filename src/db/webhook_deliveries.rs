@@ -92,6 +92,18 @@ pub async fn relay_events(
     silent: bool,
     body_of: impl Fn(&EventRow) -> String,
 ) -> Result<Relayed, sqlx::Error> {
+    // Idle rounds (the usual case) take no write lock: on SQLite a write
+    // transaction would hold the single writer every poll on every instance.
+    let pending = "SELECT id FROM event WHERE relayed = FALSE LIMIT 1";
+    let any: Option<i64> = with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(pending).fetch_optional(pool).await
+    })?;
+    if any.is_none() {
+        return Ok(Relayed::Done {
+            events: 0,
+            deliveries: 0,
+        });
+    }
     let mut tx = db.begin().await?;
     let select = "SELECT id, event_type, operation_id, subject_id, target_key, from_status, \
                   to_status, payload, created_at FROM event WHERE relayed = FALSE ORDER BY id LIMIT ?";
