@@ -424,3 +424,37 @@ async fn only_matching_endpoints_get_a_delivery_and_the_log_shows_it() {
         .unwrap();
     assert!(none.is_empty());
 }
+
+#[tokio::test]
+async fn a_running_service_relays_and_delivers_on_its_own() {
+    for test_db in each_backend().await {
+        let receiver = Receiver::start().await;
+        let app = spawn_app(
+            &test_db.url,
+            &format!(
+                "{REQUESTER_CONFIG}[webhooks]\npoll_interval = \"50ms\"\nallow_private_targets = true\n"
+            ),
+        )
+        .await;
+        app.wait_until_ready().await;
+        let created = app
+            .post_as(
+                "admin",
+                "/admin/v1/webhook-endpoints",
+                &json!({ "url": receiver.url }),
+            )
+            .await;
+        assert_eq!(created.status(), 201);
+        add_events(&test_db.db, 3).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while receiver.seen.delivered.lock().unwrap().len() < 3 {
+            assert!(
+                Instant::now() < deadline,
+                "not delivered on {}",
+                test_db.name
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        app.stop().await.unwrap();
+    }
+}
