@@ -13,7 +13,7 @@ use changegate::webhooks::relay;
 use changegate::webhooks::worker::Deliverer;
 use tokio::task::JoinSet;
 
-use crate::helpers::{database_settings, mysql_db};
+use crate::helpers::{mysql_db, settings_from};
 use crate::webhooks::{Receiver, add_endpoint, add_events, count_status, deliverer, hooks_config};
 
 const INSTANCES: usize = 3;
@@ -25,10 +25,16 @@ fn events_wanted() -> usize {
         .unwrap_or(10_000)
 }
 
+/// One pool per instance, small, so that the test leaves MariaDB
+/// connections for the tests running beside it.
 async fn instances(url: &str) -> Vec<Db> {
+    let (settings, problems) = settings_from(&format!(
+        "[database]\nurl = {url:?}\nmax_connections = 4\nconnect_timeout = \"5s\"\n"
+    ));
+    assert!(problems.is_empty(), "{problems:?}");
     let mut pools = Vec::new();
     for _ in 0..INSTANCES {
-        pools.push(db::open(&database_settings(url)).await.unwrap());
+        pools.push(db::open(&settings.database).await.unwrap());
     }
     pools
 }
