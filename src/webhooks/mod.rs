@@ -7,6 +7,7 @@
 //! claims are compare-and-swap writes and the database decides.
 
 pub mod relay;
+mod retry;
 pub mod target;
 pub mod worker;
 
