@@ -19,6 +19,7 @@ CREATE TABLE merge_batch (
     mr_iid         BIGINT        NULL,
     mr_url         VARCHAR(1024) NULL,
     merge_sha      VARCHAR(64)   NULL,
+    merge_commit_sha VARCHAR(64)   NULL,
     polls          INT           NOT NULL DEFAULT 0,
     message        VARCHAR(1024) NULL,
     version        BIGINT        NOT NULL DEFAULT 1,
@@ -28,7 +29,9 @@ CREATE TABLE merge_batch (
     updated_at     DATETIME(3)   NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
     UNIQUE KEY uk_merge_batch_active_slot (active_slot),
     -- the runner and the timeout sweep: active batches, oldest first
-    KEY ix_merge_batch_status_updated (status, updated_at)
+    KEY ix_merge_batch_status_updated (status, updated_at),
+    -- reconciliation: the batch a deployed merge commit belongs to
+    KEY ix_merge_batch_merge_commit (merge_commit_sha)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- One row per approved request of the approval-first flow. I4: the unique
@@ -70,3 +73,6 @@ CREATE TABLE merge_queue_control (
     updated_at  DATETIME(3)   NOT NULL DEFAULT CURRENT_TIMESTAMP(3)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 INSERT INTO merge_queue_control (id, frozen) VALUES (1, FALSE);
+
+-- Reconciliation matches deploy reports to batches by merge commit.
+CREATE INDEX ix_deploy_report_sha ON deploy_report (sha);

@@ -12,6 +12,7 @@ CREATE TABLE merge_batch (
     mr_iid         INTEGER NULL,
     mr_url         TEXT    NULL,
     merge_sha      TEXT    NULL,
+    merge_commit_sha TEXT    NULL,
     polls          INTEGER NOT NULL DEFAULT 0,
     message        TEXT    NULL,
     version        INTEGER NOT NULL DEFAULT 1,
@@ -22,6 +23,7 @@ CREATE TABLE merge_batch (
 );
 CREATE UNIQUE INDEX uk_merge_batch_active_slot ON merge_batch (active_slot);
 CREATE INDEX ix_merge_batch_status_updated ON merge_batch (status, updated_at);
+CREATE INDEX ix_merge_batch_merge_commit ON merge_batch (merge_commit_sha);
 
 CREATE TABLE merge_batch_request (
     id             INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -56,3 +58,5 @@ CREATE TABLE merge_queue_control (
     updated_at  TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))
 );
 INSERT INTO merge_queue_control (id, frozen) VALUES (1, 0);
+
+CREATE INDEX ix_deploy_report_sha ON deploy_report (sha);

@@ -7,4 +7,4 @@ mod runner;
 
 pub use claim::{Claimed, claim_batch, claim_in};
 pub use enqueue::{apply_decision, partition_of};
-pub use runner::{ClaimError, MergeQueue, NotNow};
+pub use runner::{ClaimError, MergeQueue, NotNow, Settled};

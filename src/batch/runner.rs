@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use crate::clients::gitlab::MergeRequest;
 use crate::config::{LiveConfig, Settings};
 use crate::db::batches::{
     BatchChange, BatchRow, acquire_batch_lease, append_membership, frozen_by_operator, get_batch,
@@ -23,6 +24,8 @@ use crate::workflow::{ChangeSet, Round, Workflow, bot, file_action};
 use super::claim::{Claimed, claim_batch};
 
 const ACTOR: &str = "merge-queue";
+/// Attempts at a batch's lease before a settle answers "busy".
+const SETTLE_TRIES: u32 = 10;
 /// Where the members of a running batch can be.
 const IN_FLIGHT: &[BindingStatus] = &[
     BindingStatus::MrCreating,
@@ -133,7 +136,7 @@ impl MergeQueue {
             ("OPENING", _) => self.open(db, settings, &batch).await,
             ("PIPELINE", Some(iid)) => match gitlab.merge_request(token, &batch.project, iid).await
             {
-                Ok(mr) if mr.state == "merged" => self.succeed(db, &batch, mr.sha.as_deref()).await,
+                Ok(mr) if mr.state == "merged" => self.succeed(db, &batch, Some(&mr)).await,
                 Ok(mr) => match mr.head_pipeline.as_ref().map(|p| p.status.as_str()) {
                     Some("success") => {
                         let change = BatchChange {
@@ -179,9 +182,8 @@ impl MergeQueue {
                     Ok(Round::Finished(outcome))
                         if outcome.status == Some(BindingStatus::Merged) =>
                     {
-                        let head = gitlab.merge_request(token, &batch.project, iid).await.ok();
-                        let sha = head.and_then(|mr| mr.sha);
-                        self.succeed(db, &batch, sha.as_deref()).await
+                        let merged = gitlab.merge_request(token, &batch.project, iid).await.ok();
+                        self.succeed(db, &batch, merged.as_ref()).await
                     }
                     Ok(Round::Finished(outcome)) => {
                         let message = outcome
@@ -371,13 +373,15 @@ impl MergeQueue {
         &self,
         db: &Db,
         batch: &BatchRow,
-        sha: Option<&str>,
+        merged: Option<&MergeRequest>,
     ) -> Result<(), StoreError> {
+        let sha = merged.and_then(|mr| mr.sha.as_deref());
         let ids = members(db, batch.id).await?;
         let mut tx = StoreTx::begin(db).await?;
         let done = BatchChange {
             status: Some("SUCCEEDED"),
             merge_sha: sha,
+            merge_commit_sha: merged.and_then(|mr| mr.merge_commit_sha.as_deref()),
             ..BatchChange::default()
         };
         if update_batch(tx.db(), batch.id, batch.version, &done).await? != 1 {
@@ -446,7 +450,7 @@ impl MergeQueue {
         }
         match mr {
             Some(mr) if mr.state == "merged" => {
-                self.succeed(db, batch, mr.sha.as_deref()).await?;
+                self.succeed(db, batch, Some(&mr)).await?;
                 Ok(true)
             }
             _ => Ok(false),
@@ -568,26 +572,55 @@ impl MergeQueue {
 
     /// Settles a batch that must not keep its slot (the timeout sweep, or an
     /// operator): merged wins; otherwise FAILED, and its members wait again
-    /// for the next round, as they were (they did nothing wrong). `false`
-    /// when it was not running (settled by someone else first).
-    pub async fn settle(&self, batch_id: i64, reason: &str) -> Result<bool, StoreError> {
+    /// for the next round, as they were (they did nothing wrong). It takes
+    /// the batch's lease first, so it never interleaves with a round of the
+    /// batch in progress.
+    pub async fn settle(&self, batch_id: i64, reason: &str) -> Result<Settled, StoreError> {
         let Some(db) = self.db.get() else {
-            return Ok(false);
+            return Ok(Settled::NotRunning);
         };
+        let settler = format!("{}-settle", self.owner);
+        let lease = self.config.current().executor.lease;
+        // A round holds the lease for moments: wait a little for it.
+        let mut tries = 0;
+        while !acquire_batch_lease(db, batch_id, &settler, lease).await? {
+            let running = get_batch(db, batch_id)
+                .await?
+                .is_some_and(|b| b.status == "RUNNING");
+            if !running {
+                return Ok(Settled::NotRunning);
+            }
+            tries += 1;
+            if tries == SETTLE_TRIES {
+                return Ok(Settled::Busy);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        let outcome = self.settle_held(db, batch_id, reason).await;
+        release_batch_lease(db, batch_id, &settler).await?;
+        outcome
+    }
+
+    async fn settle_held(
+        &self,
+        db: &Db,
+        batch_id: i64,
+        reason: &str,
+    ) -> Result<Settled, StoreError> {
         let Some(batch) = get_batch(db, batch_id)
             .await?
             .filter(|b| b.status == "RUNNING")
         else {
-            return Ok(false);
+            return Ok(Settled::NotRunning);
         };
         if self.merged_meanwhile(db, &batch).await? {
-            return Ok(true);
+            return Ok(Settled::Merged);
         }
         let Some(batch) = get_batch(db, batch_id)
             .await?
             .filter(|b| b.status == "RUNNING")
         else {
-            return Ok(false);
+            return Ok(Settled::NotRunning);
         };
         let ids = members(db, batch.id).await?;
         let mut tx = StoreTx::begin(db).await?;
@@ -599,7 +632,7 @@ impl MergeQueue {
         };
         if update_batch(tx.db(), batch.id, batch.version, &failed).await? != 1 {
             tx.rollback().await?;
-            return Ok(false);
+            return Ok(Settled::NotRunning);
         }
         let retry = format!(
             "batch #{} was settled ({reason}); waiting for the next round",
@@ -622,8 +655,21 @@ impl MergeQueue {
         release_members(tx.db(), &[(batch.split_group.as_str(), &ids)]).await?;
         append_membership(tx.db(), batch.id, &ids, "RELEASED", Some(reason)).await?;
         tx.commit().await?;
-        Ok(true)
+        Ok(Settled::Released)
     }
+}
+
+/// What a settle did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Its MR had merged: the batch SUCCEEDED after all.
+    Merged,
+    /// FAILED; its members wait for the next round.
+    Released,
+    /// It was not running (settled already, or finished).
+    NotRunning,
+    /// A round of it is in progress right now; try again in a moment.
+    Busy,
 }
 
 /// Why a claim round failed.

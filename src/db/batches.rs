@@ -30,6 +30,8 @@ pub struct BatchRow {
     pub mr_url: Option<String>,
     /// The head that was merged (the one whose pipeline passed).
     pub merge_sha: Option<String>,
+    /// The commit the merge made on the target branch (what deploys name).
+    pub merge_commit_sha: Option<String>,
     /// Polls of the current phase.
     pub polls: i32,
     /// Why it ended, when it failed.
@@ -43,7 +45,7 @@ pub struct BatchRow {
 }
 
 const COLUMNS: &str = "id, status, partition_key, project, split_group, phase, mr_iid, mr_url, \
-    merge_sha, polls, message, version, created_at, updated_at";
+    merge_sha, merge_commit_sha, polls, message, version, created_at, updated_at";
 
 fn placeholders(count: usize) -> String {
     vec!["?"; count].join(", ")
@@ -383,6 +385,8 @@ pub struct BatchChange<'a> {
     pub mr: Option<(i64, Option<&'a str>)>,
     /// The merged head.
     pub merge_sha: Option<&'a str>,
+    /// The merge commit.
+    pub merge_commit_sha: Option<&'a str>,
     /// Why.
     pub message: Option<&'a str>,
     /// Count one more poll (else polls start again from zero).
@@ -415,6 +419,7 @@ pub async fn update_batch(
         ("mr_iid", change.mr.is_some()),
         ("mr_url", change.mr.is_some()),
         ("merge_sha", change.merge_sha.is_some()),
+        ("merge_commit_sha", change.merge_commit_sha.is_some()),
         ("message", change.message.is_some()),
     ] {
         if present {
@@ -437,6 +442,9 @@ pub async fn update_batch(
             query = query.bind(iid).bind(url);
         }
         if let Some(sha) = change.merge_sha {
+            query = query.bind(sha);
+        }
+        if let Some(sha) = change.merge_commit_sha {
             query = query.bind(sha);
         }
         if let Some(message) = change.message {
@@ -564,4 +572,19 @@ pub async fn batches_of(
         found.extend(rows);
     }
     Ok(found)
+}
+
+/// Whether an operation is a member of a running batch (which moves it;
+/// nothing else may). Served by `uk_merge_batch_request_operation` and the
+/// batch's primary key.
+pub async fn in_running_batch(db: &Db, operation_id: &str) -> Result<bool, sqlx::Error> {
+    let sql = "SELECT COUNT(*) FROM merge_batch_request r JOIN merge_batch b ON b.id = r.batch_id \
+               WHERE r.operation_id = ? AND b.status = 'RUNNING'";
+    let count: i64 = with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(sql)
+            .bind(operation_id)
+            .fetch_one(pool)
+            .await
+    })?;
+    Ok(count > 0)
 }

@@ -129,3 +129,29 @@ pub async fn merged_below_watermark(
             .await
     })
 }
+
+/// MERGED operations, last changed less than `max_age` ago, of batches whose
+/// merge commit a successful deploy report names: the exact match. Served by
+/// `ix_deploy_report_sha`, `ix_merge_batch_merge_commit`,
+/// `ix_merge_batch_request_batch` and the binding's unique operation id.
+pub async fn merged_by_deployed_commit(
+    db: &Db,
+    max_age_ms: i64,
+    limit: u32,
+) -> Result<Vec<String>, sqlx::Error> {
+    let sql = format!(
+        "SELECT DISTINCT r.operation_id FROM deploy_report d \
+         JOIN merge_batch m ON m.merge_commit_sha = d.sha \
+         JOIN merge_batch_request r ON r.batch_id = m.id \
+         JOIN binding b ON b.operation_id = r.operation_id \
+         WHERE d.status = 'success' AND b.status = 'MERGED' AND b.updated_at > {} LIMIT ?",
+        super::dialect::now_minus_ms(db.backend())
+    );
+    with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .bind(max_age_ms)
+            .bind(limit)
+            .fetch_all(pool)
+            .await
+    })
+}

@@ -1,6 +1,8 @@
 //! Closes out lost deploy callbacks (SPEC §8): a MERGED binding whose deploy
-//! callback never came is VALIDATED once a later deploy is known to include
-//! it. The deploy pipeline deploys the target branch in merge order, so a
+//! callback never came is VALIDATED once a deploy is known to include it:
+//! exactly, when a deploy report names its batch's merge commit (the
+//! callback named operations is matched exactly when it arrives); else by
+//! the watermark. The deploy pipeline deploys the target branch in merge order, so a
 //! successful deploy of MR N includes every MR merged before it (the
 //! watermark rule). Only bindings in the window `(now - max_age, now -
 //! min_age)` are looked at: younger ones may still get their own callback,
@@ -14,7 +16,7 @@ use anyhow::Context;
 
 use super::Outcome;
 use crate::db::Db;
-use crate::db::callbacks::{deploy_watermark, merged_below_watermark};
+use crate::db::callbacks::{deploy_watermark, merged_below_watermark, merged_by_deployed_commit};
 use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, StoreTx, move_members};
 
@@ -24,30 +26,49 @@ fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// One round over the window; how many bindings it validated.
+/// One round: the exact match first (a deploy report naming a batch's merge
+/// commit), then the watermark over the window; how many bindings it validated.
 pub async fn run_once(db: &Db, min_age: Duration, max_age: Duration) -> anyhow::Result<Outcome> {
-    let Some(watermark) = deploy_watermark(db)
+    let exact = merged_by_deployed_commit(db, millis(max_age), BATCH)
+        .await
+        .context("matching deploys by merge commit")?;
+    let mut done = validate(db, &exact, "a deploy names its merge commit").await?;
+    let mut full = exact.len() == BATCH as usize;
+    if let Some(watermark) = deploy_watermark(db)
         .await
         .context("reading the watermark")?
-    else {
-        return Ok(Outcome::Idle);
-    };
-    let candidates = merged_below_watermark(db, millis(min_age), millis(max_age), watermark, BATCH)
-        .await
-        .context("listing merged bindings")?;
-    if candidates.is_empty() {
-        return Ok(Outcome::Idle);
+    {
+        let candidates =
+            merged_below_watermark(db, millis(min_age), millis(max_age), watermark, BATCH)
+                .await
+                .context("listing merged bindings")?;
+        let why = format!("a later deploy (MR !{watermark}) includes this change");
+        done += validate(db, &candidates, &why).await?;
+        full |= candidates.len() == BATCH as usize;
     }
-    let message = format!("a later deploy (MR !{watermark}) includes this change");
+    if done > 0 {
+        tracing::info!(validated = done, "lost deploy callbacks reconciled");
+    }
+    Ok(match done {
+        0 => Outcome::Idle,
+        done => Outcome::Worked { done, full },
+    })
+}
+
+/// Validates the MERGED ones of `candidates` (flip-once, set-based).
+async fn validate(db: &Db, candidates: &[String], why: &str) -> anyhow::Result<u64> {
+    if candidates.is_empty() {
+        return Ok(0);
+    }
     let change = Change {
         step: StepStatus::DeployReconciled,
-        message: Some(&message),
+        message: Some(why),
         actor: "reconciliation",
     };
     let mut tx = StoreTx::begin(db).await?;
     let moved = move_members(
         &mut tx,
-        &candidates,
+        candidates,
         &[BindingStatus::Merged],
         Some(BindingStatus::Validated),
         change,
@@ -56,18 +77,5 @@ pub async fn run_once(db: &Db, min_age: Duration, max_age: Duration) -> anyhow::
     .await
     .context("validating reconciled bindings")?;
     tx.commit().await?;
-    if !moved.is_empty() {
-        tracing::info!(
-            validated = moved.len(),
-            watermark,
-            "lost deploy callbacks reconciled"
-        );
-    }
-    Ok(match moved.len() as u64 {
-        0 => Outcome::Idle,
-        done => Outcome::Worked {
-            done,
-            full: candidates.len() == BATCH as usize,
-        },
-    })
+    Ok(moved.len() as u64)
 }

@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::clients::approval::ApprovalClient;
 use crate::clients::gitlab::GitLabClient;
 use crate::config::{LiveConfig, PollSchedule};
+use crate::db::batches::in_running_batch;
 use crate::db::leases::{acquire_lease, release_lease, renew_lease};
 use crate::db::operations::get_operation_with_status;
 use crate::db::{Db, DbSlot};
@@ -186,6 +187,23 @@ impl Workflow {
                 };
             }
         };
+        // A member of a running merge batch moves with its batch, never by itself.
+        if matches!(
+            status,
+            Some(BindingStatus::MrCreating | BindingStatus::MrCreated | BindingStatus::Merging)
+        ) {
+            match in_running_batch(db, operation_id).await {
+                Ok(false) => {}
+                Ok(true) => return Progress::Idle,
+                Err(err) => {
+                    tracing::warn!(operation_id, "cannot read the operation's batch: {err}");
+                    return Progress::Retry {
+                        pause: MAX_BACKOFF,
+                        version: operation.version,
+                    };
+                }
+            }
+        }
         let outcome = match (status, operation.step) {
             (
                 Some(BindingStatus::ApprovalSending),

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use changegate::batch::{Claimed, MergeQueue, claim_batch, claim_in};
+use changegate::batch::{Claimed, MergeQueue, Settled, claim_batch, claim_in};
 use changegate::clients::approval::ApprovalClient;
 use changegate::clients::gitlab::{GitLabClient, RetryPolicy};
 use changegate::config::LiveConfig;
-use changegate::db::batches::enqueue;
+use changegate::db::batches::{acquire_batch_lease, enqueue, release_batch_lease};
 use changegate::db::{Db, DbSlot};
 use changegate::store::StoreTx;
 use changegate::workflow::Workflow;
@@ -264,10 +264,22 @@ async fn of_several_racing_settlers_exactly_one_settles_a_batch() {
             gitlab,
         );
         let queue = MergeQueue::new(slot, config, workflow);
+        // A round of the batch in progress (another instance holds its
+        // lease): the sweep or an operator waits, then says so.
+        assert!(
+            acquire_batch_lease(&db, id, "a-runner", Duration::from_secs(60))
+                .await
+                .unwrap()
+        );
+        assert_eq!(queue.settle(id, "too early").await.unwrap(), Settled::Busy);
+        release_batch_lease(&db, id, "a-runner").await.unwrap();
+
         let mut settlers = tokio::task::JoinSet::new();
         for n in 0..8 {
             let queue = queue.clone();
-            settlers.spawn(async move { queue.settle(id, &format!("settler {n}")).await.unwrap() });
+            settlers.spawn(async move {
+                queue.settle(id, &format!("settler {n}")).await.unwrap() == Settled::Released
+            });
         }
         let settled = settlers.join_all().await.into_iter().filter(|s| *s).count();
         assert_eq!(settled, 1, "{}", test_db.name);
@@ -413,7 +425,10 @@ async fn a_batch_whose_mr_merged_meanwhile_settles_as_merged() {
         .await
         .unwrap();
 
-    assert!(queue.settle(batch_id, "operator gave up").await.unwrap());
+    assert_eq!(
+        queue.settle(batch_id, "operator gave up").await.unwrap(),
+        Settled::Merged
+    );
     let batch = get_batch(&db, batch_id).await.unwrap().unwrap();
     assert_eq!(batch.status, "SUCCEEDED", "merged wins: {batch:?}");
     for id in &ids {
@@ -423,8 +438,9 @@ async fn a_batch_whose_mr_merged_meanwhile_settles_as_merged() {
             (Some(BindingStatus::Merged), StepStatus::HandleMerged)
         );
     }
-    assert!(
-        !queue.settle(batch_id, "again").await.unwrap(),
+    assert_eq!(
+        queue.settle(batch_id, "again").await.unwrap(),
+        Settled::NotRunning,
         "settled once"
     );
 }

@@ -155,3 +155,54 @@ async fn a_callback_racing_the_job_flips_each_binding_once() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_deploy_naming_a_batch_merge_commit_validates_its_members_exactly() {
+    for test_db in each_backend().await {
+        let db = &test_db.db;
+        // Merged a moment ago (too young for the watermark rule), in a batch.
+        let id = merged(db, "e", 7, true).await;
+        let mut tx = db.begin().await.unwrap();
+        changegate::db::batches::enqueue(&mut tx, &id, "", "config/repo")
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let claimed = changegate::batch::claim_batch(db, "", 10).await.unwrap();
+        assert!(
+            matches!(claimed, changegate::batch::Claimed::Batch { .. }),
+            "{claimed:?}"
+        );
+        changegate::with_pool!(db, writer, |pool| {
+            sqlx::query("UPDATE merge_batch SET status = 'SUCCEEDED', merge_commit_sha = 'c0ffee'")
+                .execute(pool)
+                .await
+                .map(|_| ())
+        })
+        .unwrap();
+        let mut tx = db.begin().await.unwrap();
+        insert_deploy_report(&mut tx, "deploy-c0ffee", 1, Some("c0ffee"), true)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+
+        let outcome = run_once(db, MIN_AGE, MAX_AGE).await.unwrap();
+        assert_eq!(
+            outcome,
+            Outcome::Worked {
+                done: 1,
+                full: false
+            },
+            "{}",
+            test_db.name
+        );
+        let operation = get_operation(db, &id).await.unwrap().unwrap();
+        assert_eq!(
+            (operation.step, operation.message.as_deref()),
+            (
+                StepStatus::DeployReconciled,
+                Some("a deploy names its merge commit")
+            )
+        );
+    }
+}

@@ -84,6 +84,8 @@ pub struct GitLabSimOptions {
     /// Pipeline steps taken per GET of the merge request or the pipeline; 0 leaves pipelines
     /// to the control API (`advance_pipeline`, `force_pipeline`).
     pub pipeline_steps_per_poll: u32,
+    /// How long a pipeline runs before it may finish, however often it is polled.
+    pub pipeline_duration: Duration,
     /// The status of the merge endpoint's git-level refusal.
     pub cannot_merge_status: CannotMergeStatus,
     /// How long a lost response is held back before it is finally written (the client has
@@ -101,6 +103,7 @@ impl Default for GitLabSimOptions {
             mergeability_polls: 1,
             rebase_polls: 1,
             pipeline_steps_per_poll: 1,
+            pipeline_duration: Duration::ZERO,
             cannot_merge_status: CannotMergeStatus::default(),
             lost_response_hold: Duration::from_secs(120),
             fault_seed: 0,

@@ -222,9 +222,17 @@ fn update_at(scope: &mut Scope, index: usize, change: impl FnOnce(&mut Pipeline)
 }
 
 /// Steps a pipeline as far as one poll goes.
-fn poll_step(steps: u32) -> impl FnOnce(&mut Pipeline) {
+/// `steps` steps of a polled pipeline; a running one finishes only once it
+/// has run for `duration` (a pipeline that takes time, not polls).
+fn poll_step(steps: u32, duration: std::time::Duration) -> impl FnOnce(&mut Pipeline) {
     move |pipeline| {
         for _ in 0..steps {
+            let ran = (Utc::now() - pipeline.created_at)
+                .to_std()
+                .unwrap_or_default();
+            if pipeline.status == PipelineStatus::Running && ran < duration {
+                return;
+            }
             pipeline.step();
         }
     }
@@ -239,7 +247,10 @@ pub fn poll_head(scope: &mut Scope, mr_index: usize) {
         .iter()
         .rposition(|p| p.sha == mr.sha);
     if let Some(index) = head {
-        let steps = poll_step(scope.options.pipeline_steps_per_poll);
+        let steps = poll_step(
+            scope.options.pipeline_steps_per_poll,
+            scope.options.pipeline_duration,
+        );
         update_at(scope, index, steps);
     }
 }
@@ -252,7 +263,10 @@ pub async fn get_pipeline(
 ) -> ApiResult<Json<Value>> {
     let mut state = ctx.lock();
     let mut scope = state.scope(&project)?;
-    let steps = poll_step(scope.options.pipeline_steps_per_poll);
+    let steps = poll_step(
+        scope.options.pipeline_steps_per_poll,
+        scope.options.pipeline_duration,
+    );
     update(&mut scope, id, steps)?;
     let pipeline = scope.project.pipelines.iter().find(|p| p.id == id);
     let pipeline = pipeline.ok_or(ApiError::NotFound("Pipeline"))?;

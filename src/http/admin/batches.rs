@@ -10,7 +10,7 @@ use axum::extract::{Path, State};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::batch::{ClaimError, Claimed, NotNow};
+use crate::batch::{ClaimError, Claimed, NotNow, Settled};
 use crate::db::audit::{append_audit, audited_params};
 use crate::db::batches::{
     BatchRow, get_batch, list_batches, members, membership_history, set_frozen,
@@ -216,10 +216,18 @@ pub async fn settle(
         .settle(batch_id, &format!("by {operator}: {reason}"))
         .await
         .map_err(ApiError::internal)?;
-    if !settled {
-        return Err(ApiError::Conflict(
-            "the batch is not running (settled already)",
-        ));
+    match settled {
+        Settled::Merged | Settled::Released => {}
+        Settled::NotRunning => {
+            return Err(ApiError::Conflict(
+                "the batch is not running (settled already)",
+            ));
+        }
+        Settled::Busy => {
+            return Err(ApiError::Conflict(
+                "a round of this batch is in progress; try again in a moment",
+            ));
+        }
     }
     let mut tx = db.begin().await?;
     append_audit(

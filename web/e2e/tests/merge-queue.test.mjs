@@ -128,6 +128,14 @@ test("an operator finds the batch that merged a request, with its MR and member"
   await screenshot(page, "merge-queue-3-round");
   await page.click("#confirm-cancel");
   await row.waitFor();
+
+  // So is a reconciliation run by hand (nothing is lost here: it says so).
+  await page.click("#reconcile-run");
+  await page.click("#confirm-ok");
+  const reconciled = page.locator("#confirm-result.success");
+  await reconciled.waitFor();
+  assert.match(await reconciled.innerText(), /^OK: /);
+  await page.click("#confirm-cancel");
 });
 
 test("an operator settles a batch stuck on its pipeline, with a reason, and its request merges later", async () => {

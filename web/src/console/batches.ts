@@ -92,7 +92,22 @@ function batchList(root: HTMLElement): void {
   const more = h("button", { type: "button", id: "batches-more", hidden: true }, "Load more");
   const message = h("div", { "aria-live": "polite" });
   const run = h("button", { type: "button", id: "batch-run", "data-action": "run" }, "Run a round now");
+  const reconcile = h("button", { type: "button", id: "reconcile-run", "data-action": "reconcile" }, "Reconcile deploys now");
   let cursor: string | null = null;
+
+  reconcile.addEventListener("click", () => confirmAction({
+    title: "Close out lost deploy callbacks now",
+    text: "Requests merged a while ago whose deploy confirmation never came become VALIDATED when a later deploy includes them, as the scheduled reconciliation would.",
+    confirmLabel: "Reconcile",
+    reasonRequired: false,
+    act: async (reason) => {
+      const answer = await call<{ validated: number }>("POST", "/admin/v1/reconcile/run", reason ? { reason } : {});
+      return answer.validated === 0
+        ? "OK: no lost deploy confirmation to close out."
+        : `OK: ${answer.validated} request${answer.validated === 1 ? "" : "s"} confirmed by a later deploy.`;
+    },
+    done: reload,
+  }));
 
   run.addEventListener("click", () => confirmAction({
     title: "Run a merge-queue round now",
@@ -107,7 +122,8 @@ function batchList(root: HTMLElement): void {
     root,
     h("div", { class: "toolbar" },
       h("p", { class: "hint" }, "Approved requests wait here and are merged together, one MR per batch; a failing batch is retried in halves."),
-      run),
+      run,
+      reconcile),
     h("table", { class: "list", id: "batches" },
       h("thead", {}, h("tr", {}, ["Batch", "Status", "Split", "MR", "Idle", "Message", "Actions"].map((c) => h("th", {}, c)))),
       rows),

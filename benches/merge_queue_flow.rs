@@ -1,0 +1,191 @@
+//! 1,000 applications submitted at once, through approval, the merge queue
+//! (`batch.max_requests = 500`), pipelines that take 2 s, two reviewer
+//! approvals, merge and deploy confirmation: the time until every one is
+//! VALIDATED (target: under 60 s). changegate runs in-process with its real
+//! workflow against the three simulators on loopback.
+//!
+//! ```sh
+//! cargo bench --bench merge_queue_flow                                                  # SQLite
+//! CHANGEGATE_TEST_MYSQL_URL=mysql://root@127.0.0.1:3306 cargo bench --bench merge_queue_flow   # MariaDB
+//! ```
+
+use std::time::{Duration, Instant};
+
+use changegate::app::Application;
+use changegate::config::{LiveConfig, Settings, source};
+use changegate_sim::approval::{ApprovalSim, ApprovalSimOptions, Decision, DecisionPolicy};
+use changegate_sim::callback::{DeliverySettings, generate_secret};
+use changegate_sim::deploy::{DeploySim, DeploySimOptions};
+use changegate_sim::gitlab::{AccessLevel, GitLabSim, GitLabSimOptions};
+use serde_json::json;
+
+const REQUESTS: usize = 1000;
+
+async fn admin(server: &str, sql: &str) {
+    use sqlx::Connection;
+    let mut conn = sqlx::MySqlConnection::connect(server)
+        .await
+        .expect("connect");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&mut conn)
+        .await
+        .expect("admin statement");
+}
+
+async fn run(name: &str, database_url: &str) {
+    let gitlab = GitLabSim::start(GitLabSimOptions {
+        pipeline_duration: Duration::from_secs(2),
+        pipeline_steps_per_poll: 3,
+        ..GitLabSimOptions::default()
+    })
+    .await
+    .expect("gitlab simulator");
+    let project = gitlab.create_project("config/repo");
+    for (user, token) in [
+        ("bot", "bot-token"),
+        ("rev-a", "a-token"),
+        ("rev-b", "b-token"),
+    ] {
+        let id = gitlab.add_user(user, token);
+        gitlab
+            .add_member(project, id, AccessLevel::Developer)
+            .expect("member");
+    }
+    let delivery = DeliverySettings {
+        timeout: Duration::from_secs(10),
+        retries: 20,
+        retry_backoff: Duration::from_millis(50),
+    };
+    let approval = ApprovalSim::start(ApprovalSimOptions {
+        secret: generate_secret(),
+        policy: DecisionPolicy::Auto {
+            result: Decision::Approved,
+            delay: Duration::ZERO,
+        },
+        delivery: delivery.clone(),
+        ..ApprovalSimOptions::default()
+    })
+    .await
+    .expect("approval simulator");
+    let deploy = DeploySim::start(
+        gitlab.observer(),
+        DeploySimOptions {
+            secret: generate_secret(),
+            delivery,
+            ..DeploySimOptions::default()
+        },
+    )
+    .await
+    .expect("deploy simulator");
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = {database_url:?}\nmax_connections = 20\n\
+         [log]\nlevel = \"warn\"\n[access]\nmode = \"OPEN\"\n[rate_limit]\napply = 0\n\
+         [authz.rules]\napply = [\"r\"]\nread = [\"r\"]\n[authz.grants]\n\"r\" = [\"*\"]\n\
+         [targets.\"demo.feature-flags\"]\ndescription = \"bench\"\n\
+         [executor]\nworkers = 16\nqueue_capacity = 4096\npoll_interval = \"200ms\"\n\
+         [batch]\ninterval = \"1s\"\nmax_requests = 500\n\
+         [gitlab]\nbase_url = {:?}\nproject = \"config/repo\"\nbot_token = \"bot-token\"\nreviewer_tokens = [\"a-token\", \"b-token\"]\n\
+         [approval]\nprovider = \"http\"\nurl = \"{}/approvals\"\ncallback_secret = {:?}\n\
+         [deploy]\ncallback_secret = {:?}\n",
+        gitlab.base_url(),
+        approval.base_url(),
+        approval.secret(),
+        deploy.secret()
+    );
+    let (settings, problems) = Settings::from_table(&source::parse(&text).expect("toml"), None);
+    assert!(problems.is_empty(), "{problems:?}");
+    let app = Application::build(LiveConfig::new(settings, None, None))
+        .await
+        .expect("app");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let db = app.state().db.clone();
+    let shutdown = app.shutdown_token();
+    let server = tokio::spawn(app.run_until_stopped());
+    approval.set_callback_url(format!("{address}/callbacks/approval"));
+    deploy.set_callback_url(format!("{address}/callbacks/deploy"));
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    while client
+        .get(format!("{address}/readyz"))
+        .send()
+        .await
+        .map(|r| r.status() != 200)
+        .unwrap_or(true)
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let started = Instant::now();
+    let mut submitters = tokio::task::JoinSet::new();
+    for worker in 0..32 {
+        let (client, address) = (client.clone(), address.clone());
+        submitters.spawn(async move {
+            for n in (worker..REQUESTS).step_by(32) {
+                let answer = client
+                    .post(format!("{address}/api/v1/applications"))
+                    .header("x-auth-request-user", format!("user{n}"))
+                    .json(&json!({ "targetKey": "demo.feature-flags", "reason": "bench" }))
+                    .send()
+                    .await
+                    .expect("apply");
+                assert_eq!(
+                    answer.status(),
+                    202,
+                    "{}",
+                    answer.text().await.unwrap_or_default()
+                );
+            }
+        });
+    }
+    submitters.join_all().await;
+    let submitted = started.elapsed();
+    let db = db.get().expect("database").clone();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let validated: i64 = changegate::with_pool!(&db, reader, |pool| {
+            sqlx::query_scalar("SELECT COUNT(*) FROM binding WHERE status = 'VALIDATED'")
+                .fetch_one(pool)
+                .await
+        })
+        .expect("count");
+        if validated as usize == REQUESTS || Instant::now() > deadline {
+            let mrs = (1..)
+                .map_while(|iid| gitlab.merge_request(project, iid))
+                .count();
+            println!(
+                "| {name} | {REQUESTS} | {:.1} | {:.1} | {validated} | {mrs} |",
+                submitted.as_secs_f64(),
+                started.elapsed().as_secs_f64()
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    shutdown.cancel();
+    let _ = server.await;
+}
+
+fn main() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        println!(
+            "| database | requests | all submitted s | all VALIDATED s | validated | batch MRs |"
+        );
+        println!("|---|---|---|---|---|---|");
+        let dir = tempfile::tempdir().expect("temp dir");
+        run(
+            "SQLite",
+            &format!("sqlite://{}", dir.path().join("flow.db").display()),
+        )
+        .await;
+        if let Ok(server) = std::env::var("CHANGEGATE_TEST_MYSQL_URL") {
+            let server = server.trim_end_matches('/').to_owned();
+            let name = format!("cg_flow_{}", std::process::id());
+            admin(&server, &format!("CREATE DATABASE {name}")).await;
+            run("MariaDB", &format!("{server}/{name}")).await;
+            admin(&server, &format!("DROP DATABASE {name}")).await;
+        }
+    });
+}
