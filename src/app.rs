@@ -24,6 +24,7 @@ use crate::jobs::{self, Outcome};
 use crate::observer::{Observer, PrometheusObserver};
 use crate::state::{App, AppState};
 use crate::telemetry;
+use crate::webhooks::worker::{Deliverer, http_client};
 use crate::workflow::{Executor, Steps, Workflow};
 
 /// Rate limits count requests per minute.
@@ -137,6 +138,13 @@ impl Application {
                 idempotency_cleanup: settings.idempotency.cleanup_interval,
                 reconcile: settings.reconcile.interval,
             },
+        );
+        spawn_webhook_jobs(
+            &mut workers,
+            &shutdown,
+            &db,
+            &config,
+            http_client().context("building the webhook HTTP client")?,
         );
 
         let state = AppState::new(App {
@@ -340,6 +348,55 @@ fn spawn_jobs(
             async move {
                 match db {
                     Some(db) => jobs::idempotency_cleanup::run_once(&db).await,
+                    None => Ok(Outcome::Idle),
+                }
+            }
+        },
+    ));
+}
+
+/// Starts the webhook relay (outbox to deliveries) and this instance's
+/// delivery worker, both every `webhooks.poll_interval`.
+fn spawn_webhook_jobs(
+    workers: &mut JoinSet<()>,
+    shutdown: &CancellationToken,
+    db: &DbSlot,
+    config: &LiveConfig,
+    client: reqwest::Client,
+) {
+    let interval = config.current().webhooks.poll_interval;
+    let (relay_db, relay_config) = (db.clone(), config.clone());
+    workers.spawn(jobs::run_loop(
+        "webhook_relay",
+        interval,
+        shutdown.child_token(),
+        move || {
+            let db = relay_db.get().cloned();
+            let silent = relay_config.current().webhooks_silent;
+            async move {
+                match db {
+                    Some(db) => crate::webhooks::relay::run_once(&db, silent).await,
+                    None => Ok(Outcome::Idle),
+                }
+            }
+        },
+    ));
+    let (slot, config) = (db.clone(), config.clone());
+    let mut deliverer: Option<Deliverer> = None;
+    workers.spawn(jobs::run_loop(
+        "webhook_delivery",
+        interval,
+        shutdown.child_token(),
+        move || {
+            if deliverer.is_none() {
+                deliverer = slot
+                    .get()
+                    .map(|db| Deliverer::new(db.clone(), config.clone(), client.clone()));
+            }
+            let deliverer = deliverer.clone();
+            async move {
+                match deliverer {
+                    Some(deliverer) => deliverer.run_once().await,
                     None => Ok(Outcome::Idle),
                 }
             }

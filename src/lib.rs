@@ -16,4 +16,5 @@ pub mod signature;
 pub mod state;
 pub mod store;
 pub mod telemetry;
+pub mod webhooks;
 pub mod workflow;

@@ -140,7 +140,17 @@ pub fn effective(settings: &Settings) -> Value {
             "interval": duration(s.batch.interval),
             "maxRequests": s.batch.max_requests,
         },
-        "webhooks": { "silent": s.webhooks_silent },
+        "webhooks": {
+            "silent": s.webhooks_silent,
+            "allowPrivateTargets": s.webhooks.allow_private_targets,
+            "retrySchedule": s.webhooks.retry_schedule.iter().map(|d| duration(*d)).collect::<Vec<_>>(),
+            "requestTimeout": duration(s.webhooks.request_timeout),
+            "pollInterval": duration(s.webhooks.poll_interval),
+            "concurrency": s.webhooks.concurrency,
+            "breakerFailures": s.webhooks.breaker_failures,
+            "breakerOpenFor": duration(s.webhooks.breaker_open_for),
+            "secretGrace": duration(s.webhooks.secret_grace),
+        },
         "reconcile": {
             "interval": duration(s.reconcile.interval),
             "minAge": duration(s.reconcile.min_age),

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 pub use live::{LevelSetter, LiveConfig, ReloadOutcome};
 pub use sections::{
     AuthzProvider, AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings,
-    JwtSettings, PollSchedule, TargetSettings, WebSettings,
+    JwtSettings, PollSchedule, TargetSettings, WebSettings, WebhookSettings,
 };
 pub use settings::{
     AccessSettings, ApprovalProvider, ApprovalSettings, BatchSettings, DatabaseSettings,

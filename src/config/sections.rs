@@ -392,3 +392,82 @@ pub(super) fn web(r: &mut Reader<'_>) -> WebSettings {
         demo_identity: r.bool_at(&["web", "demo_identity"], false),
     }
 }
+
+/// `[webhooks]`: outbound deliveries (SPEC §9). `silent` is read separately
+/// (dynamic, [`super::Settings::webhooks_silent`]); these are static.
+#[derive(Debug, Clone)]
+pub struct WebhookSettings {
+    /// `allow_private_targets`, default false: endpoints on loopback,
+    /// private or link-local addresses are refused unless true.
+    pub allow_private_targets: bool,
+    /// `retry_schedule`: the pause before each attempt, the first usually
+    /// zero; its length is the number of attempts. Default
+    /// `["0s", "5s", "5m", "30m", "2h", "5h", "10h", "10h"]`.
+    pub retry_schedule: Vec<Duration>,
+    /// `request_timeout`, default `30s`: a slower answer is a failed attempt.
+    pub request_timeout: Duration,
+    /// `poll_interval`, default `1s`: how often each instance looks for due deliveries.
+    pub poll_interval: Duration,
+    /// `concurrency`, default 16: deliveries one instance sends at once.
+    pub concurrency: u32,
+    /// `breaker_failures`, default 5: consecutive failures that open an endpoint's breaker.
+    pub breaker_failures: u32,
+    /// `breaker_open_for`, default `1m`: how long an open breaker holds deliveries back.
+    pub breaker_open_for: Duration,
+    /// `secret_grace`, default `24h`: after a rotation, the old secret signs too for this long.
+    pub secret_grace: Duration,
+}
+
+pub(super) const WEBHOOK_KEYS: &[&str] = &[
+    "silent",
+    "allow_private_targets",
+    "retry_schedule",
+    "request_timeout",
+    "poll_interval",
+    "concurrency",
+    "breaker_failures",
+    "breaker_open_for",
+    "secret_grace",
+];
+
+const DEFAULT_RETRY_SCHEDULE: &[&str] = &["0s", "5s", "5m", "30m", "2h", "5h", "10h", "10h"];
+
+pub(super) fn webhooks(r: &mut Reader<'_>) -> WebhookSettings {
+    let schedule_key = ["webhooks", "retry_schedule"];
+    let retry_schedule = if r.at(&schedule_key).is_none() {
+        DEFAULT_RETRY_SCHEDULE
+            .iter()
+            .filter_map(|text| humantime::parse_duration(text).ok())
+            .collect()
+    } else {
+        let texts = r.string_list_at(&schedule_key);
+        let parsed: Option<Vec<Duration>> = texts
+            .iter()
+            .map(|text| humantime::parse_duration(text).ok())
+            .collect();
+        match parsed {
+            Some(list) if !list.is_empty() && list.len() <= 50 => list,
+            _ => {
+                r.error(
+                    "webhooks.retry_schedule",
+                    "must be a list of 1 to 50 durations like [\"0s\", \"5s\", \"5m\"]",
+                );
+                Vec::from([Duration::ZERO])
+            }
+        }
+    };
+    WebhookSettings {
+        allow_private_targets: r.bool_at(&["webhooks", "allow_private_targets"], false),
+        retry_schedule,
+        request_timeout: r.static_duration("webhooks", "request_timeout", Duration::from_secs(30)),
+        poll_interval: r.static_duration("webhooks", "poll_interval", Duration::from_secs(1)),
+        concurrency: r.count_at(&["webhooks", "concurrency"], 1..=256, 16),
+        breaker_failures: r.count_at(&["webhooks", "breaker_failures"], 1..=1000, 5),
+        breaker_open_for: r.static_duration(
+            "webhooks",
+            "breaker_open_for",
+            Duration::from_secs(60),
+        ),
+        secret_grace: r.static_duration("webhooks", "secret_grace", Duration::from_secs(86_400)),
+    }
+}

@@ -15,7 +15,7 @@ use super::reader::Reader;
 use super::resolve::{self, AccessMode, AccessWindow, ApproveImpl, FlowOrder};
 use super::sections::{
     AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings, PollSchedule,
-    ReconcileSettings, TargetSettings, WebSettings,
+    ReconcileSettings, TargetSettings, WebSettings, WebhookSettings,
 };
 use super::{Problem, sections};
 
@@ -59,6 +59,8 @@ pub struct Settings {
     pub batch: BatchSettings,
     /// Dynamic: when on, outbound webhook deliveries are recorded as silent, not sent.
     pub webhooks_silent: bool,
+    /// Static: outbound webhook delivery.
+    pub webhooks: WebhookSettings,
     /// Dynamic: the single-page app.
     pub web: WebSettings,
 }
@@ -253,7 +255,7 @@ const SCHEMA: &[(&str, Option<&[&str]>)] = &[
             "partition_by_project",
         ]),
     ),
-    ("webhooks", Some(&["silent"])),
+    ("webhooks", Some(sections::WEBHOOK_KEYS)),
     ("reconcile", Some(sections::RECONCILE_KEYS)),
     ("web", Some(sections::WEB_KEYS)),
 ];
@@ -478,6 +480,7 @@ impl Settings {
                 "webhooks.silent",
                 resolve::webhook_silent(r.get("webhooks", "silent")),
             ),
+            webhooks: sections::webhooks(&mut r),
             web,
         };
         (settings, r.into_problems())

@@ -104,7 +104,8 @@ pub async fn insert_batch(tx: &mut DbTx, partition_key: &str) -> Result<i64, sql
 }
 
 /// What [`insert_batch`] needs from either backend's query result.
-trait LastInsertId {
+pub(super) trait LastInsertId {
+    /// The id the insert generated.
     fn last_insert_id_of(&self) -> i64;
 }
 

@@ -18,6 +18,8 @@ mod open;
 pub mod operations;
 mod readiness;
 mod tx;
+pub mod webhook_deliveries;
+pub mod webhook_endpoints;
 
 use sqlx::migrate::Migrator;
 use sqlx::{MySqlPool, SqlitePool};

@@ -23,4 +23,7 @@ mod signature;
 mod storage;
 mod store;
 mod web;
+mod webhooks;
+mod webhooks_delivery;
+mod webhooks_race;
 mod workflow;

@@ -7,3 +7,4 @@ pub mod batches;
 pub mod config;
 pub mod operations;
 pub mod reconcile;
+pub mod webhooks;

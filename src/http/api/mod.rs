@@ -77,6 +77,11 @@ const ADMIN_RECONCILE: RouteSpec = RouteSpec {
     rate_limit: None,
     activity: Some("admin.reconcile"),
 };
+const ADMIN_WEBHOOKS: RouteSpec = RouteSpec {
+    name: "operator",
+    rate_limit: None,
+    activity: Some("admin.webhooks"),
+};
 /// Operator reads: the `operator` rule, no business activity.
 const ADMIN_READ: RouteSpec = RouteSpec {
     name: "operator",
@@ -186,6 +191,41 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
             state,
             &ADMIN_FORCE_FAIL,
             routes!(super::admin::operations::force_fail),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_READ,
+            routes!(super::admin::webhooks::list_endpoints),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_WEBHOOKS,
+            routes!(super::admin::webhooks::create_endpoint),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_WEBHOOKS,
+            routes!(super::admin::webhooks::update_endpoint),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_WEBHOOKS,
+            routes!(super::admin::webhooks::delete_endpoint),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_WEBHOOKS,
+            routes!(super::admin::webhooks::rotate),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_READ,
+            routes!(super::admin::webhooks::list_deliveries),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_WEBHOOKS,
+            routes!(super::admin::webhooks::redeliver),
         ))
         // Identity is resolved for the requester routes only: callbacks
         // authenticate by signature.

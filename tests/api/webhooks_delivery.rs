@@ -1,0 +1,294 @@
+//! Outbound webhooks, what happens to one delivery: retries on the schedule
+//! and after `Retry-After`, 3xx as failure, the last attempt, redelivery,
+//! 410 disabling the endpoint, the circuit breaker, and silent mode.
+
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use changegate::db::Db;
+use changegate::db::webhook_deliveries::list_for_endpoint;
+use changegate::db::webhook_endpoints::get_endpoint;
+use changegate::webhooks::relay;
+use changegate::webhooks::worker::Deliverer;
+use serde_json::json;
+
+use crate::helpers::{REQUESTER_CONFIG, each_backend, spawn_app};
+use crate::webhooks::{
+    Receiver, add_endpoint, add_events, count_status, deliverer, drain, hooks_config,
+};
+
+async fn relay_all(db: &Db, silent: bool) {
+    while relay::run_once(db, silent).await.unwrap() != changegate::jobs::Outcome::Idle {}
+}
+
+/// Runs worker rounds for `period`.
+async fn rounds_for(worker: &Deliverer, period: Duration) {
+    let until = Instant::now() + period;
+    while Instant::now() < until {
+        worker.run_once().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn retries_follow_the_schedule_and_retry_after_and_the_last_failure_can_be_redelivered() {
+    for test_db in each_backend().await {
+        let db = &test_db.db;
+        let receiver = Receiver::start().await;
+        let (endpoint, _) = add_endpoint(db, &receiver.url, "").await;
+        let worker = deliverer(
+            db,
+            &hooks_config("retry_schedule = [\"0s\", \"50ms\", \"50ms\", \"50ms\"]\n"),
+        );
+        // 503 and 429 ask for 2 s and 1 s, far longer than the schedule's
+        // 50 ms; a redirect is a failure, not followed.
+        receiver.script(&[(503, Some(2)), (429, Some(1)), (302, None), (200, None)]);
+        add_events(db, 1).await;
+        drain(db, &worker, false, Duration::from_secs(15)).await;
+        let arrivals = receiver.arrivals();
+        let answered: Vec<u16> = arrivals.iter().map(|a| a.answered).collect();
+        assert_eq!(answered, [503, 429, 302, 200], "{}", test_db.name);
+        assert!(arrivals.iter().all(|a| a.id == arrivals[0].id));
+        let gap = |i: usize| arrivals[i + 1].at - arrivals[i].at;
+        assert!(gap(0) >= Duration::from_millis(1900), "{:?}", gap(0));
+        assert!(gap(1) >= Duration::from_millis(900), "{:?}", gap(1));
+        assert!(gap(2) < Duration::from_millis(900), "{:?}", gap(2));
+        let log = list_for_endpoint(db, endpoint, None, 10).await.unwrap();
+        assert_eq!((log[0].status.as_str(), log[0].attempts), ("delivered", 4));
+
+        // Every attempt fails: the delivery ends `failed`, visible in the log.
+        receiver.seen.default_status.store(500, Ordering::SeqCst);
+        add_events(db, 1).await;
+        drain(db, &worker, false, Duration::from_secs(15)).await;
+        let log = list_for_endpoint(db, endpoint, None, 10).await.unwrap();
+        assert_eq!(log[0].status, "failed");
+        assert_eq!((log[0].attempts, log[0].last_status), (4, Some(500)));
+        let failed_id = log[0].id;
+
+        // An operator redelivers it: sent again with the same webhook-id.
+        receiver.seen.default_status.store(200, Ordering::SeqCst);
+        let app = spawn_app(
+            &test_db.url,
+            &format!("{REQUESTER_CONFIG}[webhooks]\npoll_interval = \"1h\"\n"),
+        )
+        .await;
+        app.wait_until_ready().await;
+        let path = format!("/admin/v1/webhook-deliveries/{failed_id}/redeliver");
+        assert_eq!(app.post_as("admin", &path, &json!({})).await.status(), 200);
+        assert_eq!(app.post_as("admin", &path, &json!({})).await.status(), 409);
+        let missing = "/admin/v1/webhook-deliveries/999999/redeliver";
+        assert_eq!(
+            app.post_as("admin", missing, &json!({})).await.status(),
+            404
+        );
+        drain(db, &worker, false, Duration::from_secs(15)).await;
+        let log = list_for_endpoint(db, endpoint, None, 10).await.unwrap();
+        assert_eq!((log[0].status.as_str(), log[0].attempts), ("delivered", 1));
+        let last = receiver.arrivals().pop().unwrap();
+        assert_eq!(last.id, log[0].msg_id);
+        let audit = app
+            .get_as("admin", "/admin/v1/audit")
+            .await
+            .text()
+            .await
+            .unwrap();
+        assert!(audit.contains("webhook.delivery.redeliver"));
+        app.stop().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn gone_disables_the_endpoint_and_its_other_deliveries_wait() {
+    for test_db in each_backend().await {
+        let db = &test_db.db;
+        let receiver = Receiver::start().await;
+        let (endpoint, _) = add_endpoint(db, &receiver.url, "").await;
+        let worker = deliverer(db, &hooks_config(""));
+        receiver.script(&[(410, None)]);
+        add_events(db, 1).await;
+        drain(db, &worker, false, Duration::from_secs(10)).await;
+        let row = get_endpoint(db, endpoint).await.unwrap().unwrap();
+        assert!(!row.enabled, "{}", test_db.name);
+        assert_eq!(row.disabled_reason.as_deref(), Some("410 Gone"));
+        assert_eq!(count_status(db, "failed").await, 1);
+        // A disabled endpoint gets no new deliveries and sends none.
+        add_events(db, 1).await;
+        relay_all(db, false).await;
+        rounds_for(&worker, Duration::from_millis(100)).await;
+        assert_eq!(receiver.arrivals().len(), 1);
+    }
+}
+
+/// Collects log lines written while it is the default subscriber.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn lines_with(&self, word: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|line| line.contains(word))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn the_breaker_opens_on_a_dead_endpoint_half_opens_and_closes_on_recovery() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    for test_db in each_backend().await {
+        let db = &test_db.db;
+        let receiver = Receiver::start().await;
+        let (endpoint, _) = add_endpoint(db, &receiver.url, "").await;
+        let worker = deliverer(
+            db,
+            &hooks_config(
+                "retry_schedule = [\"0s\", \"10ms\", \"10ms\", \"10ms\", \"10ms\", \"10ms\", \"10ms\", \"10ms\"]\n\
+                 breaker_failures = 3\nbreaker_open_for = \"400ms\"\nconcurrency = 4\n",
+            ),
+        );
+        let before = logs.lines_with("breaker").len();
+        receiver.seen.default_status.store(500, Ordering::SeqCst);
+        add_events(db, 20).await;
+        relay_all(db, false).await;
+        // The first rounds fail until the breaker opens; then nothing is sent.
+        rounds_for(&worker, Duration::from_millis(150)).await;
+        let state = get_endpoint(db, endpoint).await.unwrap().unwrap();
+        assert_eq!(state.breaker_state, "open", "{}", test_db.name);
+        let while_open = receiver.arrivals().len();
+        assert!((3..=8).contains(&while_open), "{while_open}");
+        rounds_for(&worker, Duration::from_millis(150)).await;
+        assert_eq!(receiver.arrivals().len(), while_open, "deliveries wait");
+        assert_eq!(count_status(db, "failed").await, 0, "none dropped");
+
+        // Once open_for has passed, exactly one probe; it fails: open again.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        rounds_for(&worker, Duration::from_millis(100)).await;
+        assert_eq!(receiver.arrivals().len(), while_open + 1);
+        let state = get_endpoint(db, endpoint).await.unwrap().unwrap();
+        assert_eq!(state.breaker_state, "open");
+
+        // The endpoint recovers: the next probe closes the breaker and
+        // everything waiting is delivered.
+        receiver.seen.default_status.store(200, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        drain(db, &worker, false, Duration::from_secs(10)).await;
+        assert_eq!(count_status(db, "delivered").await, 20);
+        let state = get_endpoint(db, endpoint).await.unwrap().unwrap();
+        assert_eq!(state.breaker_state, "closed");
+
+        // One line per state change, none per delivery held back.
+        let lines = logs.lines_with("breaker");
+        let lines = &lines[before..];
+        let opened = lines.iter().filter(|l| l.contains("breaker open")).count();
+        let half = lines.iter().filter(|l| l.contains("half-open")).count();
+        let closed = lines
+            .iter()
+            .filter(|l| l.contains("breaker closed"))
+            .count();
+        assert_eq!((opened, half, closed), (2, 2, 1), "{lines:#?}");
+    }
+}
+
+#[tokio::test]
+async fn silent_mode_records_deliveries_as_silent_and_ending_it_sends_only_new_events() {
+    for test_db in each_backend().await {
+        let db = &test_db.db;
+        let receiver = Receiver::start().await;
+        let (endpoint, _) = add_endpoint(db, &receiver.url, "").await;
+        let speaking = deliverer(db, &hooks_config(""));
+        let silent_config = {
+            let (mut settings, problems) = crate::helpers::settings_from(
+                "[webhooks]\nallow_private_targets = true\npoll_interval = \"1h\"\nsilent = true\n",
+            );
+            assert!(problems.is_empty());
+            settings.webhooks_silent = true;
+            changegate::config::LiveConfig::new(settings, None, None)
+        };
+        let silent = deliverer(db, &silent_config);
+
+        // Queued before silent mode began: silenced when their turn comes.
+        add_events(db, 2).await;
+        relay_all(db, false).await;
+        rounds_for(&silent, Duration::from_millis(50)).await;
+        // Events during silent mode are recorded silent by the relay.
+        add_events(db, 3).await;
+        relay_all(db, true).await;
+        rounds_for(&silent, Duration::from_millis(50)).await;
+        assert!(receiver.arrivals().is_empty(), "{}", test_db.name);
+        assert_eq!(count_status(db, "silent").await, 5);
+
+        // Silent mode ends: only what happens from now on is sent.
+        add_events(db, 1).await;
+        drain(db, &speaking, false, Duration::from_secs(10)).await;
+        rounds_for(&speaking, Duration::from_millis(50)).await;
+        assert_eq!(receiver.arrivals().len(), 1);
+        assert_eq!(count_status(db, "silent").await, 5);
+        let log = list_for_endpoint(db, endpoint, None, 10).await.unwrap();
+        assert_eq!(log[0].status, "delivered");
+    }
+}
+
+#[tokio::test]
+async fn a_dead_instances_claim_runs_out_and_another_instance_delivers_it() {
+    for test_db in each_backend().await {
+        let db = &test_db.db;
+        let receiver = Receiver::start().await;
+        add_endpoint(db, &receiver.url, "").await;
+        add_events(db, 1).await;
+        relay_all(db, false).await;
+        // An instance claims the delivery and dies before sending it.
+        let due = changegate::db::webhook_deliveries::list_due(db, 10)
+            .await
+            .unwrap();
+        let row = &due[0];
+        let claimed = changegate::db::webhook_deliveries::claim(
+            db,
+            row.id,
+            row.version,
+            "dead-instance",
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap();
+        assert!(claimed);
+        let other = deliverer(db, &hooks_config(""));
+        rounds_for(&other, Duration::from_millis(50)).await;
+        assert!(receiver.arrivals().is_empty(), "held while the lease lasts");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        drain(db, &other, false, Duration::from_secs(10)).await;
+        assert_eq!(receiver.arrivals().len(), 1, "{}", test_db.name);
+        // The dead instance's late answer matches nothing.
+        let late = changegate::db::webhook_deliveries::finish(
+            db,
+            row.id,
+            row.version + 1,
+            changegate::db::webhook_deliveries::Ending::Failed,
+            None,
+            Some("late"),
+        )
+        .await
+        .unwrap();
+        assert!(!late);
+        assert_eq!(count_status(db, "delivered").await, 1);
+    }
+}

@@ -1,0 +1,165 @@
+//! Several instances (separate pools on one MariaDB) deliver many events to
+//! a receiver that fails about one request in ten: every delivery ends
+//! answered 2xx, and no `webhook-id` arrives again once answered 2xx (nor
+//! twice at once). The negative control claims check-then-act, without the
+//! compare-and-swap, and does produce duplicates: the test can fail.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use changegate::db::webhook_deliveries::list_due;
+use changegate::db::{self, Db};
+use changegate::webhooks::relay;
+use changegate::webhooks::worker::Deliverer;
+use tokio::task::JoinSet;
+
+use crate::helpers::{mysql_db, settings_from};
+use crate::webhooks::{Receiver, add_endpoint, add_events, count_status, deliverer, hooks_config};
+
+const INSTANCES: usize = 3;
+
+fn events_wanted() -> usize {
+    std::env::var("CHANGEGATE_TEST_WEBHOOK_EVENTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10_000)
+}
+
+/// One pool per instance, small, so that the test leaves MariaDB
+/// connections for the tests running beside it.
+async fn instances(url: &str) -> Vec<Db> {
+    let (settings, problems) = settings_from(&format!(
+        "[database]\nurl = {url:?}\nmax_connections = 4\nconnect_timeout = \"5s\"\n"
+    ));
+    assert!(problems.is_empty(), "{problems:?}");
+    let mut pools = Vec::new();
+    for _ in 0..INSTANCES {
+        pools.push(db::open(&settings.database).await.unwrap());
+    }
+    pools
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_instances_deliver_every_event_and_never_twice_after_a_success() {
+    let Some(test_db) = mysql_db().await else {
+        return;
+    };
+    let total = events_wanted();
+    let receiver = Receiver::start().await;
+    receiver.seen.fail_percent.store(10, Ordering::SeqCst);
+    add_endpoint(&test_db.db, &receiver.url, "").await;
+    add_events(&test_db.db, total).await;
+    let config = hooks_config(
+        "retry_schedule = [\"0s\", \"20ms\", \"20ms\", \"20ms\", \"20ms\", \"20ms\", \"20ms\", \"20ms\", \"20ms\", \"20ms\"]\n\
+         concurrency = 32\nbreaker_failures = 1000\n",
+    );
+    let started = Instant::now();
+    let mut running = JoinSet::new();
+    for pool in instances(&test_db.url).await {
+        let worker = deliverer(&pool, &config);
+        running.spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(240);
+            loop {
+                // Every instance relays too: the relay's guard is raced as well.
+                relay::run_once(&pool, false).await.unwrap();
+                worker.run_once().await.unwrap();
+                let pending =
+                    count_status(&pool, "queued").await + count_status(&pool, "sending").await;
+                let relayed_all = changegate::with_pool!(&pool, reader, |p| {
+                    sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM event WHERE relayed = FALSE")
+                        .fetch_one(p)
+                        .await
+                })
+                .unwrap()
+                    == 0;
+                if pending == 0 && relayed_all {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "deliveries still pending");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+    }
+    while let Some(done) = running.join_next().await {
+        done.unwrap();
+    }
+    let elapsed = started.elapsed();
+    let delivered = receiver.seen.delivered.lock().unwrap().len();
+    let arrivals = receiver.seen.arrivals.lock().unwrap().len();
+    eprintln!(
+        "{INSTANCES} instances delivered {delivered} events in {elapsed:?} \
+         ({arrivals} requests, the rest of them answered 500)"
+    );
+    assert_eq!(delivered, total);
+    assert_eq!(count_status(&test_db.db, "delivered").await, total as i64);
+    assert_eq!(receiver.seen.duplicates.load(Ordering::SeqCst), 0);
+    assert!(arrivals > total, "the receiver failed some requests");
+}
+
+/// The claim done wrong: read the status, then update without naming the
+/// status and version read. Two instances can both see `queued`.
+async fn check_then_act_round(pool: &Db, worker: &Deliverer) {
+    let due = list_due(pool, 32).await.unwrap();
+    let mut sends = JoinSet::new();
+    for row in due {
+        let status: String = changegate::with_pool!(pool, reader, |p| {
+            sqlx::query_scalar("SELECT status FROM webhook_delivery WHERE id = ?")
+                .bind(row.id)
+                .fetch_one(p)
+                .await
+        })
+        .unwrap();
+        if status != "queued" {
+            continue;
+        }
+        // Anything between the read and the write (here a millisecond)
+        // widens the window; a real instance has network latency there.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        changegate::with_pool!(pool, writer, |p| {
+            sqlx::query(
+                "UPDATE webhook_delivery SET status = 'sending', version = ?, \
+                 attempts = attempts + 1 WHERE id = ?",
+            )
+            .bind(row.version + 1)
+            .bind(row.id)
+            .execute(p)
+            .await
+            .map(|_| ())
+        })
+        .unwrap();
+        let worker = worker.clone();
+        sends.spawn(async move { worker.deliver_claimed(row.id, row.version + 1).await });
+    }
+    while let Some(done) = sends.join_next().await {
+        let _ = done.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_control_a_check_then_act_claim_sends_duplicates() {
+    let Some(test_db) = mysql_db().await else {
+        return;
+    };
+    let receiver = Receiver::start().await;
+    add_endpoint(&test_db.db, &receiver.url, "").await;
+    add_events(&test_db.db, 500).await;
+    relay::run_once(&test_db.db, false).await.unwrap();
+    while relay::run_once(&test_db.db, false).await.unwrap() != changegate::jobs::Outcome::Idle {}
+    let config = hooks_config("concurrency = 32\nbreaker_failures = 1000\n");
+    let mut running = JoinSet::new();
+    for pool in instances(&test_db.url).await {
+        let worker = deliverer(&pool, &config);
+        running.spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline && count_status(&pool, "queued").await > 0 {
+                check_then_act_round(&pool, &worker).await;
+            }
+        });
+    }
+    while let Some(done) = running.join_next().await {
+        done.unwrap();
+    }
+    let duplicates = receiver.seen.duplicates.load(Ordering::SeqCst);
+    eprintln!("check-then-act: {duplicates} duplicate arrivals of 500 deliveries");
+    assert!(duplicates > 0, "the racy claim should have sent duplicates");
+}
