@@ -400,3 +400,82 @@ async fn the_deploy_callback_and_another_flipper_count_a_binding_once() {
         1
     );
 }
+
+/// Posts `body` (exact bytes) to the approval callback with these headers.
+async fn post_raw(app: &TestApp, body: &str, id: &str, timestamp: i64, signature: &str) -> u16 {
+    app.client
+        .post(format!("{}/callbacks/approval", app.address))
+        .header("content-type", "application/json")
+        .header("webhook-id", id)
+        .header("webhook-timestamp", timestamp.to_string())
+        .header("webhook-signature", signature)
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn the_callback_signature_matrix_over_http() {
+    let db = sqlite_db().await;
+    let app = requester_app(&db.url, &secrets()).await;
+    let id = applied(&app, "alice", &apply_body("demo.feature-flags")).await;
+    let secret = WebhookSecret::parse(APPROVAL_SECRET).unwrap();
+    let now = chrono::Utc::now().timestamp();
+    let body = format!(r#"{{"callbackId":"matrix","operationId":"{id}","result":"WITHDRAWN"}}"#);
+    let msg = "msg_matrix";
+    let good = sign(&secret, msg, now, body.as_bytes());
+    let tampered = body.replace("WITHDRAWN", "APPROVED");
+    // The same JSON, serialised differently: other bytes, so another signature.
+    let reserialised =
+        format!(r#"{{ "operationId": "{id}", "callbackId": "matrix", "result": "WITHDRAWN" }}"#);
+    let truncated = &good[..good.len() - 4];
+    for (case, sent_body, timestamp, signature) in [
+        (
+            "forged",
+            body.as_str(),
+            now,
+            "v1,Zm9yZ2VkLXNpZ25hdHVyZQ==".to_owned(),
+        ),
+        ("tampered body", tampered.as_str(), now, good.clone()),
+        (
+            "re-serialised body",
+            reserialised.as_str(),
+            now,
+            good.clone(),
+        ),
+        (
+            "301 s old",
+            body.as_str(),
+            now - 301,
+            sign(&secret, msg, now - 301, body.as_bytes()),
+        ),
+        (
+            "301 s ahead",
+            body.as_str(),
+            now + 301,
+            sign(&secret, msg, now + 301, body.as_bytes()),
+        ),
+        ("empty v1,", body.as_str(), now, "v1,".to_owned()),
+        ("truncated", body.as_str(), now, truncated.to_owned()),
+    ] {
+        assert_eq!(
+            post_raw(&app, sent_body, msg, timestamp, &signature).await,
+            401,
+            "{case}"
+        );
+    }
+    assert_eq!(
+        status_of(&app, "alice", &id).await["status"],
+        "APPROVAL_SENDING",
+        "nothing refused changed anything"
+    );
+    // Accepted: 299 s old, and a rotated sender's header listing an old
+    // signature before the valid one.
+    let old = sign(&secret, msg, now - 299, body.as_bytes());
+    let rotated = format!("v1,b2xkLXNlY3JldC1zaWduYXR1cmU= {old}");
+    assert_eq!(post_raw(&app, &body, msg, now - 299, &rotated).await, 200);
+    assert_eq!(status_of(&app, "alice", &id).await["status"], "REJECTED");
+}
