@@ -39,7 +39,7 @@ export function setDemoUser(user: string | null): void {
 
 /** Calls the API; resolves with the body of a 2xx, rejects with `ApiError` otherwise. */
 export async function call<T>(
-  method: "GET" | "POST",
+  method: "GET" | "POST" | "PATCH" | "DELETE",
   path: string,
   body?: unknown,
   headers: Record<string, string> = {},

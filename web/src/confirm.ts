@@ -11,6 +11,8 @@ export interface ConfirmOptions {
   confirmLabel: string;
   /** Whether a reason must be given. */
   reasonRequired: boolean;
+  /** The API takes no reason (its body is strict): the field is left out. */
+  noReason?: boolean;
   /** Does the action; its resolved value is described in the dialog. */
   act: (reason: string) => Promise<string>;
   /** Called after a successful action, when the dialog closes. */
@@ -32,8 +34,9 @@ export function confirmAction(options: ConfirmOptions): void {
       { method: "dialog", onsubmit: (event: Event) => void run(event) },
       h("h2", {}, options.title),
       h("p", {}, options.text),
-      h("label", { for: "confirm-reason" }, options.reasonRequired ? "Reason (required)" : "Reason (optional)"),
-      reason,
+      options.noReason
+        ? null
+        : [h("label", { for: "confirm-reason" }, options.reasonRequired ? "Reason (required)" : "Reason (optional)"), reason],
       outcome,
       h("div", { class: "actions" }, cancel, ok),
     ),

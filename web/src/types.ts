@@ -124,3 +124,50 @@ export interface RoundResult {
   slotOccupied: number;
   raced: number;
 }
+
+/** `GET /admin/v1/webhook-endpoints`: an endpoint, never with its secret. */
+export interface WebhookEndpoint {
+  id: number;
+  url: string;
+  description: string;
+  /** Empty: every event type. */
+  eventTypes: string[];
+  enabled: boolean;
+  disabledReason?: string | null;
+  /** `closed`, `open` or `half_open`. */
+  breaker: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** `POST /admin/v1/webhook-endpoints`: the only answer with the secret, besides rotate. */
+export interface CreatedEndpoint {
+  id: number;
+  url: string;
+  eventTypes: string[];
+  description: string;
+  secret: string;
+}
+
+/** `POST /admin/v1/webhook-endpoints/{id}/rotate`. */
+export interface RotatedSecret {
+  id: number;
+  secret: string;
+  previousSecretValidUntil?: string | null;
+}
+
+/** One row of an endpoint's delivery log. */
+export interface WebhookDelivery {
+  id: number;
+  eventId: number;
+  eventType: string;
+  webhookId: string;
+  /** `queued`, `sending`, `delivered`, `failed` or `silent`. */
+  status: string;
+  attempts: number;
+  nextAttemptAt: string;
+  lastStatus?: number | null;
+  lastError?: string | null;
+  createdAt: string;
+  updatedAt: string;
+}

@@ -1,11 +1,11 @@
-// The ops console for the operator rule. Each tab is one admin resource;
-// webhook deliveries become a tab here when their API exists.
+// The ops console for the operator rule. Each tab is one admin resource.
 
 import { h, replace } from "../dom";
 import { auditTab } from "../console/audit";
 import { batchesTab } from "../console/batches";
 import { configTab } from "../console/config";
 import { operationsTab } from "../console/operations";
+import { webhooksTab } from "../console/webhooks";
 
 interface Tab {
   key: string;
@@ -16,6 +16,7 @@ interface Tab {
 const TABS: Tab[] = [
   { key: "operations", label: "Operations", render: operationsTab },
   { key: "merge-queue", label: "Merge queue", render: batchesTab },
+  { key: "webhooks", label: "Webhooks", render: webhooksTab },
   { key: "audit", label: "Audit log", render: auditTab },
   { key: "config", label: "Configuration", render: configTab },
 ];
