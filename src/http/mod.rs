@@ -8,6 +8,7 @@ pub mod error;
 pub mod extract;
 pub mod layers;
 mod ops;
+mod page;
 pub mod request_id;
 mod web;
 

@@ -6,8 +6,9 @@ use serde_json::Value;
 
 use crate::db::audit::list_audit_page;
 use crate::http::api::status::rfc3339;
-use crate::http::error::{ApiError, ApiResult};
+use crate::http::error::ApiResult;
 use crate::http::extract::{AppQuery, Database};
+use crate::http::page::PageRequest;
 
 const DEFAULT_PAGE: u32 = 50;
 const MAX_PAGE: u32 = 200;
@@ -52,26 +53,9 @@ pub async fn list(
     Database(db): Database,
     AppQuery(query): AppQuery<AuditQuery>,
 ) -> ApiResult<Json<AuditPage>> {
-    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::InvalidArgument(
-            "query `limit`: 1 to 200".to_owned(),
-        ));
-    }
-    let before = query
-        .cursor
-        .map(|c| {
-            c.parse().map_err(|_| {
-                ApiError::InvalidArgument("query `cursor`: not a cursor from this API".to_owned())
-            })
-        })
-        .transpose()?;
-    let mut rows = list_audit_page(&db, before, limit + 1).await?;
-    let more = rows.len() > limit as usize;
-    rows.truncate(limit as usize);
-    let next_cursor = more
-        .then(|| rows.last().map(|entry| entry.id.to_string()))
-        .flatten();
+    let page = PageRequest::parse(query.cursor.as_deref(), query.limit, DEFAULT_PAGE, MAX_PAGE)?;
+    let mut rows = list_audit_page(&db, page.before, page.fetch_limit()).await?;
+    let next_cursor = page.finish(&mut rows, |entry| entry.id);
     let items = rows
         .into_iter()
         .map(|entry| AuditView {

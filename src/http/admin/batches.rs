@@ -18,6 +18,7 @@ use crate::db::batches::{
 use crate::http::api::status::rfc3339;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AppJson, AppQuery, AuthUser, Database};
+use crate::http::page::PageRequest;
 use crate::state::AppState;
 
 const DEFAULT_PAGE: u32 = 50;
@@ -81,26 +82,9 @@ pub async fn list(
     Database(db): Database,
     AppQuery(query): AppQuery<BatchQuery>,
 ) -> ApiResult<Json<Value>> {
-    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::InvalidArgument(
-            "query `limit`: 1 to 200".to_owned(),
-        ));
-    }
-    let before = query
-        .cursor
-        .map(|c| {
-            c.parse().map_err(|_| {
-                ApiError::InvalidArgument("query `cursor`: not a cursor from this API".to_owned())
-            })
-        })
-        .transpose()?;
-    let mut rows = list_batches(&db, before, limit + 1).await?;
-    let more = rows.len() > limit as usize;
-    rows.truncate(limit as usize);
-    let next_cursor = more
-        .then(|| rows.last().map(|b| b.id.to_string()))
-        .flatten();
+    let page = PageRequest::parse(query.cursor.as_deref(), query.limit, DEFAULT_PAGE, MAX_PAGE)?;
+    let mut rows = list_batches(&db, page.before, page.fetch_limit()).await?;
+    let next_cursor = page.finish(&mut rows, |b| b.id);
     let items: Vec<BatchView> = rows.into_iter().map(BatchView::from).collect();
     Ok(Json(json!({ "items": items, "nextCursor": next_cursor })))
 }

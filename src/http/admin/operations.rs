@@ -21,6 +21,7 @@ use crate::domain::{BindingStatus, OperationId, StepStatus};
 use crate::http::api::status::OperationView;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AppJson, AppQuery, AuthUser, Database};
+use crate::http::page::PageRequest;
 use crate::state::AppState;
 use crate::store::{Change, StoreError, StoreTx, flip_in, note_in};
 
@@ -74,10 +75,7 @@ pub async fn list(
     Database(db): Database,
     AppQuery(query): AppQuery<OperationQuery>,
 ) -> ApiResult<Json<OperationPage>> {
-    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(invalid("query `limit`: 1 to 200"));
-    }
+    let page = PageRequest::parse(query.cursor.as_deref(), query.limit, DEFAULT_PAGE, MAX_PAGE)?;
     let filter = OperationFilter {
         status: query
             .status
@@ -90,22 +88,11 @@ pub async fn list(
         unchanged_for_ms: query
             .older_than_seconds
             .map(|s| i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)),
-        before_id: query
-            .cursor
-            .map(|c| {
-                c.parse()
-                    .map_err(|_| invalid("query `cursor`: not a cursor from this API"))
-            })
-            .transpose()?,
-        limit: limit + 1,
+        before_id: page.before,
+        limit: page.fetch_limit(),
     };
-    // One row more than asked tells whether another page exists.
     let mut rows = list_operations(&db, &filter).await?;
-    let more = rows.len() > limit as usize;
-    rows.truncate(limit as usize);
-    let next_cursor = more
-        .then(|| rows.last().map(|(row, _)| row.id.to_string()))
-        .flatten();
+    let next_cursor = page.finish(&mut rows, |(row, _)| row.id);
     // Operations that handed their binding to a newer one show their last status.
     let superseded: Vec<&str> = rows
         .iter()

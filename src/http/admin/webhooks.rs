@@ -20,6 +20,7 @@ use crate::db::webhook_endpoints::{
 use crate::http::api::status::rfc3339;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AppJson, AppQuery, AuthUser, Database};
+use crate::http::page::PageRequest;
 use crate::signature::WebhookSecret;
 use crate::state::AppState;
 use crate::webhooks::target;
@@ -293,26 +294,9 @@ pub async fn list_deliveries(
 ) -> ApiResult<Json<Value>> {
     let id = parse_id(&id)?;
     get_endpoint(&db, id).await?.ok_or(ApiError::NotFound)?;
-    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::InvalidArgument(
-            "query `limit`: 1 to 200".to_owned(),
-        ));
-    }
-    let before = query
-        .cursor
-        .map(|c| {
-            c.parse().map_err(|_| {
-                ApiError::InvalidArgument("query `cursor`: not a cursor from this API".to_owned())
-            })
-        })
-        .transpose()?;
-    let mut rows = list_for_endpoint(&db, id, before, limit + 1).await?;
-    let more = rows.len() > limit as usize;
-    rows.truncate(limit as usize);
-    let next_cursor = more
-        .then(|| rows.last().map(|d| d.id.to_string()))
-        .flatten();
+    let page = PageRequest::parse(query.cursor.as_deref(), query.limit, DEFAULT_PAGE, MAX_PAGE)?;
+    let mut rows = list_for_endpoint(&db, id, page.before, page.fetch_limit()).await?;
+    let next_cursor = page.finish(&mut rows, |d| d.id);
     let items: Vec<Value> = rows.iter().map(delivery_view).collect();
     Ok(Json(json!({ "items": items, "nextCursor": next_cursor })))
 }

@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use super::status::rfc3339;
 use crate::db::bindings::list_bindings_of_requester;
-use crate::http::error::{ApiError, ApiResult};
+use crate::http::error::ApiResult;
 use crate::http::extract::{AppQuery, AuthUser, Database};
+use crate::http::page::PageRequest;
 
 const DEFAULT_PAGE: u32 = 20;
 const MAX_PAGE: u32 = 100;
@@ -53,28 +54,15 @@ pub async fn list_my_bindings(
     Database(db): Database,
     AppQuery(page): AppQuery<PageQuery>,
 ) -> ApiResult<Json<BindingPage>> {
-    let limit = page.limit.unwrap_or(DEFAULT_PAGE);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::InvalidArgument(
-            "query `limit`: 1 to 100".to_owned(),
-        ));
-    }
-    let before = page
-        .cursor
-        .map(|cursor| {
-            cursor.parse::<i64>().map_err(|_| {
-                ApiError::InvalidArgument("query `cursor`: not a cursor from this API".to_owned())
-            })
-        })
-        .transpose()?;
-    // One row more than asked tells whether another page exists.
-    let mut rows =
-        list_bindings_of_requester(&db, caller.identity.as_str(), before, limit + 1).await?;
-    let more = rows.len() > limit as usize;
-    rows.truncate(limit as usize);
-    let next_cursor = more
-        .then(|| rows.last().map(|row| row.id.to_string()))
-        .flatten();
+    let page = PageRequest::parse(page.cursor.as_deref(), page.limit, DEFAULT_PAGE, MAX_PAGE)?;
+    let mut rows = list_bindings_of_requester(
+        &db,
+        caller.identity.as_str(),
+        page.before,
+        page.fetch_limit(),
+    )
+    .await?;
+    let next_cursor = page.finish(&mut rows, |row| row.id);
     let items = rows
         .into_iter()
         .map(|row| BindingView {
