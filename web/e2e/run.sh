@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Browser tests: starts the demo (changegate and its simulators) on a fresh
-# temporary database, then runs tests/*.test.mjs in headless Chromium.
+# Browser tests: runs the README's run command (changegate and its
+# simulators) on a fresh temporary database, then runs tests/*.test.mjs in
+# headless Chromium.
 #
 #   web/e2e/run.sh
 #
@@ -25,7 +26,14 @@ fi
 export CHANGEGATE_E2E_OUTPUT="${CHANGEGATE_E2E_OUTPUT:-$here/output}"
 mkdir -p "$CHANGEGATE_E2E_OUTPUT"
 
-(cd "$root" && cargo build --locked -p changegate-sim --bin changegate-demo)
+# The README's run command, exactly as a newcomer types it: the first
+# command in the code block after "**Run it**".
+run_command="$(awk '/^\*\*Run it\*\*/ { found = 1 } found && /^```sh/ { getline; print; exit }' "$root/README.md")"
+if [ -z "$run_command" ]; then
+    echo "error: no run command found under **Run it** in README.md" >&2
+    exit 1
+fi
+echo "run command: $run_command"
 
 scratch="$(mktemp -d)"
 demo_pid=""
@@ -44,13 +52,13 @@ if curl -fsS -o /dev/null "$base_url/healthz" 2>/dev/null; then
     exit 1
 fi
 
-# The demo's own config, on a database of this run only.
-CHANGEGATE_DATABASE_URL="sqlite://$scratch/demo.db" \
-    "$root/target/debug/changegate-demo" --config "$root/config/demo.toml" \
+# On a database of this run only. `cargo run` execs the program, so the pid
+# is the service's; the wait covers a first build.
+(cd "$root" && CHANGEGATE_DATABASE_URL="sqlite://$scratch/demo.db" exec bash -c "exec $run_command") \
     >"$CHANGEGATE_E2E_OUTPUT/demo.log" 2>&1 &
 demo_pid=$!
 
-for _ in $(seq 1 60); do
+for _ in $(seq 1 1200); do
     curl -fsS -o /dev/null "$base_url/readyz" 2>/dev/null && break
     if ! kill -0 "$demo_pid" 2>/dev/null; then
         echo "error: the demo stopped; its log:" >&2
