@@ -42,7 +42,7 @@ impl Default for Parts {
     fn default() -> Self {
         Self {
             steps: None,
-            observer: Arc::new(PrometheusObserver),
+            observer: Arc::new(PrometheusObserver::default()),
         }
     }
 }

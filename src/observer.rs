@@ -5,6 +5,9 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use dashmap::DashMap;
+use metrics::{Counter, Histogram};
+
 /// Longest label value kept; longer ones are cut (bounded series size).
 pub const MAX_LABEL_LEN: usize = 128;
 
@@ -40,34 +43,89 @@ pub fn observe(what: &'static str, sample: impl FnOnce()) {
 }
 
 /// Records through the `metrics` facade (exported at `/metrics`).
-pub struct PrometheusObserver;
+///
+/// Series handles are kept per label set: looking a series up through the
+/// facade cleans, allocates and hashes its labels on every sample, which was
+/// most of the per-request cost of the metric layers; a kept handle records
+/// with one atomic operation. Label sets are bounded (route templates,
+/// methods, statuses, the activity allow-list), so the cache is too.
+#[derive(Default)]
+pub struct PrometheusObserver {
+    api: DashMap<Box<str>, Vec<ApiSeries>, foldhash::fast::RandomState>,
+    activities: DashMap<Box<str>, ActivitySeries, foldhash::fast::RandomState>,
+}
+
+struct ApiSeries {
+    method: Box<str>,
+    status: u16,
+    duration: Histogram,
+    requests: Counter,
+}
+
+struct ActivitySeries {
+    received: Counter,
+    succeeded: Counter,
+}
+
+impl PrometheusObserver {
+    fn api_series(route: &str, method: &str, status: u16) -> Option<ApiSeries> {
+        let (Some(route_label), Some(method_label)) = (label(route), label(method)) else {
+            return None;
+        };
+        let status_label = status.to_string();
+        Some(ApiSeries {
+            method: method.into(),
+            status,
+            duration: metrics::histogram!("changegate_http_request_duration_seconds",
+                "route" => route_label.clone(), "method" => method_label.clone(), "status" => status_label.clone()),
+            requests: metrics::counter!("changegate_http_requests_total",
+                "route" => route_label, "method" => method_label, "status" => status_label),
+        })
+    }
+
+    fn activity(&self, activity: &str, record: impl Fn(&ActivitySeries)) {
+        if let Some(series) = self.activities.get(activity) {
+            return record(&series);
+        }
+        let Some(activity_label) = label(activity) else {
+            return;
+        };
+        let series = ActivitySeries {
+            received: metrics::counter!("changegate_activity_received_total", "activity" => activity_label.clone()),
+            succeeded: metrics::counter!("changegate_activity_succeeded_total", "activity" => activity_label),
+        };
+        record(&series);
+        self.activities.insert(activity.into(), series);
+    }
+}
 
 impl Observer for PrometheusObserver {
     fn api_request(&self, route: &str, method: &str, status: u16, seconds: f64) {
-        let (Some(route), Some(method)) = (label(route), label(method)) else {
+        let known = |series: &ApiSeries| series.status == status && *series.method == *method;
+        if let Some(routes) = self.api.get(route)
+            && let Some(series) = routes.iter().find(|series| known(series))
+        {
+            series.duration.record(seconds);
+            series.requests.increment(1);
+            return;
+        }
+        let Some(series) = Self::api_series(route, method, status) else {
             return;
         };
-        let status = status.to_string();
-        metrics::histogram!("changegate_http_request_duration_seconds",
-            "route" => route.clone(), "method" => method.clone(), "status" => status.clone())
-        .record(seconds);
-        metrics::counter!("changegate_http_requests_total",
-            "route" => route, "method" => method, "status" => status)
-        .increment(1);
+        series.duration.record(seconds);
+        series.requests.increment(1);
+        let mut routes = self.api.entry(route.into()).or_default();
+        if !routes.iter().any(known) {
+            routes.push(series);
+        }
     }
 
     fn activity_received(&self, activity: &str) {
-        if let Some(activity) = label(activity) {
-            metrics::counter!("changegate_activity_received_total", "activity" => activity)
-                .increment(1);
-        }
+        self.activity(activity, |series| series.received.increment(1));
     }
 
     fn activity_succeeded(&self, activity: &str) {
-        if let Some(activity) = label(activity) {
-            metrics::counter!("changegate_activity_succeeded_total", "activity" => activity)
-                .increment(1);
-        }
+        self.activity(activity, |series| series.succeeded.increment(1));
     }
 
     fn rate_limited(&self, bucket: &str) {

@@ -4,11 +4,16 @@ use std::io::IsTerminal;
 use std::sync::{Arc, OnceLock};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry, fmt, reload};
 
 use crate::config::{LevelSetter, LogFormat};
+use crate::http::request_id;
 
 /// Installs the global logger with `level` (a level or filter such as
 /// `info,sqlx=warn`) and returns the setter that changes it at runtime.
@@ -19,12 +24,14 @@ pub fn init_logging(level: &str, format: LogFormat) -> anyhow::Result<LevelSette
         LogFormat::Human => fmt::layer()
             .with_ansi(std::io::stdout().is_terminal())
             .with_writer(std::io::stdout)
+            .map_event_format(|inner| WithRequestId { inner, json: false })
             .boxed(),
         LogFormat::Json => fmt::layer()
             .json()
             .flatten_event(true)
             .with_current_span(true)
             .with_writer(std::io::stdout)
+            .map_event_format(|inner| WithRequestId { inner, json: true })
             .boxed(),
     };
     Registry::default().with(filter).with(output).try_init()?;
@@ -32,6 +39,47 @@ pub fn init_logging(level: &str, format: LogFormat) -> anyhow::Result<LevelSette
         let filter = EnvFilter::try_new(level).map_err(|err| err.to_string())?;
         handle.reload(filter).map_err(|err| err.to_string())
     }))
+}
+
+/// Adds the id of the request being handled to every line logged while
+/// handling it (`request_id=…` at the end of a human line, a `request_id`
+/// member of a JSON line).
+///
+/// The id is read from the request's task-local only when a line is written.
+/// A span per request would carry it too, but opening one costs about a
+/// microsecond on every request whether or not anything is logged, and
+/// nearly all requests log nothing; the request span is therefore at `debug`.
+pub struct WithRequestId<F> {
+    inner: F,
+    json: bool,
+}
+
+impl<S, N, F> FormatEvent<S, N> for WithRequestId<F>
+where
+    S: Subscriber + for<'lookup> LookupSpan<'lookup>,
+    N: for<'writer> FormatFields<'writer> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        context: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        let Some(id) = request_id::current() else {
+            return self.inner.format_event(context, writer, event);
+        };
+        let mut line = String::new();
+        self.inner
+            .format_event(context, Writer::new(&mut line), event)?;
+        let line = line.strip_suffix('\n').unwrap_or(&line);
+        // Request ids are letters, digits and `-_.:` only (request_id.rs),
+        // so they need no escaping in either format.
+        match line.strip_prefix('{') {
+            Some(members) if self.json => writeln!(writer, "{{\"request_id\":\"{id}\",{members}"),
+            _ => writeln!(writer, "{line} request_id={id}"),
+        }
+    }
 }
 
 /// The process-wide Prometheus recorder. The `metrics` facade has one global
@@ -65,4 +113,98 @@ fn describe_metrics() {
         "changegate_database_ready",
         "1 when the database answers and migrations are applied."
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use axum::body::Body;
+    use axum::extract::Request;
+    use axum::response::Response;
+    use tracing_subscriber::fmt::MakeWriter;
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .expect("not poisoned")
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Captured {
+        type Writer = Self;
+        fn make_writer(&'a self) -> Self {
+            self.clone()
+        }
+    }
+
+    /// Logs one line outside any request and one while handling a request
+    /// that sent `x-request-id: req-42`; returns the output.
+    fn log_inside_and_outside_a_request(json: bool) -> String {
+        let captured = Captured::default();
+        let layer = fmt::layer().with_ansi(false).with_writer(captured.clone());
+        let output = if json {
+            layer
+                .json()
+                .flatten_event(true)
+                .map_event_format(|inner| WithRequestId { inner, json: true })
+                .boxed()
+        } else {
+            layer
+                .map_event_format(|inner| WithRequestId { inner, json: false })
+                .boxed()
+        };
+        let subscriber = Registry::default().with(output);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!("outside");
+            let request = Request::builder()
+                .header(request_id::HEADER, "req-42")
+                .body(Body::empty())
+                .expect("request");
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("runtime");
+            runtime.block_on(request_id::assign(request, |_| async {
+                tracing::warn!(detail = "x", "inside");
+                Response::new(Body::empty())
+            }));
+        });
+        let bytes = captured.0.lock().expect("not poisoned").clone();
+        String::from_utf8(bytes).expect("utf-8")
+    }
+
+    #[test]
+    fn human_lines_logged_in_a_request_end_with_its_id() {
+        let output = log_inside_and_outside_a_request(false);
+        let lines: Vec<&str> = output.lines().collect();
+        assert_eq!(lines.len(), 2, "{output}");
+        assert!(lines[0].ends_with("outside"), "{output}");
+        assert!(lines[1].contains("inside"), "{output}");
+        assert!(lines[1].ends_with(" request_id=req-42"), "{output}");
+    }
+
+    #[test]
+    fn json_lines_logged_in_a_request_carry_its_id() {
+        let output = log_inside_and_outside_a_request(true);
+        let lines: Vec<serde_json::Value> = output
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("each line is JSON"))
+            .collect();
+        assert_eq!(lines.len(), 2, "{output}");
+        assert_eq!(lines[0].get("request_id"), None);
+        assert_eq!(lines[1]["request_id"], "req-42");
+        assert_eq!(lines[1]["message"], "inside");
+        assert_eq!(lines[1]["detail"], "x");
+    }
 }

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use axum::extract::DefaultBodyLimit;
 use axum::http::header::CONTENT_TYPE;
 use axum::routing::get;
+use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
@@ -55,46 +56,58 @@ pub fn router(state: AppState) -> Router {
     with_edge_layers(router, request_timeout)
 }
 
-/// The layers every route gets: request id, tracing, panic catching, the
-/// request timeout and the body limit.
+/// The layers every route gets: request id and request timeout, tracing,
+/// panic catching and the body limit.
 pub fn with_edge_layers(router: Router, request_timeout: Duration) -> Router {
-    router
-        // Listed innermost first: the request id wraps everything, so traces,
-        // panics and timeouts all carry it.
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(middleware::from_fn(move |request: Request, next: Next| {
-            limit_duration(request_timeout, request, next)
-        }))
-        .layer(CatchPanicLayer::custom(
-            |panic: Box<dyn std::any::Any + Send>| {
-                let detail = panic
-                    .downcast_ref::<&str>()
-                    .map(|text| (*text).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
-                ApiError::Internal(anyhow::anyhow!("handler panicked: {detail}")).into_response()
-            },
-        ))
-        .layer(
-            TraceLayer::new_for_http().make_span_with(|request: &Request| {
-                let route = request
-                    .extensions()
-                    .get::<MatchedPath>()
-                    .map_or("unmatched", MatchedPath::as_str);
-                let request_id = request
-                    .headers()
-                    .get(request_id::HEADER)
-                    .and_then(|value| value.to_str().ok())
-                    .unwrap_or_default();
-                tracing::info_span!("request", method = %request.method(), route, request_id)
-            }),
-        )
-        .layer(middleware::from_fn(request_id::assign))
+    // One `layer` call with the whole stack: axum boxes each route once per
+    // call and clones every box on every request, so four calls cost four
+    // boxes per request where one costs one. Listed outermost first: the
+    // request id wraps everything, so traces, panics and timeouts carry it.
+    router.layer(
+        ServiceBuilder::new()
+            .layer(middleware::from_fn(move |request: Request, next: Next| {
+                identified_and_bounded(request_timeout, request, next)
+            }))
+            .layer(
+                TraceLayer::new_for_http().make_span_with(|request: &Request| {
+                    let route = request
+                        .extensions()
+                        .get::<MatchedPath>()
+                        .map_or("unmatched", MatchedPath::as_str);
+                    let request_id = request
+                        .headers()
+                        .get(request_id::HEADER)
+                        .and_then(|value| value.to_str().ok())
+                        .unwrap_or_default();
+                    // At debug: the id reaches every logged line without a
+                    // span (telemetry::WithRequestId), and a span on every
+                    // request costs more than the rest of the edge layers.
+                    tracing::debug_span!("request", method = %request.method(), route, request_id)
+                }),
+            )
+            .layer(CatchPanicLayer::custom(
+                |panic: Box<dyn std::any::Any + Send>| {
+                    let detail = panic
+                        .downcast_ref::<&str>()
+                        .map(|text| (*text).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    ApiError::Internal(anyhow::anyhow!("handler panicked: {detail}"))
+                        .into_response()
+                },
+            ))
+            .layer(DefaultBodyLimit::max(MAX_BODY_BYTES)),
+    )
 }
 
-async fn limit_duration(limit: Duration, request: Request, next: Next) -> Response {
-    match tokio::time::timeout(limit, next.run(request)).await {
-        Ok(response) => response,
-        Err(_) => ApiError::Timeout.into_response(),
-    }
+/// The request id and the request timeout in one middleware: each layer in
+/// the chain costs a boxed future and a service clone per request.
+async fn identified_and_bounded(limit: Duration, request: Request, next: Next) -> Response {
+    request_id::assign(request, |request| async move {
+        match tokio::time::timeout(limit, next.run(request)).await {
+            Ok(response) => response,
+            Err(_) => ApiError::Timeout.into_response(),
+        }
+    })
+    .await
 }

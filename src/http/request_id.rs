@@ -7,7 +7,6 @@
 
 use axum::extract::Request;
 use axum::http::HeaderValue;
-use axum::middleware::Next;
 use axum::response::Response;
 
 /// The request id header.
@@ -15,12 +14,17 @@ pub const HEADER: &str = "x-request-id";
 const MAX_LEN: usize = 128;
 
 tokio::task_local! {
-    static REQUEST_ID: String;
+    // The header value itself: cloning it shares its bytes, and only an
+    // error answer needs the id as text.
+    static REQUEST_ID: HeaderValue;
 }
 
 /// The id of the request being handled on this task, if any.
 pub fn current() -> Option<String> {
-    REQUEST_ID.try_with(Clone::clone).ok()
+    REQUEST_ID
+        .try_with(|id| id.to_str().map(ToOwned::to_owned))
+        .ok()?
+        .ok()
 }
 
 fn acceptable(id: &str) -> bool {
@@ -31,17 +35,23 @@ fn acceptable(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
 }
 
-/// Middleware: assigns the id, scopes it to the request's task, sets the header.
-pub async fn assign(mut request: Request, next: Next) -> Response {
-    let id = request
-        .headers()
-        .get(HEADER)
-        .and_then(|value| value.to_str().ok())
-        .filter(|id| acceptable(id))
-        .map_or_else(|| uuid::Uuid::new_v4().to_string(), ToOwned::to_owned);
-    let header = HeaderValue::from_str(&id).expect("request ids are visible ASCII");
-    request.headers_mut().insert(HEADER, header.clone());
-    let mut response = REQUEST_ID.scope(id, next.run(request)).await;
+/// Assigns the id, then runs `handle` with the id scoped to the request's
+/// task and echoes it on the response.
+pub async fn assign<F>(mut request: Request, handle: impl FnOnce(Request) -> F) -> Response
+where
+    F: Future<Output = Response>,
+{
+    let header = match request.headers().get(HEADER) {
+        Some(sent) if sent.to_str().is_ok_and(acceptable) => sent.clone(),
+        _ => {
+            let mut text = uuid::Uuid::encode_buffer();
+            let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text);
+            let header = HeaderValue::from_str(id).expect("a UUID is visible ASCII");
+            request.headers_mut().insert(HEADER, header.clone());
+            header
+        }
+    };
+    let mut response = REQUEST_ID.scope(header.clone(), handle(request)).await;
     response.headers_mut().insert(HEADER, header);
     response
 }

@@ -9,12 +9,11 @@ mod submission;
 mod timeline;
 
 use axum::Router;
-use axum::middleware::from_fn_with_state;
 use utoipa::OpenApi;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 use utoipa_axum::routes;
 
-use super::layers::{RateLimitSpec, RouteSpec, guard, identify::identify};
+use super::layers::{RateLimitSpec, RouteSpec, guard};
 use crate::state::AppState;
 
 const APPLY: RouteSpec = RouteSpec {
@@ -227,9 +226,7 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
             &ADMIN_WEBHOOKS,
             routes!(super::admin::webhooks::redeliver),
         ))
-        // Identity is resolved for the requester routes only: callbacks
-        // authenticate by signature.
-        .layer(from_fn_with_state(state.clone(), identify))
+        // Callbacks are not guarded: they authenticate by signature.
         .merge(super::callbacks::router())
         .split_for_parts();
     (router, document)

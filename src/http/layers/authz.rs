@@ -27,9 +27,9 @@ pub struct Authorized {
 pub async fn check(
     state: &AppState,
     spec: &RouteSpec,
-    identity: Option<Result<Identity, IdentityError>>,
+    identity: Result<Identity, IdentityError>,
 ) -> Result<Authorized, Response> {
-    let Some(Ok(identity)) = identity else {
+    let Ok(identity) = identity else {
         return Err(ApiError::Unauthenticated.into_response());
     };
     let settings = state.config.current();

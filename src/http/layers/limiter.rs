@@ -9,6 +9,7 @@
 //! A key whose window empties is removed, and [`SlidingWindow::evict_idle`]
 //! drops keys that have gone quiet.
 
+use std::hash::{BuildHasher, Hash};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
@@ -20,10 +21,18 @@ use smallvec::SmallVec;
 type Arrivals = SmallVec<[u64; 2]>;
 
 /// The limiter shared by every rate-limited route.
+///
+/// A subject is stored as a 64-bit hash under a per-process random seed
+/// rather than as its text: no allocation per new subject, a third of the
+/// memory per idle subject, and one cache line fewer per request. Two
+/// subjects would share an allowance only if their hashes collided, which
+/// for a million subjects has a chance of about one in thirty million per
+/// process and cannot be steered by callers, who do not know the seed.
 pub struct SlidingWindow {
     window_ms: u64,
     started: Instant,
-    keys: DashMap<Box<str>, Arrivals>,
+    subject_hasher: foldhash::quality::RandomState,
+    keys: DashMap<u64, Arrivals, foldhash::fast::RandomState>,
 }
 
 impl SlidingWindow {
@@ -32,7 +41,8 @@ impl SlidingWindow {
         Self {
             window_ms: u64::try_from(window.as_millis()).unwrap_or(u64::MAX),
             started: Instant::now(),
-            keys: DashMap::new(),
+            subject_hasher: foldhash::quality::RandomState::default(),
+            keys: DashMap::default(),
         }
     }
 
@@ -43,45 +53,51 @@ impl SlidingWindow {
     /// Counts a request for `key` if fewer than `limit` (at least 1; 0 means
     /// "no limit" and never reaches here) arrived within the window; `false`
     /// means it is over the limit (and is not counted).
-    pub fn try_acquire(&self, key: &str, limit: u32) -> bool {
-        self.try_acquire_at(key, limit, self.now_ms())
+    pub fn try_acquire(&self, subject: impl Hash, limit: u32) -> bool {
+        self.try_acquire_at(subject, limit, self.now_ms())
     }
 
-    fn try_acquire_at(&self, key: &str, limit: u32, now: u64) -> bool {
+    fn try_acquire_at(&self, subject: impl Hash, limit: u32, now: u64) -> bool {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-        let fresh = |arrival: &u64| now.saturating_sub(*arrival) < self.window_ms;
-        // The common case, a known key with room, needs no owned key.
-        if let Some(mut arrivals) = self.keys.get_mut(key) {
-            arrivals.retain(|arrival| fresh(arrival));
-            if arrivals.len() < limit {
-                arrivals.push(now);
-                return true;
-            }
+        let key = self.subject_hasher.hash_one(subject);
+        // The common case, a known key with room, takes only a shared lock.
+        if let Some(mut arrivals) = self.keys.get_mut(&key)
+            && self.admit(&mut arrivals, limit, now)
+        {
+            return true;
         }
-        match self.keys.entry(key.into()) {
+        match self.keys.entry(key) {
             Entry::Vacant(vacant) => {
                 vacant.insert(SmallVec::from_slice(&[now]));
                 true
             }
             Entry::Occupied(mut occupied) => {
-                let arrivals = occupied.get_mut();
-                arrivals.retain(|arrival| fresh(arrival));
-                // A limit lowered by a reload leaves more arrivals than it
-                // allows; only the newest `limit` can matter.
-                if arrivals.len() > limit {
-                    arrivals.drain(..arrivals.len() - limit);
+                let admitted = self.admit(occupied.get_mut(), limit, now);
+                if occupied.get().is_empty() {
+                    occupied.remove();
                 }
-                if arrivals.len() < limit {
-                    arrivals.push(now);
-                    true
-                } else {
-                    if arrivals.is_empty() {
-                        occupied.remove();
-                    }
-                    false
-                }
+                admitted
             }
         }
+    }
+
+    /// Drops the arrivals that left the window and counts this one if there
+    /// is room. Arrivals are kept in order (a clock reading taken before a
+    /// concurrent caller's is recorded as that caller's time), so the stale
+    /// ones are a prefix, found by binary search rather than a full scan.
+    fn admit(&self, arrivals: &mut Arrivals, limit: usize, now: u64) -> bool {
+        let stale =
+            arrivals.partition_point(|arrival| now.saturating_sub(*arrival) >= self.window_ms);
+        // A limit lowered by a reload leaves more arrivals than it allows;
+        // only the newest `limit` can matter.
+        let surplus = arrivals.len().saturating_sub(stale).saturating_sub(limit);
+        arrivals.drain(..stale + surplus);
+        if arrivals.len() >= limit {
+            return false;
+        }
+        let newest = arrivals.last().copied().unwrap_or(now);
+        arrivals.push(now.max(newest));
+        true
     }
 
     /// Removes keys with no arrival inside the window and releases the map's
@@ -144,14 +160,15 @@ mod tests {
             assert!(limiter.try_acquire_at("k", 50, i));
         }
         assert!(!limiter.try_acquire_at("k", 5, 100));
-        assert_eq!(limiter.keys.get("k").map(|a| a.len()), Some(5));
+        let key = limiter.subject_hasher.hash_one("k");
+        assert_eq!(limiter.keys.get(&key).map(|a| a.len()), Some(5));
     }
 
     #[test]
     fn idle_keys_are_evicted() {
         let limiter = SlidingWindow::new(Duration::from_millis(20));
         for i in 0..100 {
-            assert!(limiter.try_acquire(&format!("ip:10.0.0.{i}"), 3));
+            assert!(limiter.try_acquire(format!("ip:10.0.0.{i}"), 3));
         }
         assert_eq!(limiter.len(), 100);
         std::thread::sleep(Duration::from_millis(30));

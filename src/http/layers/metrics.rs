@@ -23,12 +23,8 @@ pub async fn observed(
     next: Next,
 ) -> Response {
     let started = Instant::now();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|path| path.as_str().to_owned())
-        .unwrap_or_default();
-    let method = request.method().as_str().to_owned();
+    let route = request.extensions().get::<MatchedPath>().cloned();
+    let method = request.method().clone();
     if let Some(activity) = spec.activity {
         observe("activity_received", || {
             state.observer.activity_received(activity)
@@ -45,9 +41,12 @@ pub async fn observed(
     }
     let seconds = started.elapsed().as_secs_f64();
     observe("api_request", || {
-        state
-            .observer
-            .api_request(&route, &method, status.as_u16(), seconds)
+        state.observer.api_request(
+            route.as_ref().map_or("", MatchedPath::as_str),
+            method.as_str(),
+            status.as_u16(),
+            seconds,
+        )
     });
     response
 }

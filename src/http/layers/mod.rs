@@ -54,14 +54,13 @@ async fn guarded(
     mut request: Request,
     next: Next,
 ) -> Response {
-    if let Some(refused) = rate_limit::check(&state, spec, &request) {
+    // Resolved here rather than in a layer of its own: every API route is
+    // guarded, and one service fewer in the chain is measurably cheaper.
+    let caller = identify::resolve(&state, &request);
+    if let Some(refused) = rate_limit::check(&state, spec, &caller) {
         return refused;
     }
-    let identity = request
-        .extensions()
-        .get::<identify::Caller>()
-        .map(|caller| caller.identity.clone());
-    match authz::check(&state, spec, identity).await {
+    match authz::check(&state, spec, caller.identity).await {
         Ok(authorized) => {
             request.extensions_mut().insert(authorized);
         }

@@ -1,6 +1,7 @@
 //! Per-route rate limiting, by identity or else by client address.
 
-use axum::extract::Request;
+use std::net::IpAddr;
+
 use axum::response::{IntoResponse, Response};
 
 use super::RouteSpec;
@@ -16,7 +17,7 @@ use crate::state::AppState;
 ///
 /// It runs before idempotency, so a duplicate submission over the limit is
 /// answered 429, not DUPLICATE_SUBMIT.
-pub fn check(state: &AppState, spec: &RouteSpec, request: &Request) -> Option<Response> {
+pub fn check(state: &AppState, spec: &RouteSpec, caller: &Caller) -> Option<Response> {
     let limit_spec = spec.rate_limit.as_ref()?;
     let configured = state
         .config
@@ -27,20 +28,26 @@ pub fn check(state: &AppState, spec: &RouteSpec, request: &Request) -> Option<Re
     let limit = configured.unwrap_or(Some(limit_spec.default_limit))?;
     // The identity comes first so one person in several tabs or browsers
     // shares one allowance; the address only when there is no identity. The
-    // two prefixes keep an identity named like an address apart from it.
-    let subject = match request.extensions().get::<Caller>() {
-        Some(Caller {
-            identity: Ok(identity),
-            ..
-        }) => format!("{}:id:{}", limit_spec.bucket, identity),
-        Some(Caller { client, .. }) => format!("{}:ip:{client}", limit_spec.bucket),
-        None => format!("{}:ip:unknown", limit_spec.bucket),
+    // variants keep an identity named like an address apart from it.
+    let subject = match &caller.identity {
+        Ok(identity) => Subject::Identity(identity.as_str()),
+        Err(_) => Subject::Address(caller.client),
     };
-    if state.limiter.try_acquire(&subject, limit) {
+    let allowed = state
+        .limiter
+        .try_acquire((limit_spec.bucket, subject), limit);
+    if allowed {
         return None;
     }
     observe("rate_limited", || {
         state.observer.rate_limited(limit_spec.bucket)
     });
     Some(ApiError::RateLimited(limit_spec.message).into_response())
+}
+
+/// Whom a request is counted against, within its bucket.
+#[derive(Hash)]
+enum Subject<'a> {
+    Identity(&'a str),
+    Address(IpAddr),
 }
