@@ -23,6 +23,7 @@ use crate::http::layers::limiter::SlidingWindow;
 use crate::jobs::{self, Outcome};
 use crate::observer::{Observer, PrometheusObserver};
 use crate::state::{App, AppState};
+use crate::store::SubmissionQueue;
 use crate::telemetry;
 use crate::webhooks::worker::{Deliverer, http_client};
 use crate::workflow::{Executor, Steps, Workflow};
@@ -156,6 +157,11 @@ impl Application {
             permissions: Permissions::new(client),
             executor,
             merge_queue,
+            // Half the pool: a group holds a connection for its transaction
+            // while its requests' own reads need others.
+            submissions: SubmissionQueue::start(
+                usize::try_from(settings.database.max_connections / 2).unwrap_or(1),
+            ),
         });
         Ok(Self {
             listener,

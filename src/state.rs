@@ -10,6 +10,7 @@ use crate::config::LiveConfig;
 use crate::db::DbSlot;
 use crate::http::layers::limiter::SlidingWindow;
 use crate::observer::Observer;
+use crate::store::SubmissionQueue;
 use crate::workflow::Executor;
 
 /// Cheap to clone (one reference count), as every layer and handler clones
@@ -51,4 +52,6 @@ pub struct App {
     pub executor: Executor,
     /// The batch merge queue.
     pub merge_queue: MergeQueue,
+    /// Records new requests, in groups under load.
+    pub submissions: SubmissionQueue,
 }

@@ -62,20 +62,51 @@ pub async fn insert_binding(
     target_key: &str,
     owner: &BindingOwner<'_>,
 ) -> Result<(), sqlx::Error> {
-    let sql = "INSERT INTO binding (subject_id, target_key, operation_id, status, requested_by, \
-               params, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)";
+    insert_bindings(tx, &[(subject_id, target_key, owner.clone())]).await
+}
+
+/// Inserts the first rows of several relations in one statement; a unique
+/// violation on any of them inserts none.
+pub async fn insert_bindings(
+    tx: &mut DbTx,
+    rows: &[(&str, &str, BindingOwner<'_>)],
+) -> Result<(), sqlx::Error> {
+    let sql = format!(
+        "INSERT INTO binding (subject_id, target_key, operation_id, status, requested_by, \
+         params, expires_at) VALUES {}",
+        dialect::value_rows(rows, |_| "(?, ?, ?, ?, ?, ?, ?)".to_owned())
+    );
     with_tx!(tx, |conn| {
-        sqlx::query(sql)
-            .bind(subject_id)
-            .bind(target_key)
-            .bind(owner.operation_id)
-            .bind(owner.status.as_str())
-            .bind(owner.requested_by)
-            .bind(owner.params)
-            .bind(owner.expires_at)
-            .execute(conn)
-            .await
-            .map(|_| ())
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for (subject_id, target_key, owner) in rows {
+            query = query
+                .bind(*subject_id)
+                .bind(*target_key)
+                .bind(owner.operation_id)
+                .bind(owner.status.as_str())
+                .bind(owner.requested_by)
+                .bind(owner.params)
+                .bind(owner.expires_at);
+        }
+        query.execute(conn).await.map(|_| ())
+    })
+}
+
+/// The rows of the given relations that exist, in one read.
+pub async fn get_bindings(
+    db: &Db,
+    relations: &[(&str, &str)],
+) -> Result<Vec<BindingRow>, sqlx::Error> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM binding WHERE {}",
+        vec!["(subject_id = ? AND target_key = ?)"; relations.len()].join(" OR ")
+    );
+    with_pool!(db, reader, |pool| {
+        let mut query = sqlx::query_as(AssertSqlSafe(sql));
+        for (subject_id, target_key) in relations {
+            query = query.bind(*subject_id).bind(*target_key);
+        }
+        query.fetch_all(pool).await
     })
 }
 

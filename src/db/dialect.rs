@@ -45,6 +45,12 @@ pub fn now_plus_ms(backend: Backend) -> &'static str {
     }
 }
 
+/// The row groups of a multi-row `INSERT … VALUES`, one per row; many rows
+/// in one statement are one round trip instead of one each.
+pub fn value_rows<T>(rows: &[T], group: impl Fn(&T) -> String) -> String {
+    rows.iter().map(group).collect::<Vec<_>>().join(", ")
+}
+
 /// Deletes up to `?` rows of `table` whose `column` is before now: MySQL
 /// takes `DELETE … LIMIT`, SQLite (built without that option) a sub-select.
 pub fn delete_expired(backend: Backend, table: &str, column: &str) -> String {

@@ -1,8 +1,9 @@
 //! `event`: the transactional outbox of binding status flips.
 
 use chrono::NaiveDateTime;
+use sqlx::AssertSqlSafe;
 
-use super::{Db, DbTx};
+use super::{Db, DbTx, dialect};
 use crate::domain::BindingStatus;
 use crate::{with_pool, with_tx};
 
@@ -53,20 +54,29 @@ pub struct NewEvent<'a> {
 
 /// Appends one event, in the caller's transaction.
 pub async fn append_event(tx: &mut DbTx, event: &NewEvent<'_>) -> Result<(), sqlx::Error> {
-    let sql = "INSERT INTO event (event_type, operation_id, subject_id, target_key, from_status, \
-               to_status, payload) VALUES (?, ?, ?, ?, ?, ?, ?)";
+    append_events(tx, std::slice::from_ref(event)).await
+}
+
+/// Appends several events in one statement, in order.
+pub async fn append_events(tx: &mut DbTx, events: &[NewEvent<'_>]) -> Result<(), sqlx::Error> {
+    let sql = format!(
+        "INSERT INTO event (event_type, operation_id, subject_id, target_key, from_status, \
+         to_status, payload) VALUES {}",
+        dialect::value_rows(events, |_| "(?, ?, ?, ?, ?, ?, ?)".to_owned())
+    );
     with_tx!(tx, |conn| {
-        sqlx::query(sql)
-            .bind(event.event_type)
-            .bind(event.operation_id)
-            .bind(event.subject_id)
-            .bind(event.target_key)
-            .bind(event.from_status.map(BindingStatus::as_str))
-            .bind(event.to_status.as_str())
-            .bind(event.payload)
-            .execute(conn)
-            .await
-            .map(|_| ())
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for event in events {
+            query = query
+                .bind(event.event_type)
+                .bind(event.operation_id)
+                .bind(event.subject_id)
+                .bind(event.target_key)
+                .bind(event.from_status.map(BindingStatus::as_str))
+                .bind(event.to_status.as_str())
+                .bind(event.payload);
+        }
+        query.execute(conn).await.map(|_| ())
     })
 }
 

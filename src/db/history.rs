@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use chrono::NaiveDateTime;
 use sqlx::AssertSqlSafe;
 
-use super::{Db, DbTx};
+use super::{Db, DbTx, dialect};
 use crate::domain::{BindingStatus, StepStatus};
 use crate::{with_pool, with_tx};
 
@@ -57,21 +57,33 @@ pub struct NewHistory<'a> {
 
 /// Appends one entry.
 pub async fn append_history(tx: &mut DbTx, entry: &NewHistory<'_>) -> Result<(), sqlx::Error> {
-    let sql = "INSERT INTO operation_history (operation_id, from_step, to_step, from_status, \
-               to_status, operation_version, actor, message) VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
+    append_history_rows(tx, std::slice::from_ref(entry)).await
+}
+
+/// Appends several history entries in one statement, in order.
+pub async fn append_history_rows(
+    tx: &mut DbTx,
+    entries: &[NewHistory<'_>],
+) -> Result<(), sqlx::Error> {
+    let sql = format!(
+        "INSERT INTO operation_history (operation_id, from_step, to_step, from_status, \
+         to_status, operation_version, actor, message) VALUES {}",
+        dialect::value_rows(entries, |_| "(?, ?, ?, ?, ?, ?, ?, ?)".to_owned())
+    );
     with_tx!(tx, |conn| {
-        sqlx::query(sql)
-            .bind(entry.operation_id)
-            .bind(entry.from_step.map(StepStatus::code))
-            .bind(entry.to_step.code())
-            .bind(entry.from_status.map(BindingStatus::as_str))
-            .bind(entry.to_status.map(BindingStatus::as_str))
-            .bind(entry.operation_version)
-            .bind(entry.actor)
-            .bind(entry.message)
-            .execute(conn)
-            .await
-            .map(|_| ())
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for entry in entries {
+            query = query
+                .bind(entry.operation_id)
+                .bind(entry.from_step.map(StepStatus::code))
+                .bind(entry.to_step.code())
+                .bind(entry.from_status.map(BindingStatus::as_str))
+                .bind(entry.to_status.map(BindingStatus::as_str))
+                .bind(entry.operation_version)
+                .bind(entry.actor)
+                .bind(entry.message);
+        }
+        query.execute(conn).await.map(|_| ())
     })
 }
 

@@ -36,21 +36,32 @@ pub async fn insert_idempotency(
     tx: &mut DbTx,
     new: &NewIdempotency<'_>,
 ) -> Result<(), sqlx::Error> {
+    insert_idempotency_rows(tx, std::slice::from_ref(new)).await
+}
+
+/// Claims several keys in one statement; a unique violation on any of them
+/// inserts none.
+pub async fn insert_idempotency_rows(
+    tx: &mut DbTx,
+    rows: &[NewIdempotency<'_>],
+) -> Result<(), sqlx::Error> {
+    let expires_at = dialect::now_plus_ms(tx.backend());
     let sql = format!(
         "INSERT INTO idempotency_record (requester, idempotency_key, request_hash, operation_id, \
-         expires_at) VALUES (?, ?, ?, ?, {})",
-        dialect::now_plus_ms(tx.backend())
+         expires_at) VALUES {}",
+        dialect::value_rows(rows, |_| format!("(?, ?, ?, ?, {expires_at})"))
     );
     with_tx!(tx, |conn| {
-        sqlx::query(AssertSqlSafe(sql))
-            .bind(new.requester)
-            .bind(new.key)
-            .bind(new.request_hash)
-            .bind(new.operation_id)
-            .bind(new.ttl_ms)
-            .execute(conn)
-            .await
-            .map(|_| ())
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for new in rows {
+            query = query
+                .bind(new.requester)
+                .bind(new.key)
+                .bind(new.request_hash)
+                .bind(new.operation_id)
+                .bind(new.ttl_ms);
+        }
+        query.execute(conn).await.map(|_| ())
     })
 }
 

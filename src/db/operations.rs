@@ -86,27 +86,40 @@ pub struct NewOperation<'a> {
 
 /// Inserts an operation at version 1. A duplicate `operation_id` is a unique violation.
 pub async fn insert_operation(tx: &mut DbTx, new: &NewOperation<'_>) -> Result<(), sqlx::Error> {
+    insert_operations(tx, std::slice::from_ref(new)).await
+}
+
+/// Inserts several operations in one statement; a unique violation on any
+/// of them inserts none.
+pub async fn insert_operations(
+    tx: &mut DbTx,
+    rows: &[NewOperation<'_>],
+) -> Result<(), sqlx::Error> {
+    let backend = tx.backend();
     let sql = format!(
         "INSERT INTO operation (operation_id, kind, subject_id, target_key, requested_by, \
-         flow_order, step_code, params, reason, expires_at, due_at) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {})",
-        due_at_of(tx.backend(), new.step)
+         flow_order, step_code, params, reason, expires_at, due_at) VALUES {}",
+        dialect::value_rows(rows, |new| format!(
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {})",
+            due_at_of(backend, new.step)
+        ))
     );
     with_tx!(tx, |conn| {
-        sqlx::query(AssertSqlSafe(sql))
-            .bind(new.operation_id)
-            .bind(new.kind.as_str())
-            .bind(new.subject_id)
-            .bind(new.target_key)
-            .bind(new.requested_by)
-            .bind(new.flow_order.as_str())
-            .bind(new.step.code())
-            .bind(new.params)
-            .bind(new.reason)
-            .bind(new.expires_at)
-            .execute(conn)
-            .await
-            .map(|_| ())
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for new in rows {
+            query = query
+                .bind(new.operation_id)
+                .bind(new.kind.as_str())
+                .bind(new.subject_id)
+                .bind(new.target_key)
+                .bind(new.requested_by)
+                .bind(new.flow_order.as_str())
+                .bind(new.step.code())
+                .bind(new.params)
+                .bind(new.reason)
+                .bind(new.expires_at);
+        }
+        query.execute(conn).await.map(|_| ())
     })
 }
 

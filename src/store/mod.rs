@@ -7,11 +7,13 @@
 //! history, and appends one outbox event per real status flip.
 
 mod bulk;
+mod group;
 mod submit;
 mod transition;
 mod tx;
 
 pub use bulk::{MergeRequestRef, move_members};
+pub use group::SubmissionQueue;
 pub use submit::{IdempotencyClaim, NewRequest, Submitted, submit};
 pub use transition::{
     Change, Flip, Transitioned, flip, flip_in, note_in, transition, transition_in,

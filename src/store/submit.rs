@@ -68,7 +68,7 @@ pub struct Submitted {
 
 impl NewRequest {
     /// Where the binding and the operation start.
-    fn start(&self) -> (BindingStatus, StepStatus) {
+    pub(super) fn start(&self) -> (BindingStatus, StepStatus) {
         match (self.kind, self.flow_order) {
             (OperationKind::Close, _) if self.expired => {
                 (BindingStatus::Closing, StepStatus::CloseExpired)

@@ -89,7 +89,7 @@ pub async fn submit(
         busy: reservation.is_none(),
         ..request
     };
-    let mut outcome = store::submit(db, &request).await;
+    let mut outcome = state.submissions.submit(db, request.clone()).await;
     // The key is held by an expired record the cleanup job has not removed
     // yet: remove it and try once more (rare, so kept off the common path).
     if let (Some(claim), Err(StoreError::DuplicateKey)) = (&request.idempotency, &outcome)

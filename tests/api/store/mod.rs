@@ -2,6 +2,7 @@
 //! flip-once, history, outbox events, after-commit effects and lookups.
 
 mod concurrency;
+mod group;
 mod property;
 mod queries;
 mod writes;
