@@ -54,13 +54,8 @@ impl Permissions {
         route_codes: &[String],
         operator_codes: &[String],
     ) -> Result<(bool, bool), PermissionError> {
-        if settings.provider == AuthzProvider::Static {
-            // Answered from configuration without building any set.
-            let holds = |code: &String| holds_static(settings, identity, code);
-            return Ok((
-                route_codes.iter().any(holds),
-                operator_codes.iter().any(holds),
-            ));
+        if let Some(access) = static_route_access(settings, identity, route_codes, operator_codes) {
+            return Ok(access);
         }
         let mut asked = route_codes.to_vec();
         asked.extend(
@@ -114,6 +109,25 @@ impl Permissions {
             }
         }
     }
+}
+
+/// [`Permissions::route_access`] answered at once when the provider is static
+/// (from configuration, without I/O); `None` when it is the HTTP provider.
+pub fn static_route_access(
+    settings: &AuthzSettings,
+    identity: &Identity,
+    route_codes: &[String],
+    operator_codes: &[String],
+) -> Option<(bool, bool)> {
+    if settings.provider != AuthzProvider::Static {
+        return None;
+    }
+    // Answered from configuration without building any set.
+    let holds = |code: &String| holds_static(settings, identity, code);
+    Some((
+        route_codes.iter().any(holds),
+        operator_codes.iter().any(holds),
+    ))
 }
 
 fn holds_static(settings: &AuthzSettings, identity: &Identity, code: &String) -> bool {

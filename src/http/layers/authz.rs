@@ -1,9 +1,12 @@
 //! Per-route authorisation: 401 without identity, 403 `Access denied` without
 //! permission, before the body is read.
 
-use axum::response::{IntoResponse, Response};
+use std::future::Future;
+use std::pin::Pin;
 
 use super::RouteSpec;
+use crate::authz::{PermissionError, static_route_access};
+use crate::config::Settings;
 use crate::http::error::ApiError;
 use crate::identity::{Identity, IdentityError};
 use crate::state::AppState;
@@ -22,41 +25,79 @@ pub struct Authorized {
     pub operator: bool,
 }
 
-/// Denies unless the caller holds one of the route's rule codes; `Err` is
-/// the 401 or 403 to send. A missing rule, a provider error or a timeout denies.
-pub async fn check(
+/// The outcome of [`check`]: `Err` is the 401 or 403 to send.
+pub type Outcome = Result<Authorized, ApiError>;
+
+/// What [`check`] decided.
+pub enum Decision {
+    /// Decided without waiting: no identity, no rule, or the static provider.
+    Now(Outcome),
+    /// Decided when the HTTP provider answers.
+    Later(Pin<Box<dyn Future<Output = Outcome> + Send>>),
+}
+
+/// Denies unless the caller holds one of the route's rule codes. A missing
+/// rule, a provider error or a timeout denies.
+pub fn check(
     state: &AppState,
-    spec: &RouteSpec,
+    spec: &'static RouteSpec,
     identity: Result<Identity, IdentityError>,
-) -> Result<Authorized, Response> {
+) -> Decision {
     let Ok(identity) = identity else {
-        return Err(ApiError::Unauthenticated.into_response());
+        return Decision::Now(Err(ApiError::Unauthenticated));
     };
-    let settings = state.config.current();
+    let settings = state.config.load();
+    let Some((route_codes, operator_codes)) = rule_codes(&settings, spec) else {
+        return Decision::Now(Err(ApiError::Forbidden));
+    };
+    if let Some(access) =
+        static_route_access(&settings.authz, &identity, route_codes, operator_codes)
+    {
+        return Decision::Now(decide(spec, identity, Ok(access)));
+    }
+    // Owned for the wait; next to a network round trip the copies are free.
+    let (route_codes, operator_codes) = (route_codes.to_vec(), operator_codes.to_vec());
+    let settings = arc_swap::Guard::into_inner(settings);
+    let permissions = state.permissions.clone();
+    Decision::Later(Box::pin(async move {
+        let access = permissions
+            .route_access(&settings.authz, &identity, &route_codes, &operator_codes)
+            .await;
+        decide(spec, identity, access)
+    }))
+}
+
+/// The route's rule codes and the operator's; `None` (and a warning) when the
+/// route has no valid rule.
+fn rule_codes<'a>(
+    settings: &'a Settings,
+    spec: &RouteSpec,
+) -> Option<(&'a [String], &'a [String])> {
     let Some(Some(route_codes)) = settings.authz.rules.get(spec.name) else {
         tracing::warn!(
             route = spec.name,
             "no valid authz rule for this route; denying"
         );
-        return Err(ApiError::Forbidden.into_response());
+        return None;
     };
     let operator_codes: &[String] = match settings.authz.rules.get(OPERATOR_RULE) {
         Some(Some(codes)) => codes,
         _ => &[],
     };
-    let access = state
-        .permissions
-        .route_access(&settings.authz, &identity, route_codes, operator_codes)
-        .await;
-    let (allowed, operator) = match access {
-        Ok(access) => access,
+    Some((route_codes, operator_codes))
+}
+
+fn decide(
+    spec: &RouteSpec,
+    identity: Identity,
+    access: Result<(bool, bool), PermissionError>,
+) -> Outcome {
+    match access {
+        Ok((true, operator)) => Ok(Authorized { identity, operator }),
+        Ok((false, _)) => Err(ApiError::Forbidden),
         Err(err) => {
             tracing::warn!(route = spec.name, "permission check failed; denying: {err}");
-            return Err(ApiError::Forbidden.into_response());
+            Err(ApiError::Forbidden)
         }
-    };
-    if !allowed {
-        return Err(ApiError::Forbidden.into_response());
     }
-    Ok(Authorized { identity, operator })
 }

@@ -215,3 +215,80 @@ async fn metrics_count_allow_listed_activity_and_a_broken_recorder_changes_nothi
         "a panicking rate-limit metric does not change the answer"
     );
 }
+
+/// A permission service granting `changegate.requester` to alice and admin,
+/// and `changegate.operator` to admin only.
+async fn permission_service() -> String {
+    use axum::Json;
+    use axum::routing::post;
+
+    let grants = |Json(asked): Json<Value>| async move {
+        let held: &[&str] = match asked["identity"].as_str() {
+            Some("alice") => &["changegate.requester"],
+            Some("admin") => &["changegate.requester", "changegate.operator"],
+            _ => &[],
+        };
+        Json(serde_json::json!({ "granted": held }))
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let routes = axum::Router::new().route("/check", post(grants));
+    tokio::spawn(async move { axum::serve(listener, routes).await });
+    format!("http://{address}/check")
+}
+
+#[tokio::test]
+async fn with_the_http_permission_service_the_order_and_the_metrics_are_the_same() {
+    let db = sqlite_db().await;
+    let config = format!(
+        "[authz]\nprovider = \"http\"\nurl = \"{}\"\ntimeout = \"5s\"\n{REQUESTER_CONFIG}[rate_limit]\napply = 2\n",
+        permission_service().await
+    );
+    let observer = Arc::new(RecordingObserver::default());
+    let parts = Parts {
+        observer: observer.clone(),
+        ..Parts::default()
+    };
+    let app = spawn_app_with(&db.url, &config, parts).await;
+    app.wait_until_ready().await;
+
+    assert_eq!(
+        code(post_raw(&app, None, MALFORMED).await).await,
+        (401, "UNAUTHENTICATED".to_owned())
+    );
+    let denied = post_raw(&app, Some("bob"), MALFORMED).await;
+    assert_eq!(denied.status(), 403);
+    let body: Value = denied.json().await.unwrap();
+    assert_eq!(body["message"], "Access denied");
+    assert_eq!(
+        code(post_raw(&app, Some("alice"), MALFORMED).await).await.0,
+        400
+    );
+    let accepted: Value = app
+        .post_as(
+            "alice",
+            "/api/v1/applications",
+            &apply_body("demo.feature-flags"),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        code(post_raw(&app, Some("alice"), MALFORMED).await).await,
+        (429, "RATE_LIMITED".to_owned())
+    );
+    assert_eq!(observer.count("received apply"), 2);
+    assert_eq!(observer.count("succeeded apply"), 1);
+    assert_eq!(observer.count("api POST /api/v1/applications 400"), 1);
+    assert_eq!(observer.count("api POST /api/v1/applications 202"), 1);
+    assert_eq!(observer.count("limited apply"), 1);
+
+    // The operator flag the service grants reaches the handler.
+    let path = format!(
+        "/api/v1/operations/{}",
+        accepted["operationId"].as_str().unwrap()
+    );
+    assert_eq!(app.get_as("admin", &path).await.status(), 200);
+    assert_eq!(app.get_as("bob", &path).await.status(), 403);
+}
