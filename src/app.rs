@@ -157,11 +157,9 @@ impl Application {
             permissions: Permissions::new(client),
             executor,
             merge_queue,
-            // Half the pool: a group holds a connection for its transaction
-            // while its requests' own reads need others.
-            submissions: SubmissionQueue::start(
-                usize::try_from(settings.database.max_connections / 2).unwrap_or(1),
-            ),
+            // Two groups at a time: SQLite's one writer writes one group
+            // while the next reads its relations.
+            submissions: SubmissionQueue::start(2),
         });
         Ok(Self {
             listener,

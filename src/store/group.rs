@@ -1,12 +1,10 @@
-//! Group commit of new requests: submissions that arrive while others are
-//! being written are recorded together, in one transaction with one
-//! multi-row INSERT per table.
+//! Group commit of new requests on SQLite: submissions that arrive while
+//! others are being written are recorded together, in one transaction with
+//! one multi-row INSERT per table.
 //!
-//! A request costs about ten statements written alone (the relation read,
-//! `BEGIN`, five INSERTs, `COMMIT` and the pool's checks), and on a busy
-//! database it is those round trips, not the rows, that bound how many
-//! requests per second are accepted. Written as a group, a request costs a
-//! share of one read and seven statements.
+//! SQLite has a single writer connection, so transactions take turns: a
+//! request written alone holds the writer for its own `BEGIN`, five INSERTs
+//! and `COMMIT`. Written as a group, many requests share one turn.
 //!
 //! Only the common case is grouped: a first request for a relation, not
 //! refused as busy. Anything else, and any group whose transaction fails
@@ -21,12 +19,12 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::submit::{NewRequest, Submitted, submit};
 use super::{Flip, StoreError, StoreTx, count_flip, event_payload};
-use crate::db::Db;
 use crate::db::bindings::{BindingOwner, get_bindings, insert_bindings};
 use crate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_events};
 use crate::db::history::{NewHistory, append_history_rows};
 use crate::db::idempotency::{NewIdempotency, insert_idempotency_rows};
 use crate::db::operations::{NewOperation, insert_operations};
+use crate::db::{Backend, Db};
 use crate::domain::OperationKind;
 
 /// The most requests written in one transaction.
@@ -54,8 +52,19 @@ impl SubmissionQueue {
         Self { sender }
     }
 
-    /// Records `request` with the same outcome as [`submit`].
+    /// Records `request` with the same outcome as [`submit`]: on SQLite in a
+    /// group, on MySQL on its own.
+    ///
+    /// SQLite has one writer connection, so its transactions run one after
+    /// another and grouping them multiplied accepted submissions per second
+    /// (about 1,400 to 3,100–4,400 in `benches/api_load.rs`). MySQL already
+    /// runs transactions side by side; there groups only made requests wait
+    /// for each other: throughput stayed the same and the 99th percentile
+    /// went from 60 ms to 280 ms.
     pub async fn submit(&self, db: &Db, request: NewRequest) -> Result<Submitted, StoreError> {
+        if db.backend() == Backend::MySql {
+            return submit(db, &request).await;
+        }
         let (reply, answer) = oneshot::channel();
         let pending = Pending {
             db: db.clone(),

@@ -1,5 +1,6 @@
-//! Group commit: submissions that arrive together are written in one
-//! transaction, each exactly once, with the answers `store::submit` gives.
+//! Group commit: on SQLite, submissions that arrive together are written in
+//! one transaction, each exactly once, with the answers `store::submit`
+//! gives; on MySQL the queue writes each on its own, with the same answers.
 
 use changegate::db::Db;
 use changegate::domain::{BindingStatus, OperationId};
@@ -143,10 +144,11 @@ fn requests_arriving_together_are_written_in_groups_each_exactly_once() {
         })
         .collect();
     let written: f64 = sizes.iter().sum();
+    assert!(backends >= 1);
     assert_eq!(
         written,
-        ((FRESH + REPEATED) * backends) as f64,
-        "every submission went through the queue once: {sizes:?}"
+        (FRESH + REPEATED) as f64,
+        "every SQLite submission went through a group once, MySQL ones were written alone: {sizes:?}"
     );
     assert!(
         sizes.iter().any(|size| *size > 1.0),
