@@ -9,12 +9,6 @@ use changegate::app::Application;
 use changegate::config::{self, LiveConfig, Problem, Settings, Severity, source};
 use changegate::{db, telemetry};
 
-/// mimalloc rather than the system allocator: a request makes a few dozen
-/// small allocations across hyper, axum and the layers, and glibc's malloc
-/// and free were about a tenth of the CPU time of a request under load.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Exit code for configuration problems.
 const EXIT_CONFIG: u8 = 2;
 
