@@ -28,7 +28,7 @@ use crate::db::{Backend, Db};
 use crate::domain::OperationKind;
 
 /// The most requests written in one transaction.
-pub const MAX_GROUP: usize = 32;
+const MAX_GROUP: usize = 32;
 
 /// Takes submissions and records them, in groups when they arrive together.
 #[derive(Clone)]

@@ -103,14 +103,7 @@ impl SlidingWindow {
 
     fn try_acquire_at(&self, subject: impl Hash, limit: u32, now: u64) -> bool {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-        let key = self.subject_hasher.hash_one(subject);
-        // The common case, a known key with room, takes only a shared lock.
-        if let Some(mut arrivals) = self.keys.get_mut(&key)
-            && self.admit(&mut arrivals, limit, now)
-        {
-            return true;
-        }
-        match self.keys.entry(key) {
+        match self.keys.entry(self.subject_hasher.hash_one(subject)) {
             Entry::Vacant(vacant) => {
                 vacant.insert(Arrivals {
                     base: now,
