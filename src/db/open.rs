@@ -1,11 +1,17 @@
 //! Opening a database from its URL, with errors a person can act on.
 
 use std::str::FromStr;
+use std::time::Duration;
 
+use sqlx::Connection;
 use sqlx::mysql::MySqlPoolOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use super::{Db, SqliteDb};
+
+/// How long a pooled MySQL connection may sit idle before it is pinged on
+/// its next use.
+const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 use crate::config::DatabaseSettings;
 
 /// Why the database could not be opened; each message is one actionable line.
@@ -45,6 +51,18 @@ pub async fn open(settings: &DatabaseSettings) -> Result<Db, OpenError> {
         let pool = MySqlPoolOptions::new()
             .max_connections(settings.max_connections)
             .acquire_timeout(settings.connect_timeout)
+            // sqlx pings every pooled connection before handing it out: one
+            // more round trip per query. As HikariCP does, only a connection
+            // idle for a while is checked; one in steady use has just answered.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_AFTER_IDLE {
+                        conn.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect(&format!("mysql://{rest}"))
             .await
             .map_err(|err| OpenError::Connect(err.to_string()))?;

@@ -96,27 +96,54 @@ impl NewRequest {
     }
 }
 
-/// Records `request`. The relation's row is read without a lock; the write
-/// then names exactly the status and version read, so of several concurrent
-/// submissions for one relation exactly one wins and the others get
-/// [`StoreError::Preempted`] with nothing written.
+/// What [`record`] knows of the relation's row.
+#[derive(Clone, Copy)]
+enum Relation<'a> {
+    /// Not read: the row is expected not to exist, and its INSERT is the
+    /// transaction's first statement, so when it exists only that one
+    /// statement was run before the rollback.
+    Unread,
+    /// Read, and absent.
+    Absent,
+    /// Read, and this is it.
+    Present(&'a BindingRow),
+}
+
+/// Records `request`. A first apply for a relation, the common case, is
+/// written without reading the relation first ([`Relation::Unread`]).
+/// Otherwise the row is read without a lock and the write names exactly the
+/// status and version read, so of several concurrent submissions for one
+/// relation exactly one wins and the others get [`StoreError::Preempted`]
+/// with nothing written.
 pub async fn submit(db: &Db, request: &NewRequest) -> Result<Submitted, StoreError> {
-    let existing = get_binding(db, &request.subject_id, &request.target_key).await?;
     let (status, step) = request.start();
-    match &existing {
+    if request.kind == OperationKind::Apply {
+        let mut tx = StoreTx::begin(db).await?;
+        let outcome = record(&mut tx, request, Relation::Unread, status, step).await;
+        match tx.finish(outcome).await {
+            Err(StoreError::Preempted) => {}
+            other => return other,
+        }
+    }
+
+    let existing = get_binding(db, &request.subject_id, &request.target_key).await?;
+    let relation = match &existing {
         None if request.kind == OperationKind::Close => return Err(StoreError::NotFound),
+        None => Relation::Absent,
         Some(row) if !request.may_replace(row.status) => {
             return Err(StoreError::InProgress {
                 status: row.status,
                 operation_id: row.operation_id.clone(),
             });
         }
-        Some(row) => check_transition(row.status, status)?,
-        None => {}
-    }
+        Some(row) => {
+            check_transition(row.status, status)?;
+            Relation::Present(row)
+        }
+    };
 
     let mut tx = StoreTx::begin(db).await?;
-    let outcome = record(&mut tx, request, existing.as_ref(), status, step).await;
+    let outcome = record(&mut tx, request, relation, status, step).await;
     tx.finish(outcome).await
 }
 
@@ -124,50 +151,16 @@ pub async fn submit(db: &Db, request: &NewRequest) -> Result<Submitted, StoreErr
 async fn record(
     tx: &mut StoreTx,
     request: &NewRequest,
-    existing: Option<&BindingRow>,
+    relation: Relation<'_>,
     status: BindingStatus,
     step: StepStatus,
 ) -> Result<Submitted, StoreError> {
     let operation_id = request.operation_id.as_string();
-    if let Some(claim) = &request.idempotency {
-        let claimed = insert_idempotency(
-            tx.db(),
-            &NewIdempotency {
-                requester: &request.requested_by,
-                key: &claim.key,
-                request_hash: &claim.request_hash,
-                operation_id: &operation_id,
-                ttl_ms: claim.ttl_ms,
-            },
-        )
-        .await;
-        match claimed {
-            Err(err) if is_unique_violation(&err) => return Err(StoreError::DuplicateKey),
-            other => other?,
-        }
-    }
     let params = request.params.to_string();
-    let inserted = insert_operation(
-        tx.db(),
-        &NewOperation {
-            operation_id: &operation_id,
-            kind: request.kind,
-            subject_id: &request.subject_id,
-            target_key: &request.target_key,
-            requested_by: &request.requested_by,
-            flow_order: request.flow_order,
-            step,
-            params: &params,
-            reason: &request.reason,
-            expires_at: request.expires_at,
-        },
-    )
-    .await;
-    match inserted {
-        Err(err) if is_unique_violation(&err) => return Err(StoreError::DuplicateOperation),
-        other => other?,
-    }
-
+    let existing = match relation {
+        Relation::Present(row) => Some(row),
+        Relation::Unread | Relation::Absent => None,
+    };
     // A close keeps the applicant as the binding's requester, so the binding
     // stays in the applicant's list; the closer is on the operation.
     let (requested_by, binding_params, expires_at) = match (existing, request.kind) {
@@ -189,24 +182,28 @@ async fn record(
         params: binding_params,
         expires_at,
     };
-    match existing {
-        None => {
-            let inserted =
-                insert_binding(tx.db(), &request.subject_id, &request.target_key, &owner).await;
-            match inserted {
-                Err(err) if is_unique_violation(&err) => return Err(StoreError::Preempted),
-                other => other?,
-            }
+    let new_operation = NewOperation {
+        operation_id: &operation_id,
+        kind: request.kind,
+        subject_id: &request.subject_id,
+        target_key: &request.target_key,
+        requested_by: &request.requested_by,
+        flow_order: request.flow_order,
+        step,
+        params: &params,
+        reason: &request.reason,
+        expires_at: request.expires_at,
+    };
+    match relation {
+        Relation::Unread => {
+            claim_relation(tx, request, None, &owner).await?;
+            claim_ids(tx, request, &new_operation).await?;
         }
-        Some(BindingRow {
-            id,
-            status: read_status,
-            version,
-            ..
-        }) => {
-            if reset_binding(tx.db(), *id, *read_status, *version, &owner).await? != 1 {
-                return Err(StoreError::Preempted);
-            }
+        Relation::Absent | Relation::Present(_) => {
+            // Keys first: a reused key or operation id is answered as such,
+            // not as a lost race for the relation.
+            claim_ids(tx, request, &new_operation).await?;
+            claim_relation(tx, request, existing, &owner).await?;
         }
     }
 
@@ -268,4 +265,64 @@ async fn record(
         step,
         replaced: flip.from,
     })
+}
+
+/// Inserts the relation's row, or takes over the row read.
+async fn claim_relation(
+    tx: &mut StoreTx,
+    request: &NewRequest,
+    existing: Option<&BindingRow>,
+    owner: &BindingOwner<'_>,
+) -> Result<(), StoreError> {
+    match existing {
+        None => {
+            let inserted =
+                insert_binding(tx.db(), &request.subject_id, &request.target_key, owner).await;
+            match inserted {
+                Err(err) if is_unique_violation(&err) => Err(StoreError::Preempted),
+                other => Ok(other?),
+            }
+        }
+        Some(BindingRow {
+            id,
+            status: read_status,
+            version,
+            ..
+        }) => {
+            if reset_binding(tx.db(), *id, *read_status, *version, owner).await? != 1 {
+                return Err(StoreError::Preempted);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Inserts the idempotency record, if any, and the operation: either taken
+/// already is an answer of its own.
+async fn claim_ids(
+    tx: &mut StoreTx,
+    request: &NewRequest,
+    operation: &NewOperation<'_>,
+) -> Result<(), StoreError> {
+    if let Some(claim) = &request.idempotency {
+        let claimed = insert_idempotency(
+            tx.db(),
+            &NewIdempotency {
+                requester: &request.requested_by,
+                key: &claim.key,
+                request_hash: &claim.request_hash,
+                operation_id: operation.operation_id,
+                ttl_ms: claim.ttl_ms,
+            },
+        )
+        .await;
+        match claimed {
+            Err(err) if is_unique_violation(&err) => return Err(StoreError::DuplicateKey),
+            other => other?,
+        }
+    }
+    match insert_operation(tx.db(), operation).await {
+        Err(err) if is_unique_violation(&err) => Err(StoreError::DuplicateOperation),
+        other => Ok(other?),
+    }
 }

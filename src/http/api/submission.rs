@@ -76,12 +76,6 @@ pub async fn submit(
         }
     }
 
-    let requester = request.requested_by.clone();
-    if let Some(claim) = &request.idempotency
-        && let Some(found) = get_idempotency(db, &requester, &claim.key).await?
-    {
-        return replay(db, &found, &claim.request_hash).await;
-    }
     // A place for the work is taken before the request is recorded: with no
     // room, the request is recorded as busy in the same transaction.
     let reservation = state.executor.reserve();
@@ -89,27 +83,24 @@ pub async fn submit(
         busy: reservation.is_none(),
         ..request
     };
+    // A repeated key is not looked up first: the common request is new, and
+    // a repeat loses on the database's unique keys with nothing written.
     let mut outcome = state.submissions.submit(db, request.clone()).await;
-    // The key is held by an expired record the cleanup job has not removed
-    // yet: remove it and try once more (rare, so kept off the common path).
-    if let (Some(claim), Err(StoreError::DuplicateKey)) = (&request.idempotency, &outcome)
-        && delete_expired_key(db, &requester, &claim.key).await? > 0
-    {
-        outcome = store::submit(db, &request).await;
-    }
-    // A concurrent duplicate may lose on the key, on the relation (its
-    // winner already holds the row) or in a lock race: re-read the key.
-    let lost_race = match &outcome {
-        Err(StoreError::DuplicateKey | StoreError::InProgress { .. } | StoreError::Preempted) => {
-            true
+    if let Some(claim) = &request.idempotency {
+        let requester = &request.requested_by;
+        if let Some(winner) = winner_of(db, requester, claim, &outcome).await? {
+            return Ok(winner);
         }
-        Err(StoreError::Db(err)) => is_retryable_conflict(err),
-        _ => false,
-    };
-    if let (true, Some(claim)) = (lost_race, &request.idempotency)
-        && let Some(found) = get_idempotency(db, &requester, &claim.key).await?
-    {
-        return replay(db, &found, &claim.request_hash).await;
+        // The key is held by an expired record the cleanup job has not
+        // removed yet: remove it and try once more.
+        if matches!(outcome, Err(StoreError::DuplicateKey))
+            && delete_expired_key(db, requester, &claim.key).await? > 0
+        {
+            outcome = store::submit(db, &request).await;
+            if let Some(winner) = winner_of(db, requester, claim, &outcome).await? {
+                return Ok(winner);
+            }
+        }
     }
     match outcome {
         Ok(submitted) => Ok(accepted(&request, &submitted, reservation)),
@@ -258,6 +249,31 @@ fn hex_sha256(value: &Value) -> String {
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect()
+}
+
+/// The answer of the request that holds the key, when `outcome` lost to it:
+/// a concurrent duplicate may lose on the key, on the relation (its winner
+/// already holds the row) or in a lock race.
+async fn winner_of(
+    db: &Db,
+    requester: &str,
+    claim: &IdempotencyClaim,
+    outcome: &Result<store::Submitted, StoreError>,
+) -> ApiResult<Option<Accepted>> {
+    let lost_race = match outcome {
+        Err(StoreError::DuplicateKey | StoreError::InProgress { .. } | StoreError::Preempted) => {
+            true
+        }
+        Err(StoreError::Db(err)) => is_retryable_conflict(err),
+        _ => false,
+    };
+    if !lost_race {
+        return Ok(None);
+    }
+    match get_idempotency(db, requester, &claim.key).await? {
+        Some(found) => replay(db, &found, &claim.request_hash).await.map(Some),
+        None => Ok(None),
+    }
 }
 
 /// The answer to a repeated key: the original operation, or 422 when the
