@@ -3,6 +3,7 @@
 use chrono::NaiveDateTime;
 use sqlx::AssertSqlSafe;
 
+use super::statement::{SqlValue, Statement};
 use super::{Db, DbTx, dialect};
 use crate::domain::BindingStatus;
 use crate::{with_pool, with_tx};
@@ -71,25 +72,37 @@ pub async fn insert_bindings(
     tx: &mut DbTx,
     rows: &[(&str, &str, BindingOwner<'_>)],
 ) -> Result<(), sqlx::Error> {
-    let sql = format!(
-        "INSERT INTO binding (subject_id, target_key, operation_id, status, requested_by, \
-         params, expires_at) VALUES {}",
-        dialect::value_rows(rows, |_| "(?, ?, ?, ?, ?, ?, ?)".to_owned())
-    );
-    with_tx!(tx, |conn| {
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for (subject_id, target_key, owner) in rows {
-            query = query
-                .bind(*subject_id)
-                .bind(*target_key)
-                .bind(owner.operation_id)
-                .bind(owner.status.as_str())
-                .bind(owner.requested_by)
-                .bind(owner.params)
-                .bind(owner.expires_at);
-        }
-        query.execute(conn).await.map(|_| ())
-    })
+    insert_bindings_statement(rows)
+        .execute(tx)
+        .await
+        .map(|_| ())
+}
+
+/// The statement of [`insert_bindings`].
+pub fn insert_bindings_statement<'a>(
+    rows: &[(&'a str, &'a str, BindingOwner<'a>)],
+) -> Statement<'a> {
+    Statement {
+        sql: format!(
+            "INSERT INTO binding (subject_id, target_key, operation_id, status, requested_by, \
+             params, expires_at) VALUES {}",
+            dialect::value_rows(rows, |_| "(?, ?, ?, ?, ?, ?, ?)".to_owned())
+        ),
+        values: rows
+            .iter()
+            .flat_map(|(subject_id, target_key, owner)| {
+                [
+                    SqlValue::Text(subject_id),
+                    SqlValue::Text(target_key),
+                    SqlValue::Text(owner.operation_id),
+                    SqlValue::Text(owner.status.as_str()),
+                    SqlValue::Text(owner.requested_by),
+                    SqlValue::Text(owner.params),
+                    SqlValue::OptTime(owner.expires_at),
+                ]
+            })
+            .collect(),
+    }
 }
 
 /// The rows of the given relations that exist, in one read.

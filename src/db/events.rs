@@ -1,11 +1,11 @@
 //! `event`: the transactional outbox of binding status flips.
 
 use chrono::NaiveDateTime;
-use sqlx::AssertSqlSafe;
 
+use super::statement::{SqlValue, Statement};
 use super::{Db, DbTx, dialect};
 use crate::domain::BindingStatus;
-use crate::{with_pool, with_tx};
+use crate::with_pool;
 
 /// Event type of a binding status change.
 pub const BINDING_STATUS_CHANGED: &str = "binding.status_changed";
@@ -59,25 +59,35 @@ pub async fn append_event(tx: &mut DbTx, event: &NewEvent<'_>) -> Result<(), sql
 
 /// Appends several events in one statement, in order.
 pub async fn append_events(tx: &mut DbTx, events: &[NewEvent<'_>]) -> Result<(), sqlx::Error> {
-    let sql = format!(
-        "INSERT INTO event (event_type, operation_id, subject_id, target_key, from_status, \
-         to_status, payload) VALUES {}",
-        dialect::value_rows(events, |_| "(?, ?, ?, ?, ?, ?, ?)".to_owned())
-    );
-    with_tx!(tx, |conn| {
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for event in events {
-            query = query
-                .bind(event.event_type)
-                .bind(event.operation_id)
-                .bind(event.subject_id)
-                .bind(event.target_key)
-                .bind(event.from_status.map(BindingStatus::as_str))
-                .bind(event.to_status.as_str())
-                .bind(event.payload);
-        }
-        query.execute(conn).await.map(|_| ())
-    })
+    append_events_statement(events)
+        .execute(tx)
+        .await
+        .map(|_| ())
+}
+
+/// The statement of [`append_events`].
+pub fn append_events_statement<'a>(events: &[NewEvent<'a>]) -> Statement<'a> {
+    Statement {
+        sql: format!(
+            "INSERT INTO event (event_type, operation_id, subject_id, target_key, from_status, \
+             to_status, payload) VALUES {}",
+            dialect::value_rows(events, |_| "(?, ?, ?, ?, ?, ?, ?)".to_owned())
+        ),
+        values: events
+            .iter()
+            .flat_map(|event| {
+                [
+                    SqlValue::Text(event.event_type),
+                    SqlValue::Text(event.operation_id),
+                    SqlValue::Text(event.subject_id),
+                    SqlValue::Text(event.target_key),
+                    SqlValue::OptText(event.from_status.map(BindingStatus::as_str)),
+                    SqlValue::Text(event.to_status.as_str()),
+                    SqlValue::Text(event.payload),
+                ]
+            })
+            .collect(),
+    }
 }
 
 /// An operation's events, oldest first.

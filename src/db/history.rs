@@ -5,9 +5,10 @@ use std::collections::HashMap;
 use chrono::NaiveDateTime;
 use sqlx::AssertSqlSafe;
 
+use super::statement::{SqlValue, Statement};
 use super::{Db, DbTx, dialect};
 use crate::domain::{BindingStatus, StepStatus};
-use crate::{with_pool, with_tx};
+use crate::with_pool;
 
 /// One recorded change. Never updated or deleted.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -65,26 +66,36 @@ pub async fn append_history_rows(
     tx: &mut DbTx,
     entries: &[NewHistory<'_>],
 ) -> Result<(), sqlx::Error> {
-    let sql = format!(
-        "INSERT INTO operation_history (operation_id, from_step, to_step, from_status, \
-         to_status, operation_version, actor, message) VALUES {}",
-        dialect::value_rows(entries, |_| "(?, ?, ?, ?, ?, ?, ?, ?)".to_owned())
-    );
-    with_tx!(tx, |conn| {
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for entry in entries {
-            query = query
-                .bind(entry.operation_id)
-                .bind(entry.from_step.map(StepStatus::code))
-                .bind(entry.to_step.code())
-                .bind(entry.from_status.map(BindingStatus::as_str))
-                .bind(entry.to_status.map(BindingStatus::as_str))
-                .bind(entry.operation_version)
-                .bind(entry.actor)
-                .bind(entry.message);
-        }
-        query.execute(conn).await.map(|_| ())
-    })
+    append_history_statement(entries)
+        .execute(tx)
+        .await
+        .map(|_| ())
+}
+
+/// The statement of [`append_history_rows`].
+pub fn append_history_statement<'a>(entries: &[NewHistory<'a>]) -> Statement<'a> {
+    Statement {
+        sql: format!(
+            "INSERT INTO operation_history (operation_id, from_step, to_step, from_status, \
+             to_status, operation_version, actor, message) VALUES {}",
+            dialect::value_rows(entries, |_| "(?, ?, ?, ?, ?, ?, ?, ?)".to_owned())
+        ),
+        values: entries
+            .iter()
+            .flat_map(|entry| {
+                [
+                    SqlValue::Text(entry.operation_id),
+                    SqlValue::OptInt(entry.from_step.map(|step| step.code().into())),
+                    SqlValue::Int(entry.to_step.code().into()),
+                    SqlValue::OptText(entry.from_status.map(BindingStatus::as_str)),
+                    SqlValue::OptText(entry.to_status.map(BindingStatus::as_str)),
+                    SqlValue::Int(entry.operation_version),
+                    SqlValue::Text(entry.actor),
+                    SqlValue::OptText(entry.message),
+                ]
+            })
+            .collect(),
+    }
 }
 
 /// An operation's history, oldest first.

@@ -2,8 +2,9 @@
 
 use sqlx::AssertSqlSafe;
 
-use super::{Db, DbTx, dialect};
-use crate::{with_pool, with_tx};
+use super::statement::{SqlValue, Statement};
+use super::{Backend, Db, DbTx, dialect};
+use crate::with_pool;
 
 /// A live (unexpired) record.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -45,24 +46,37 @@ pub async fn insert_idempotency_rows(
     tx: &mut DbTx,
     rows: &[NewIdempotency<'_>],
 ) -> Result<(), sqlx::Error> {
-    let expires_at = dialect::now_plus_ms(tx.backend());
-    let sql = format!(
-        "INSERT INTO idempotency_record (requester, idempotency_key, request_hash, operation_id, \
-         expires_at) VALUES {}",
-        dialect::value_rows(rows, |_| format!("(?, ?, ?, ?, {expires_at})"))
-    );
-    with_tx!(tx, |conn| {
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for new in rows {
-            query = query
-                .bind(new.requester)
-                .bind(new.key)
-                .bind(new.request_hash)
-                .bind(new.operation_id)
-                .bind(new.ttl_ms);
-        }
-        query.execute(conn).await.map(|_| ())
-    })
+    insert_idempotency_statement(tx.backend(), rows)
+        .execute(tx)
+        .await
+        .map(|_| ())
+}
+
+/// The statement of [`insert_idempotency_rows`].
+pub fn insert_idempotency_statement<'a>(
+    backend: Backend,
+    rows: &[NewIdempotency<'a>],
+) -> Statement<'a> {
+    let expires_at = dialect::now_plus_ms(backend);
+    Statement {
+        sql: format!(
+            "INSERT INTO idempotency_record (requester, idempotency_key, request_hash, \
+             operation_id, expires_at) VALUES {}",
+            dialect::value_rows(rows, |_| format!("(?, ?, ?, ?, {expires_at})"))
+        ),
+        values: rows
+            .iter()
+            .flat_map(|new| {
+                [
+                    SqlValue::Text(new.requester),
+                    SqlValue::Text(new.key),
+                    SqlValue::Text(new.request_hash),
+                    SqlValue::Text(new.operation_id),
+                    SqlValue::Int(new.ttl_ms),
+                ]
+            })
+            .collect(),
+    }
 }
 
 /// The unexpired record of a key, if any.

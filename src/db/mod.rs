@@ -17,6 +17,8 @@ pub mod leases;
 mod open;
 pub mod operations;
 mod readiness;
+pub mod script;
+pub mod statement;
 mod tx;
 pub mod webhook_deliveries;
 pub mod webhook_endpoints;

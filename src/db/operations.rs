@@ -3,6 +3,7 @@
 use chrono::NaiveDateTime;
 use sqlx::AssertSqlSafe;
 
+use super::statement::{SqlValue, Statement};
 use super::{Backend, Db, DbTx, dialect};
 use crate::config::resolve::FlowOrder;
 use crate::domain::{BindingStatus, OperationKind, StepStatus};
@@ -95,32 +96,44 @@ pub async fn insert_operations(
     tx: &mut DbTx,
     rows: &[NewOperation<'_>],
 ) -> Result<(), sqlx::Error> {
-    let backend = tx.backend();
-    let sql = format!(
-        "INSERT INTO operation (operation_id, kind, subject_id, target_key, requested_by, \
-         flow_order, step_code, params, reason, expires_at, due_at) VALUES {}",
-        dialect::value_rows(rows, |new| format!(
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {})",
-            due_at_of(backend, new.step)
-        ))
-    );
-    with_tx!(tx, |conn| {
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for new in rows {
-            query = query
-                .bind(new.operation_id)
-                .bind(new.kind.as_str())
-                .bind(new.subject_id)
-                .bind(new.target_key)
-                .bind(new.requested_by)
-                .bind(new.flow_order.as_str())
-                .bind(new.step.code())
-                .bind(new.params)
-                .bind(new.reason)
-                .bind(new.expires_at);
-        }
-        query.execute(conn).await.map(|_| ())
-    })
+    insert_operations_statement(tx.backend(), rows)
+        .execute(tx)
+        .await
+        .map(|_| ())
+}
+
+/// The statement of [`insert_operations`].
+pub fn insert_operations_statement<'a>(
+    backend: Backend,
+    rows: &[NewOperation<'a>],
+) -> Statement<'a> {
+    Statement {
+        sql: format!(
+            "INSERT INTO operation (operation_id, kind, subject_id, target_key, requested_by, \
+             flow_order, step_code, params, reason, expires_at, due_at) VALUES {}",
+            dialect::value_rows(rows, |new| format!(
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {})",
+                due_at_of(backend, new.step)
+            ))
+        ),
+        values: rows
+            .iter()
+            .flat_map(|new| {
+                [
+                    SqlValue::Text(new.operation_id),
+                    SqlValue::Text(new.kind.as_str()),
+                    SqlValue::Text(new.subject_id),
+                    SqlValue::Text(new.target_key),
+                    SqlValue::Text(new.requested_by),
+                    SqlValue::Text(new.flow_order.as_str()),
+                    SqlValue::Int(new.step.code().into()),
+                    SqlValue::Text(new.params),
+                    SqlValue::Text(new.reason),
+                    SqlValue::OptTime(new.expires_at),
+                ]
+            })
+            .collect(),
+    }
 }
 
 /// Reads an operation and locks it for the transaction (the first lock of

@@ -68,10 +68,13 @@ fn event_payload(flip: &Flip, step: crate::domain::StepStatus) -> String {
 
 /// Counts a committed flip. Labels are fixed status names: bounded cardinality.
 fn count_flip(tx: &mut StoreTx, flip: &Flip) {
-    let from = flip.from.map_or("NONE", BindingStatus::as_str);
-    let to = flip.to.as_str();
-    tx.after_commit(move || {
-        metrics::counter!("changegate_binding_transitions_total", "from" => from, "to" => to)
-            .increment(1);
-    });
+    let (from, to) = (flip.from, flip.to);
+    tx.after_commit(move || count_committed_flip(from, to));
+}
+
+/// Counts a flip whose transaction has committed.
+fn count_committed_flip(from: Option<BindingStatus>, to: BindingStatus) {
+    let from = from.map_or("NONE", BindingStatus::as_str);
+    metrics::counter!("changegate_binding_transitions_total", "from" => from, "to" => to.as_str())
+        .increment(1);
 }

@@ -3,14 +3,19 @@
 
 use chrono::NaiveDateTime;
 
-use super::{Change, Flip, StoreError, StoreTx, count_flip, event_payload, transition_in};
+use super::{
+    Change, Flip, StoreError, StoreTx, count_committed_flip, count_flip, event_payload,
+    transition_in,
+};
 use crate::config::resolve::FlowOrder;
-use crate::db::bindings::{BindingOwner, BindingRow, get_binding, insert_binding, reset_binding};
-use crate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_event};
-use crate::db::history::{NewHistory, append_history};
-use crate::db::idempotency::{NewIdempotency, insert_idempotency};
-use crate::db::operations::{NewOperation, insert_operation};
-use crate::db::{Db, is_unique_violation};
+use crate::db::bindings::{
+    BindingOwner, BindingRow, get_binding, insert_binding, insert_bindings_statement, reset_binding,
+};
+use crate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_event, append_events_statement};
+use crate::db::history::{NewHistory, append_history, append_history_statement};
+use crate::db::idempotency::{NewIdempotency, insert_idempotency, insert_idempotency_statement};
+use crate::db::operations::{NewOperation, insert_operation, insert_operations_statement};
+use crate::db::{Db, is_unique_violation, script};
 use crate::domain::{BindingStatus, OperationId, OperationKind, StepStatus, check_transition};
 
 /// A validated request to record.
@@ -96,21 +101,8 @@ impl NewRequest {
     }
 }
 
-/// What [`record`] knows of the relation's row.
-#[derive(Clone, Copy)]
-enum Relation<'a> {
-    /// Not read: the row is expected not to exist, and its INSERT is the
-    /// transaction's first statement, so when it exists only that one
-    /// statement was run before the rollback.
-    Unread,
-    /// Read, and absent.
-    Absent,
-    /// Read, and this is it.
-    Present(&'a BindingRow),
-}
-
 /// Records `request`. A first apply for a relation, the common case, is
-/// written without reading the relation first ([`Relation::Unread`]).
+/// written without reading the relation first ([`write_first_apply`]).
 /// Otherwise the row is read without a lock and the write names exactly the
 /// status and version read, so of several concurrent submissions for one
 /// relation exactly one wins and the others get [`StoreError::Preempted`]
@@ -118,49 +110,178 @@ enum Relation<'a> {
 pub async fn submit(db: &Db, request: &NewRequest) -> Result<Submitted, StoreError> {
     let (status, step) = request.start();
     if request.kind == OperationKind::Apply {
-        let mut tx = StoreTx::begin(db).await?;
-        let outcome = record(&mut tx, request, Relation::Unread, status, step).await;
-        match tx.finish(outcome).await {
+        match write_first_apply(db, request, status, step).await {
             Err(StoreError::Preempted) => {}
             other => return other,
         }
     }
 
     let existing = get_binding(db, &request.subject_id, &request.target_key).await?;
-    let relation = match &existing {
+    match &existing {
         None if request.kind == OperationKind::Close => return Err(StoreError::NotFound),
-        None => Relation::Absent,
         Some(row) if !request.may_replace(row.status) => {
             return Err(StoreError::InProgress {
                 status: row.status,
                 operation_id: row.operation_id.clone(),
             });
         }
-        Some(row) => {
-            check_transition(row.status, status)?;
-            Relation::Present(row)
-        }
-    };
+        Some(row) => check_transition(row.status, status)?,
+        None => {}
+    }
 
     let mut tx = StoreTx::begin(db).await?;
-    let outcome = record(&mut tx, request, relation, status, step).await;
+    let outcome = record(&mut tx, request, existing.as_ref(), status, step).await;
     tx.finish(outcome).await
 }
 
-/// The writes of [`submit`], inside its transaction.
-async fn record(
-    tx: &mut StoreTx,
+/// Which unique key a write claims, so that losing it is told apart from a
+/// failure.
+#[derive(Clone, Copy)]
+enum Claim {
+    /// The relation's row: it exists, or another request just took it.
+    Relation,
+    /// The idempotency key.
+    Key,
+    /// The operation id.
+    Operation,
+    /// Nothing unique.
+    Nothing,
+}
+
+impl Claim {
+    fn failed(self, err: sqlx::Error) -> StoreError {
+        let lost = match self {
+            Self::Relation => StoreError::Preempted,
+            Self::Key => StoreError::DuplicateKey,
+            Self::Operation => StoreError::DuplicateOperation,
+            Self::Nothing => return StoreError::Db(err),
+        };
+        if is_unique_violation(&err) { lost } else { StoreError::Db(err) }
+    }
+}
+
+/// Writes a first apply for a relation, expecting it has no row. The
+/// binding INSERT comes first, so when the row exists only that statement
+/// ran before the rollback ([`StoreError::Preempted`]). On MySQL the writes
+/// go as one [`script`] (one round trip instead of seven).
+async fn write_first_apply(
+    db: &Db,
     request: &NewRequest,
-    relation: Relation<'_>,
     status: BindingStatus,
     step: StepStatus,
 ) -> Result<Submitted, StoreError> {
     let operation_id = request.operation_id.as_string();
     let params = request.params.to_string();
-    let existing = match relation {
-        Relation::Present(row) => Some(row),
-        Relation::Unread | Relation::Absent => None,
+    let flip = Flip {
+        operation_id: operation_id.clone(),
+        subject_id: request.subject_id.clone(),
+        target_key: request.target_key.clone(),
+        from: None,
+        to: status,
     };
+    let payload = event_payload(&flip, step);
+    let owner = BindingOwner {
+        operation_id: &operation_id,
+        status,
+        requested_by: &request.requested_by,
+        params: &params,
+        expires_at: request.expires_at,
+    };
+    let mut writes = vec![(
+        Claim::Relation,
+        insert_bindings_statement(&[(&request.subject_id, &request.target_key, owner)]),
+    )];
+    if let Some(claim) = &request.idempotency {
+        let key = NewIdempotency {
+            requester: &request.requested_by,
+            key: &claim.key,
+            request_hash: &claim.request_hash,
+            operation_id: &operation_id,
+            ttl_ms: claim.ttl_ms,
+        };
+        writes.push((
+            Claim::Key,
+            insert_idempotency_statement(db.backend(), &[key]),
+        ));
+    }
+    let operation = NewOperation {
+        operation_id: &operation_id,
+        kind: request.kind,
+        subject_id: &request.subject_id,
+        target_key: &request.target_key,
+        requested_by: &request.requested_by,
+        flow_order: request.flow_order,
+        step,
+        params: &params,
+        reason: &request.reason,
+        expires_at: request.expires_at,
+    };
+    writes.push((
+        Claim::Operation,
+        insert_operations_statement(db.backend(), &[operation]),
+    ));
+    writes.push((
+        Claim::Nothing,
+        append_events_statement(&[NewEvent {
+            event_type: BINDING_STATUS_CHANGED,
+            operation_id: &operation_id,
+            subject_id: &request.subject_id,
+            target_key: &request.target_key,
+            from_status: None,
+            to_status: status,
+            payload: &payload,
+        }]),
+    ));
+    writes.push((
+        Claim::Nothing,
+        append_history_statement(&[first_history(request, &operation_id, None, status, step)]),
+    ));
+
+    if let Db::MySql(pool) = db
+        && !request.busy
+    {
+        let (claims, statements): (Vec<Claim>, Vec<_>) = writes.into_iter().unzip();
+        script::run_transaction(pool, &statements)
+            .await
+            .map_err(|failure| {
+                let claim = failure.statement.and_then(|index| claims.get(index).copied());
+                claim.unwrap_or(Claim::Nothing).failed(failure.error)
+            })?;
+        count_committed_flip(flip.from, flip.to);
+        return Ok(Submitted {
+            status,
+            step,
+            replaced: None,
+        });
+    }
+
+    let mut tx = StoreTx::begin(db).await?;
+    let outcome = async {
+        for (claim, statement) in writes {
+            statement
+                .execute(tx.db())
+                .await
+                .map_err(|err| claim.failed(err))?;
+        }
+        count_flip(&mut tx, &flip);
+        refuse_if_busy(&mut tx, request, &flip, status, step).await
+    }
+    .await;
+    tx.finish(outcome).await
+}
+
+/// The writes of [`submit`] for a relation whose row was read, inside its
+/// transaction: keys first, so that a reused key or operation id is
+/// answered as such, not as a lost race for the relation.
+async fn record(
+    tx: &mut StoreTx,
+    request: &NewRequest,
+    existing: Option<&BindingRow>,
+    status: BindingStatus,
+    step: StepStatus,
+) -> Result<Submitted, StoreError> {
+    let operation_id = request.operation_id.as_string();
+    let params = request.params.to_string();
     // A close keeps the applicant as the binding's requester, so the binding
     // stays in the applicant's list; the closer is on the operation.
     let (requested_by, binding_params, expires_at) = match (existing, request.kind) {
@@ -194,18 +315,8 @@ async fn record(
         reason: &request.reason,
         expires_at: request.expires_at,
     };
-    match relation {
-        Relation::Unread => {
-            claim_relation(tx, request, None, &owner).await?;
-            claim_ids(tx, request, &new_operation).await?;
-        }
-        Relation::Absent | Relation::Present(_) => {
-            // Keys first: a reused key or operation id is answered as such,
-            // not as a lost race for the relation.
-            claim_ids(tx, request, &new_operation).await?;
-            claim_relation(tx, request, existing, &owner).await?;
-        }
-    }
+    claim_ids(tx, request, &new_operation).await?;
+    claim_relation(tx, request, existing, &owner).await?;
 
     let flip = Flip {
         operation_id: operation_id.clone(),
@@ -229,40 +340,63 @@ async fn record(
     .await?;
     append_history(
         tx.db(),
-        &NewHistory {
-            operation_id: &operation_id,
-            from_step: None,
-            to_step: step,
-            from_status: flip.from,
-            to_status: Some(status),
-            operation_version: 1,
-            actor: &request.requested_by,
-            message: None,
-        },
+        &first_history(request, &operation_id, flip.from, status, step),
     )
     .await?;
     count_flip(tx, &flip);
-    if request.busy {
-        let refused = match request.kind {
-            OperationKind::Apply => BindingStatus::BusyRejected,
-            OperationKind::Close => BindingStatus::CloseFailed,
-        };
-        let change = Change {
-            step: StepStatus::BusyRejected,
-            message: Some("changegate was too busy to start this request; submit it again"),
-            actor: "executor",
-        };
-        transition_in(tx, &operation_id, 1, Some(refused), change).await?;
-        metrics::counter!("changegate_executor_rejected_total").increment(1);
+    refuse_if_busy(tx, request, &flip, status, step).await
+}
+
+/// The operation's first history entry.
+fn first_history<'a>(
+    request: &'a NewRequest,
+    operation_id: &'a str,
+    from: Option<BindingStatus>,
+    status: BindingStatus,
+    step: StepStatus,
+) -> NewHistory<'a> {
+    NewHistory {
+        operation_id,
+        from_step: None,
+        to_step: step,
+        from_status: from,
+        to_status: Some(status),
+        operation_version: 1,
+        actor: &request.requested_by,
+        message: None,
+    }
+}
+
+/// A request the workers had no room for is refused in its own
+/// transaction, re-appliable, never left "processing".
+async fn refuse_if_busy(
+    tx: &mut StoreTx,
+    request: &NewRequest,
+    flip: &Flip,
+    status: BindingStatus,
+    step: StepStatus,
+) -> Result<Submitted, StoreError> {
+    if !request.busy {
         return Ok(Submitted {
-            status: refused,
-            step: StepStatus::BusyRejected,
+            status,
+            step,
             replaced: flip.from,
         });
     }
+    let refused = match request.kind {
+        OperationKind::Apply => BindingStatus::BusyRejected,
+        OperationKind::Close => BindingStatus::CloseFailed,
+    };
+    let change = Change {
+        step: StepStatus::BusyRejected,
+        message: Some("changegate was too busy to start this request; submit it again"),
+        actor: "executor",
+    };
+    transition_in(tx, &flip.operation_id, 1, Some(refused), change).await?;
+    metrics::counter!("changegate_executor_rejected_total").increment(1);
     Ok(Submitted {
-        status,
-        step,
+        status: refused,
+        step: StepStatus::BusyRejected,
         replaced: flip.from,
     })
 }
