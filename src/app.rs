@@ -159,7 +159,7 @@ impl Application {
             merge_queue,
             // Two groups at a time: SQLite's one writer writes one group
             // while the next reads its relations.
-            submissions: SubmissionQueue::start(2),
+            submissions: SubmissionQueue::start(),
         });
         Ok(Self {
             listener,

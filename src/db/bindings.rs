@@ -63,22 +63,14 @@ pub async fn insert_binding(
     target_key: &str,
     owner: &BindingOwner<'_>,
 ) -> Result<(), sqlx::Error> {
-    insert_bindings(tx, &[(subject_id, target_key, owner.clone())]).await
-}
-
-/// Inserts the first rows of several relations in one statement; a unique
-/// violation on any of them inserts none.
-pub async fn insert_bindings(
-    tx: &mut DbTx,
-    rows: &[(&str, &str, BindingOwner<'_>)],
-) -> Result<(), sqlx::Error> {
-    insert_bindings_statement(rows)
+    insert_bindings_statement(&[(subject_id, target_key, owner.clone())])
         .execute(tx)
         .await
         .map(|_| ())
 }
 
-/// The statement of [`insert_bindings`].
+/// The INSERT of the first rows of relations, one statement for all; a
+/// unique violation on any of them inserts none.
 pub fn insert_bindings_statement<'a>(
     rows: &[(&'a str, &'a str, BindingOwner<'a>)],
 ) -> Statement<'a> {

@@ -54,18 +54,13 @@ pub struct NewEvent<'a> {
 
 /// Appends one event, in the caller's transaction.
 pub async fn append_event(tx: &mut DbTx, event: &NewEvent<'_>) -> Result<(), sqlx::Error> {
-    append_events(tx, std::slice::from_ref(event)).await
-}
-
-/// Appends several events in one statement, in order.
-pub async fn append_events(tx: &mut DbTx, events: &[NewEvent<'_>]) -> Result<(), sqlx::Error> {
-    append_events_statement(events)
+    append_events_statement(std::slice::from_ref(event))
         .execute(tx)
         .await
         .map(|_| ())
 }
 
-/// The statement of [`append_events`].
+/// The INSERT of events, in order, one statement for all.
 pub fn append_events_statement<'a>(events: &[NewEvent<'a>]) -> Statement<'a> {
     Statement {
         sql: format!(

@@ -58,21 +58,13 @@ pub struct NewHistory<'a> {
 
 /// Appends one entry.
 pub async fn append_history(tx: &mut DbTx, entry: &NewHistory<'_>) -> Result<(), sqlx::Error> {
-    append_history_rows(tx, std::slice::from_ref(entry)).await
-}
-
-/// Appends several history entries in one statement, in order.
-pub async fn append_history_rows(
-    tx: &mut DbTx,
-    entries: &[NewHistory<'_>],
-) -> Result<(), sqlx::Error> {
-    append_history_statement(entries)
+    append_history_statement(std::slice::from_ref(entry))
         .execute(tx)
         .await
         .map(|_| ())
 }
 
-/// The statement of [`append_history_rows`].
+/// The INSERT of history entries, in order, one statement for all.
 pub fn append_history_statement<'a>(entries: &[NewHistory<'a>]) -> Statement<'a> {
     Statement {
         sql: format!(

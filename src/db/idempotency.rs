@@ -37,22 +37,14 @@ pub async fn insert_idempotency(
     tx: &mut DbTx,
     new: &NewIdempotency<'_>,
 ) -> Result<(), sqlx::Error> {
-    insert_idempotency_rows(tx, std::slice::from_ref(new)).await
-}
-
-/// Claims several keys in one statement; a unique violation on any of them
-/// inserts none.
-pub async fn insert_idempotency_rows(
-    tx: &mut DbTx,
-    rows: &[NewIdempotency<'_>],
-) -> Result<(), sqlx::Error> {
-    insert_idempotency_statement(tx.backend(), rows)
+    insert_idempotency_statement(tx.backend(), std::slice::from_ref(new))
         .execute(tx)
         .await
         .map(|_| ())
 }
 
-/// The statement of [`insert_idempotency_rows`].
+/// The INSERT of keys, one statement for all; a unique violation on
+/// any of them inserts none.
 pub fn insert_idempotency_statement<'a>(
     backend: Backend,
     rows: &[NewIdempotency<'a>],

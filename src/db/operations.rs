@@ -87,22 +87,14 @@ pub struct NewOperation<'a> {
 
 /// Inserts an operation at version 1. A duplicate `operation_id` is a unique violation.
 pub async fn insert_operation(tx: &mut DbTx, new: &NewOperation<'_>) -> Result<(), sqlx::Error> {
-    insert_operations(tx, std::slice::from_ref(new)).await
-}
-
-/// Inserts several operations in one statement; a unique violation on any
-/// of them inserts none.
-pub async fn insert_operations(
-    tx: &mut DbTx,
-    rows: &[NewOperation<'_>],
-) -> Result<(), sqlx::Error> {
-    insert_operations_statement(tx.backend(), rows)
+    insert_operations_statement(tx.backend(), std::slice::from_ref(new))
         .execute(tx)
         .await
         .map(|_| ())
 }
 
-/// The statement of [`insert_operations`].
+/// The INSERT of operations, one statement for all; a unique violation on
+/// any of them inserts none.
 pub fn insert_operations_statement<'a>(
     backend: Backend,
     rows: &[NewOperation<'a>],

@@ -1,10 +1,12 @@
-//! Group commit of new requests on SQLite: submissions that arrive while
-//! others are being written are recorded together, in one transaction with
-//! one multi-row INSERT per table.
+//! Group commit of new requests: submissions that arrive while others are
+//! being written are recorded together, in one transaction with one
+//! multi-row INSERT per table.
 //!
 //! SQLite has a single writer connection, so transactions take turns: a
 //! request written alone holds the writer for its own `BEGIN`, five INSERTs
-//! and `COMMIT`. Written as a group, many requests share one turn.
+//! and `COMMIT`. Written as a group, many requests share one turn. On MySQL
+//! a group is one [`script`] (one round trip), and the database parses,
+//! locks and commits once per group instead of once per request.
 //!
 //! Only the common case is grouped: a first request for a relation, not
 //! refused as busy. Anything else, and any group whose transaction fails
@@ -18,17 +20,25 @@ use std::sync::Arc;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::submit::{NewRequest, Submitted, submit};
-use super::{Flip, StoreError, StoreTx, count_flip, event_payload};
-use crate::db::bindings::{BindingOwner, get_bindings, insert_bindings};
-use crate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_events};
-use crate::db::history::{NewHistory, append_history_rows};
-use crate::db::idempotency::{NewIdempotency, insert_idempotency_rows};
-use crate::db::operations::{NewOperation, insert_operations};
-use crate::db::{Backend, Db};
-use crate::domain::OperationKind;
+use super::{Flip, StoreError, StoreTx, count_committed_flip, count_flip, event_payload};
+use crate::db::bindings::{BindingOwner, get_bindings, insert_bindings_statement};
+use crate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_events_statement};
+use crate::db::history::{NewHistory, append_history_statement};
+use crate::db::idempotency::{NewIdempotency, insert_idempotency_statement};
+use crate::db::operations::{NewOperation, insert_operations_statement};
+use crate::db::statement::Statement;
+use crate::db::{Backend, Db, script};
+use crate::domain::{BindingStatus, OperationKind, StepStatus};
 
 /// The most requests written in one transaction.
 const MAX_GROUP: usize = 32;
+/// Groups written at once on SQLite: its one writer connection takes them in
+/// turn, so one is written while the next one forms.
+const SQLITE_WRITERS: usize = 2;
+/// Groups written at once on MySQL, which runs transactions side by side.
+/// More made groups smaller without more throughput: with 8, accepted
+/// submissions per second fell by a fifth in `benches/api_load.rs`.
+const MYSQL_WRITERS: usize = 4;
 
 /// Takes submissions and records them, in groups when they arrive together.
 #[derive(Clone)]
@@ -43,28 +53,20 @@ struct Pending {
 }
 
 impl SubmissionQueue {
-    /// Starts the writer, which writes up to `writers` groups at once. It
-    /// stops when the last handle is dropped, after the submissions queued.
-    pub fn start(writers: usize) -> Self {
-        let writers = writers.max(1);
-        let (sender, receiver) = mpsc::channel(MAX_GROUP * writers);
-        tokio::spawn(collect(receiver, Arc::new(Semaphore::new(writers))));
+    /// Starts the writer. It stops when the last handle is dropped, after
+    /// the submissions queued.
+    pub fn start() -> Self {
+        let (sender, receiver) = mpsc::channel(MAX_GROUP * MYSQL_WRITERS);
+        tokio::spawn(collect(receiver));
         Self { sender }
     }
 
-    /// Records `request` with the same outcome as [`submit`]: on SQLite in a
-    /// group, on MySQL on its own.
+    /// Records `request`, in a group, with the same outcome as [`submit`].
     ///
-    /// SQLite has one writer connection, so its transactions run one after
-    /// another and grouping them multiplied accepted submissions per second
-    /// (about 1,400 to 3,100–4,400 in `benches/api_load.rs`). MySQL already
-    /// runs transactions side by side; there groups only made requests wait
-    /// for each other: throughput stayed the same and the 99th percentile
-    /// went from 60 ms to 280 ms.
+    /// In `benches/api_load.rs`, grouping took SQLite from about 1,400 to
+    /// 3,100–4,400 accepted submissions per second, and MariaDB from about
+    /// 2,000 (each request one script) to 3,000–3,800.
     pub async fn submit(&self, db: &Db, request: NewRequest) -> Result<Submitted, StoreError> {
-        if db.backend() == Backend::MySql {
-            return submit(db, &request).await;
-        }
         let (reply, answer) = oneshot::channel();
         let pending = Pending {
             db: db.clone(),
@@ -85,8 +87,14 @@ impl SubmissionQueue {
 /// Forms groups: the first waiting submission and whatever else arrived
 /// while a writer was busy, so groups grow with load and a lone request is
 /// written at once.
-async fn collect(mut receiver: mpsc::Receiver<Pending>, writers: Arc<Semaphore>) {
+async fn collect(mut receiver: mpsc::Receiver<Pending>) {
+    let sqlite_writers = Arc::new(Semaphore::new(SQLITE_WRITERS));
+    let mysql_writers = Arc::new(Semaphore::new(MYSQL_WRITERS));
     while let Some(first) = receiver.recv().await {
+        let writers = match first.db.backend() {
+            Backend::Sqlite => &sqlite_writers,
+            Backend::MySql => &mysql_writers,
+        };
         let Ok(writer) = writers.clone().acquire_owned().await else {
             return;
         };
@@ -184,132 +192,176 @@ async fn split(db: &Db, group: Vec<Pending>) -> Result<(Vec<Pending>, Vec<Pendin
 }
 
 /// Records first requests for relations without a row, all or none, as
-/// [`submit`] records each.
+/// [`submit`] records each: on MySQL as one script.
 async fn record_together(db: &Db, requests: &[&NewRequest]) -> Result<Vec<Submitted>, StoreError> {
+    let rows = GroupRows::new(requests);
+    let statements = rows.statements(db.backend(), requests);
+    if let Db::MySql(pool) = db {
+        script::run_transaction(pool, &statements)
+            .await
+            .map_err(|failure| StoreError::Db(failure.error))?;
+        for flip in &rows.flips {
+            count_committed_flip(flip.from, flip.to);
+        }
+        return Ok(rows.submitted());
+    }
     let mut tx = StoreTx::begin(db).await?;
-    let outcome = write_together(&mut tx, requests).await;
+    let outcome = async {
+        for statement in statements {
+            statement.execute(tx.db()).await?;
+        }
+        for flip in &rows.flips {
+            count_flip(&mut tx, flip);
+        }
+        Ok(rows.submitted())
+    }
+    .await;
     tx.finish(outcome).await
 }
 
-async fn write_together(
-    tx: &mut StoreTx,
-    requests: &[&NewRequest],
-) -> Result<Vec<Submitted>, StoreError> {
-    let operation_ids: Vec<String> = requests
-        .iter()
-        .map(|request| request.operation_id.as_string())
-        .collect();
-    let params: Vec<String> = requests
-        .iter()
-        .map(|request| request.params.to_string())
-        .collect();
-    let starts: Vec<_> = requests.iter().map(|request| request.start()).collect();
-    let flips: Vec<Flip> = requests
-        .iter()
-        .zip(&operation_ids)
-        .zip(&starts)
-        .map(|((request, operation_id), (status, _))| Flip {
-            operation_id: operation_id.clone(),
-            subject_id: request.subject_id.clone(),
-            target_key: request.target_key.clone(),
-            from: None,
-            to: *status,
-        })
-        .collect();
-    let payloads: Vec<String> = flips
-        .iter()
-        .zip(&starts)
-        .map(|(flip, (_, step))| event_payload(flip, *step))
-        .collect();
-    let rows = || requests.iter().zip(&operation_ids).zip(&starts);
+/// What a group's rows are made of, owned, for the statements to borrow.
+struct GroupRows {
+    operation_ids: Vec<String>,
+    params: Vec<String>,
+    starts: Vec<(BindingStatus, StepStatus)>,
+    flips: Vec<Flip>,
+    payloads: Vec<String>,
+}
 
-    let keys: Vec<NewIdempotency> = rows()
-        .filter_map(|((request, operation_id), _)| {
-            let claim = request.idempotency.as_ref()?;
-            Some(NewIdempotency {
-                requester: &request.requested_by,
-                key: &claim.key,
-                request_hash: &claim.request_hash,
-                operation_id,
-                ttl_ms: claim.ttl_ms,
+impl GroupRows {
+    fn new(requests: &[&NewRequest]) -> Self {
+        let operation_ids: Vec<String> = requests
+            .iter()
+            .map(|request| request.operation_id.as_string())
+            .collect();
+        let params = requests
+            .iter()
+            .map(|request| request.params.to_string())
+            .collect();
+        let starts: Vec<_> = requests.iter().map(|request| request.start()).collect();
+        let flips: Vec<Flip> = requests
+            .iter()
+            .zip(&operation_ids)
+            .zip(&starts)
+            .map(|((request, operation_id), (status, _))| Flip {
+                operation_id: operation_id.clone(),
+                subject_id: request.subject_id.clone(),
+                target_key: request.target_key.clone(),
+                from: None,
+                to: *status,
             })
-        })
-        .collect();
-    if !keys.is_empty() {
-        insert_idempotency_rows(tx.db(), &keys).await?;
+            .collect();
+        let payloads = flips
+            .iter()
+            .zip(&starts)
+            .map(|(flip, (_, step))| event_payload(flip, *step))
+            .collect();
+        Self {
+            operation_ids,
+            params,
+            starts,
+            flips,
+            payloads,
+        }
     }
-    let operations: Vec<NewOperation> = rows()
-        .zip(&params)
-        .map(
-            |(((request, operation_id), (_, step)), params)| NewOperation {
-                operation_id,
-                kind: request.kind,
-                subject_id: &request.subject_id,
-                target_key: &request.target_key,
-                requested_by: &request.requested_by,
-                flow_order: request.flow_order,
-                step: *step,
-                params,
-                reason: &request.reason,
-                expires_at: request.expires_at,
-            },
-        )
-        .collect();
-    insert_operations(tx.db(), &operations).await?;
-    let bindings: Vec<(&str, &str, BindingOwner)> = rows()
-        .zip(&params)
-        .map(|(((request, operation_id), (status, _)), params)| {
-            (
-                request.subject_id.as_str(),
-                request.target_key.as_str(),
-                BindingOwner {
+
+    /// One multi-row INSERT per table.
+    fn statements<'a>(
+        &'a self,
+        backend: Backend,
+        requests: &[&'a NewRequest],
+    ) -> Vec<Statement<'a>> {
+        let rows = || requests.iter().zip(&self.operation_ids).zip(&self.starts);
+        let mut statements = Vec::with_capacity(5);
+        let keys: Vec<NewIdempotency> = rows()
+            .filter_map(|((request, operation_id), _)| {
+                let claim = request.idempotency.as_ref()?;
+                Some(NewIdempotency {
+                    requester: &request.requested_by,
+                    key: &claim.key,
+                    request_hash: &claim.request_hash,
                     operation_id,
-                    status: *status,
+                    ttl_ms: claim.ttl_ms,
+                })
+            })
+            .collect();
+        if !keys.is_empty() {
+            statements.push(insert_idempotency_statement(backend, &keys));
+        }
+        let operations: Vec<NewOperation> = rows()
+            .zip(&self.params)
+            .map(
+                |(((request, operation_id), (_, step)), params)| NewOperation {
+                    operation_id,
+                    kind: request.kind,
+                    subject_id: &request.subject_id,
+                    target_key: &request.target_key,
                     requested_by: &request.requested_by,
+                    flow_order: request.flow_order,
+                    step: *step,
                     params,
+                    reason: &request.reason,
                     expires_at: request.expires_at,
                 },
             )
-        })
-        .collect();
-    insert_bindings(tx.db(), &bindings).await?;
-    let events: Vec<NewEvent> = rows()
-        .zip(&payloads)
-        .map(
-            |(((request, operation_id), (status, _)), payload)| NewEvent {
-                event_type: BINDING_STATUS_CHANGED,
+            .collect();
+        statements.push(insert_operations_statement(backend, &operations));
+        let bindings: Vec<(&str, &str, BindingOwner)> = rows()
+            .zip(&self.params)
+            .map(|(((request, operation_id), (status, _)), params)| {
+                (
+                    request.subject_id.as_str(),
+                    request.target_key.as_str(),
+                    BindingOwner {
+                        operation_id,
+                        status: *status,
+                        requested_by: &request.requested_by,
+                        params,
+                        expires_at: request.expires_at,
+                    },
+                )
+            })
+            .collect();
+        statements.push(insert_bindings_statement(&bindings));
+        let events: Vec<NewEvent> = rows()
+            .zip(&self.payloads)
+            .map(
+                |(((request, operation_id), (status, _)), payload)| NewEvent {
+                    event_type: BINDING_STATUS_CHANGED,
+                    operation_id,
+                    subject_id: &request.subject_id,
+                    target_key: &request.target_key,
+                    from_status: None,
+                    to_status: *status,
+                    payload,
+                },
+            )
+            .collect();
+        statements.push(append_events_statement(&events));
+        let history: Vec<NewHistory> = rows()
+            .map(|((request, operation_id), (status, step))| NewHistory {
                 operation_id,
-                subject_id: &request.subject_id,
-                target_key: &request.target_key,
+                from_step: None,
+                to_step: *step,
                 from_status: None,
-                to_status: *status,
-                payload,
-            },
-        )
-        .collect();
-    append_events(tx.db(), &events).await?;
-    let history: Vec<NewHistory> = rows()
-        .map(|((request, operation_id), (status, step))| NewHistory {
-            operation_id,
-            from_step: None,
-            to_step: *step,
-            from_status: None,
-            to_status: Some(*status),
-            operation_version: 1,
-            actor: &request.requested_by,
-            message: None,
-        })
-        .collect();
-    append_history_rows(tx.db(), &history).await?;
-    for flip in &flips {
-        count_flip(tx, flip);
+                to_status: Some(*status),
+                operation_version: 1,
+                actor: &request.requested_by,
+                message: None,
+            })
+            .collect();
+        statements.push(append_history_statement(&history));
+        statements
     }
-    Ok(starts
-        .into_iter()
-        .map(|(status, step)| Submitted {
-            status,
-            step,
-            replaced: None,
-        })
-        .collect())
+
+    fn submitted(&self) -> Vec<Submitted> {
+        self.starts
+            .iter()
+            .map(|&(status, step)| Submitted {
+                status,
+                step,
+                replaced: None,
+            })
+            .collect()
+    }
 }

@@ -156,7 +156,11 @@ impl Claim {
             Self::Operation => StoreError::DuplicateOperation,
             Self::Nothing => return StoreError::Db(err),
         };
-        if is_unique_violation(&err) { lost } else { StoreError::Db(err) }
+        if is_unique_violation(&err) {
+            lost
+        } else {
+            StoreError::Db(err)
+        }
     }
 }
 
@@ -244,7 +248,9 @@ async fn write_first_apply(
         script::run_transaction(pool, &statements)
             .await
             .map_err(|failure| {
-                let claim = failure.statement.and_then(|index| claims.get(index).copied());
+                let claim = failure
+                    .statement
+                    .and_then(|index| claims.get(index).copied());
                 claim.unwrap_or(Claim::Nothing).failed(failure.error)
             })?;
         count_committed_flip(flip.from, flip.to);

@@ -5,6 +5,7 @@ mod concurrency;
 mod group;
 mod property;
 mod queries;
+mod script;
 mod writes;
 
 use changegate::config::resolve::FlowOrder;
