@@ -203,18 +203,7 @@ pub async fn get_operation_with_status(
     db: &Db,
     operation_id: &str,
 ) -> Result<Option<(OperationRow, Option<BindingStatus>, Option<String>)>, sqlx::Error> {
-    let sql = format!(
-        "SELECT {}, b.status AS binding_status, b.requested_by AS binding_owner \
-         FROM operation o LEFT JOIN binding b ON b.operation_id = o.operation_id \
-         WHERE o.operation_id = ?",
-        prefixed_columns()
-    );
-    let row: Option<WithStatus> = with_pool!(db, reader, |pool| {
-        sqlx::query_as(AssertSqlSafe(sql))
-            .bind(operation_id)
-            .fetch_optional(pool)
-            .await
-    })?;
+    let row = get_with_status(db, operation_id, "", "").await?;
     Ok(row.map(|row| {
         let owner = row.binding_owner.clone();
         let (operation, status) = row.split();
@@ -222,13 +211,76 @@ pub async fn get_operation_with_status(
     }))
 }
 
-/// An operation row joined with its binding's status and requester.
+/// What an operation's status answer shows: the operation, its binding's
+/// status and requester, and the merge batch it is in.
+#[derive(Debug)]
+pub struct OperationPage {
+    /// The operation.
+    pub operation: OperationRow,
+    /// The status of the binding it owns, if it still owns one.
+    pub status: Option<BindingStatus>,
+    /// That binding's requester.
+    pub binding_owner: Option<String>,
+    /// The merge batch it is in, if any.
+    pub batch_id: Option<i64>,
+}
+
+/// [`get_operation_with_status`] and the operation's merge batch, still in
+/// a single round trip (the status answer is the most frequent read).
+pub async fn get_operation_page(
+    db: &Db,
+    operation_id: &str,
+) -> Result<Option<OperationPage>, sqlx::Error> {
+    let row = get_with_status(
+        db,
+        operation_id,
+        ", r.batch_id AS batch_id",
+        " LEFT JOIN merge_batch_request r ON r.operation_id = o.operation_id",
+    )
+    .await?;
+    Ok(row.map(|row| {
+        let binding_owner = row.binding_owner.clone();
+        let batch_id = row.batch_id;
+        let (operation, status) = row.split();
+        OperationPage {
+            operation,
+            status,
+            binding_owner,
+            batch_id,
+        }
+    }))
+}
+
+async fn get_with_status(
+    db: &Db,
+    operation_id: &str,
+    extra_columns: &str,
+    extra_join: &str,
+) -> Result<Option<WithStatus>, sqlx::Error> {
+    let sql = format!(
+        "SELECT {}, b.status AS binding_status, b.requested_by AS binding_owner{extra_columns} \
+         FROM operation o LEFT JOIN binding b ON b.operation_id = o.operation_id{extra_join} \
+         WHERE o.operation_id = ?",
+        prefixed_columns()
+    );
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .bind(operation_id)
+            .fetch_optional(pool)
+            .await
+    })
+}
+
+/// An operation row joined with its binding's status and requester, and,
+/// when asked for, its merge batch.
 #[derive(sqlx::FromRow)]
 struct WithStatus {
     #[sqlx(flatten)]
     operation: OperationRow,
     binding_status: Option<String>,
     binding_owner: Option<String>,
+    #[sqlx(default)]
+    batch_id: Option<i64>,
 }
 
 impl WithStatus {

@@ -6,9 +6,8 @@ use chrono::NaiveDateTime;
 use serde::Serialize;
 
 use crate::db::Db;
-use crate::db::batches::batch_of;
 use crate::db::history::last_status;
-use crate::db::operations::{OperationRow, get_operation_with_status};
+use crate::db::operations::{OperationRow, get_operation_page, get_operation_with_status};
 use crate::domain::{BindingStatus, Next, OperationId, StepStatus, next_action};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AuthUser, Database};
@@ -120,16 +119,15 @@ pub async fn get_operation_status(
     Path(operation_id): Path<String>,
 ) -> ApiResult<Json<OperationView>> {
     let id = OperationId::parse(&operation_id).map_err(|_| ApiError::NotFound)?;
-    let (operation, live, binding_owner) = get_operation_with_status(&db, &id.as_string())
+    let page = get_operation_page(&db, &id.as_string())
         .await?
         .ok_or(ApiError::NotFound)?;
-    if !visible_to(&caller, &operation, binding_owner.as_deref()) {
+    if !visible_to(&caller, &page.operation, page.binding_owner.as_deref()) {
         return Err(ApiError::NotFound);
     }
-    let status = status_of(&db, &operation, live).await?;
-    let batch_id = batch_of(&db, &operation.operation_id).await?;
+    let status = status_of(&db, &page.operation, page.status).await?;
     Ok(Json(
-        OperationView::of(operation, status).in_batch(batch_id),
+        OperationView::of(page.operation, status).in_batch(page.batch_id),
     ))
 }
 
