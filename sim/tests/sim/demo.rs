@@ -15,15 +15,23 @@ fn free_port() -> u16 {
         .port()
 }
 
-#[tokio::test]
-async fn the_demo_starts_changegate_and_the_simulators_wired_together() {
-    let dir = tempfile::tempdir().unwrap();
+/// The demo's ports and its output up to "ready".
+struct Started {
+    child: tokio::process::Child,
+    service: u16,
+    gitlab: u16,
+    printed: String,
+}
+
+/// Starts the demo on free ports in `dir`; when it stops before it is
+/// ready, `Err` with what it wrote.
+async fn start_demo(dir: &std::path::Path) -> Result<Started, String> {
     let (service, gitlab, approval, deploy) = (free_port(), free_port(), free_port(), free_port());
     let mut child = Command::new(env!("CARGO_BIN_EXE_changegate-demo"))
         .args(["--gitlab-port", &gitlab.to_string()])
         .args(["--approval-port", &approval.to_string()])
         .args(["--deploy-port", &deploy.to_string()])
-        .current_dir(dir.path())
+        .current_dir(dir)
         .env_clear()
         // The shipped demo config with its ports moved aside, through the
         // documented environment overrides.
@@ -37,7 +45,7 @@ async fn the_demo_starts_changegate_and_the_simulators_wired_together() {
             format!("http://127.0.0.1:{approval}/approvals"),
         )
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
@@ -48,14 +56,50 @@ async fn the_demo_starts_changegate_and_the_simulators_wired_together() {
             printed.push_str(&line);
             printed.push('\n');
             if line.starts_with("ready") {
-                return;
+                return true;
             }
         }
-        panic!("the demo stopped before it was ready");
+        false
     };
-    tokio::time::timeout(Duration::from_secs(30), ready)
+    let ready = tokio::time::timeout(Duration::from_secs(30), ready)
         .await
         .expect("the demo gets ready");
+    if !ready {
+        let mut errors = String::new();
+        if let Some(mut stderr) = child.stderr.take() {
+            use tokio::io::AsyncReadExt;
+            let _ = stderr.read_to_string(&mut errors).await;
+        }
+        return Err(format!("{printed}{errors}"));
+    }
+    Ok(Started {
+        child,
+        service,
+        gitlab,
+        printed,
+    })
+}
+
+#[tokio::test]
+async fn the_demo_starts_changegate_and_the_simulators_wired_together() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port found free may be taken by a parallel test before the demo
+    // binds it: the demo then stops at once, and is started again on other
+    // ports.
+    let mut attempts = Vec::new();
+    let started = loop {
+        match start_demo(dir.path()).await {
+            Ok(started) => break started,
+            Err(output) if attempts.len() < 2 => attempts.push(output),
+            Err(output) => panic!("the demo stopped before it was ready: {attempts:?} {output}"),
+        }
+    };
+    let Started {
+        mut child,
+        service,
+        gitlab,
+        printed,
+    } = started;
     assert!(
         printed.contains(&format!("http://127.0.0.1:{service}")),
         "{printed}"
