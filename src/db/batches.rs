@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::NaiveDateTime;
 use sqlx::AssertSqlSafe;
 
-use super::{Db, DbTx, IN_LIST_CHUNK, dialect, is_unique_violation};
+use super::{Db, DbTx, IN_LIST_CHUNK, dialect, is_retryable_conflict, is_unique_violation};
 use crate::{with_pool, with_tx};
 
 /// A batch.
@@ -349,7 +349,7 @@ pub async fn acquire_batch_lease(
         dialect::now_plus_ms(backend),
         dialect::now_ms(backend)
     );
-    with_pool!(db, writer, |pool| {
+    let taken = with_pool!(db, writer, |pool| {
         sqlx::query(AssertSqlSafe(sql))
             .bind(owner)
             .bind(millis(lease))
@@ -358,20 +358,36 @@ pub async fn acquire_batch_lease(
             .execute(pool)
             .await
             .map(|done| done.rows_affected() == 1)
-    })
+    });
+    // Racing a write that holds the batch row, InnoDB may pick this UPDATE
+    // as a deadlock victim: it was rolled back whole, so the lease is not
+    // taken, and the caller tries again as it would for a held lease.
+    match taken {
+        Err(err) if is_retryable_conflict(&err) => Ok(false),
+        other => other,
+    }
 }
 
-/// Gives a batch's lease back.
+/// Gives a batch's lease back. A release picked as a deadlock victim is
+/// tried again: a lease left held keeps every other holder waiting until it
+/// expires.
 pub async fn release_batch_lease(db: &Db, batch_id: i64, owner: &str) -> Result<(), sqlx::Error> {
     let sql = "UPDATE merge_batch SET lease_owner = NULL, lease_until = NULL WHERE id = ? AND lease_owner = ?";
-    with_pool!(db, writer, |pool| {
-        sqlx::query(sql)
-            .bind(batch_id)
-            .bind(owner)
-            .execute(pool)
-            .await
-            .map(|_| ())
-    })
+    let mut tries = 0;
+    loop {
+        let released = with_pool!(db, writer, |pool| {
+            sqlx::query(sql)
+                .bind(batch_id)
+                .bind(owner)
+                .execute(pool)
+                .await
+                .map(|_| ())
+        });
+        match released {
+            Err(err) if is_retryable_conflict(&err) && tries < 3 => tries += 1,
+            other => return other,
+        }
+    }
 }
 
 /// What a guarded batch write changes.
