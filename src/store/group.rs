@@ -19,16 +19,12 @@ use std::sync::Arc;
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use super::first::FirstApplies;
 use super::submit::{NewRequest, Submitted, submit};
-use super::{Flip, StoreError, StoreTx, count_committed_flip, count_flip, event_payload};
-use crate::db::bindings::{BindingOwner, get_bindings, insert_bindings_statement};
-use crate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_events_statement};
-use crate::db::history::{NewHistory, append_history_statement};
-use crate::db::idempotency::{NewIdempotency, insert_idempotency_statement};
-use crate::db::operations::{NewOperation, insert_operations_statement};
-use crate::db::statement::Statement;
+use super::{StoreError, StoreTx, count_committed_flip, count_flip};
+use crate::db::bindings::get_bindings;
 use crate::db::{Backend, Db, script};
-use crate::domain::{BindingStatus, OperationKind, StepStatus};
+use crate::domain::OperationKind;
 
 /// The most requests written in one transaction.
 const MAX_GROUP: usize = 32;
@@ -194,8 +190,12 @@ async fn split(db: &Db, group: Vec<Pending>) -> Result<(Vec<Pending>, Vec<Pendin
 /// Records first requests for relations without a row, all or none, as
 /// [`submit`] records each: on MySQL as one script.
 async fn record_together(db: &Db, requests: &[&NewRequest]) -> Result<Vec<Submitted>, StoreError> {
-    let rows = GroupRows::new(requests);
-    let statements = rows.statements(db.backend(), requests);
+    let rows = FirstApplies::new(requests);
+    let statements: Vec<_> = rows
+        .statements(db.backend(), requests)
+        .into_iter()
+        .map(|(_, statement)| statement)
+        .collect();
     if let Db::MySql(pool) = db {
         script::run_transaction(pool, &statements)
             .await
@@ -217,151 +217,4 @@ async fn record_together(db: &Db, requests: &[&NewRequest]) -> Result<Vec<Submit
     }
     .await;
     tx.finish(outcome).await
-}
-
-/// What a group's rows are made of, owned, for the statements to borrow.
-struct GroupRows {
-    operation_ids: Vec<String>,
-    params: Vec<String>,
-    starts: Vec<(BindingStatus, StepStatus)>,
-    flips: Vec<Flip>,
-    payloads: Vec<String>,
-}
-
-impl GroupRows {
-    fn new(requests: &[&NewRequest]) -> Self {
-        let operation_ids: Vec<String> = requests
-            .iter()
-            .map(|request| request.operation_id.as_string())
-            .collect();
-        let params = requests
-            .iter()
-            .map(|request| request.params.to_string())
-            .collect();
-        let starts: Vec<_> = requests.iter().map(|request| request.start()).collect();
-        let flips: Vec<Flip> = requests
-            .iter()
-            .zip(&operation_ids)
-            .zip(&starts)
-            .map(|((request, operation_id), (status, _))| Flip {
-                operation_id: operation_id.clone(),
-                subject_id: request.subject_id.clone(),
-                target_key: request.target_key.clone(),
-                from: None,
-                to: *status,
-            })
-            .collect();
-        let payloads = flips
-            .iter()
-            .zip(&starts)
-            .map(|(flip, (_, step))| event_payload(flip, *step))
-            .collect();
-        Self {
-            operation_ids,
-            params,
-            starts,
-            flips,
-            payloads,
-        }
-    }
-
-    /// One multi-row INSERT per table.
-    fn statements<'a>(
-        &'a self,
-        backend: Backend,
-        requests: &[&'a NewRequest],
-    ) -> Vec<Statement<'a>> {
-        let rows = || requests.iter().zip(&self.operation_ids).zip(&self.starts);
-        let mut statements = Vec::with_capacity(5);
-        let keys: Vec<NewIdempotency> = rows()
-            .filter_map(|((request, operation_id), _)| {
-                let claim = request.idempotency.as_ref()?;
-                Some(NewIdempotency {
-                    requester: &request.requested_by,
-                    key: &claim.key,
-                    request_hash: &claim.request_hash,
-                    operation_id,
-                    ttl_ms: claim.ttl_ms,
-                })
-            })
-            .collect();
-        if !keys.is_empty() {
-            statements.push(insert_idempotency_statement(backend, &keys));
-        }
-        let operations: Vec<NewOperation> = rows()
-            .zip(&self.params)
-            .map(
-                |(((request, operation_id), (_, step)), params)| NewOperation {
-                    operation_id,
-                    kind: request.kind,
-                    subject_id: &request.subject_id,
-                    target_key: &request.target_key,
-                    requested_by: &request.requested_by,
-                    flow_order: request.flow_order,
-                    step: *step,
-                    params,
-                    reason: &request.reason,
-                    expires_at: request.expires_at,
-                },
-            )
-            .collect();
-        statements.push(insert_operations_statement(backend, &operations));
-        let bindings: Vec<(&str, &str, BindingOwner)> = rows()
-            .zip(&self.params)
-            .map(|(((request, operation_id), (status, _)), params)| {
-                (
-                    request.subject_id.as_str(),
-                    request.target_key.as_str(),
-                    BindingOwner {
-                        operation_id,
-                        status: *status,
-                        requested_by: &request.requested_by,
-                        params,
-                        expires_at: request.expires_at,
-                    },
-                )
-            })
-            .collect();
-        statements.push(insert_bindings_statement(&bindings));
-        let events: Vec<NewEvent> = rows()
-            .zip(&self.payloads)
-            .map(
-                |(((request, operation_id), (status, _)), payload)| NewEvent {
-                    event_type: BINDING_STATUS_CHANGED,
-                    operation_id,
-                    subject_id: &request.subject_id,
-                    target_key: &request.target_key,
-                    from_status: None,
-                    to_status: *status,
-                    payload,
-                },
-            )
-            .collect();
-        statements.push(append_events_statement(&events));
-        let history: Vec<NewHistory> = rows()
-            .map(|((request, operation_id), (status, step))| NewHistory {
-                operation_id,
-                from_step: None,
-                to_step: *step,
-                from_status: None,
-                to_status: Some(*status),
-                operation_version: 1,
-                actor: &request.requested_by,
-                message: None,
-            })
-            .collect();
-        statements.push(append_history_statement(&history));
-        statements
-    }
-
-    fn submitted(&self) -> Vec<Submitted> {
-        self.starts
-            .iter()
-            .map(|&(status, step)| Submitted {
-                status,
-                step,
-                replaced: None,
-            })
-            .collect()
-    }
 }

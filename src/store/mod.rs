@@ -7,6 +7,7 @@
 //! history, and appends one outbox event per real status flip.
 
 mod bulk;
+mod first;
 mod group;
 mod submit;
 mod transition;

@@ -3,18 +3,17 @@
 
 use chrono::NaiveDateTime;
 
+use super::first::{Claim, FirstApplies};
 use super::{
     Change, Flip, StoreError, StoreTx, count_committed_flip, count_flip, event_payload,
     transition_in,
 };
 use crate::config::resolve::FlowOrder;
-use crate::db::bindings::{
-    BindingOwner, BindingRow, get_binding, insert_binding, insert_bindings_statement, reset_binding,
-};
-use crate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_event, append_events_statement};
-use crate::db::history::{NewHistory, append_history, append_history_statement};
-use crate::db::idempotency::{NewIdempotency, insert_idempotency, insert_idempotency_statement};
-use crate::db::operations::{NewOperation, insert_operation, insert_operations_statement};
+use crate::db::bindings::{BindingOwner, BindingRow, get_binding, insert_binding, reset_binding};
+use crate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_event};
+use crate::db::history::{NewHistory, append_history};
+use crate::db::idempotency::{NewIdempotency, insert_idempotency};
+use crate::db::operations::{NewOperation, insert_operation};
 use crate::db::{Db, is_unique_violation, script};
 use crate::domain::{BindingStatus, OperationId, OperationKind, StepStatus, check_transition};
 
@@ -134,36 +133,6 @@ pub async fn submit(db: &Db, request: &NewRequest) -> Result<Submitted, StoreErr
     tx.finish(outcome).await
 }
 
-/// Which unique key a write claims, so that losing it is told apart from a
-/// failure.
-#[derive(Clone, Copy)]
-enum Claim {
-    /// The relation's row: it exists, or another request just took it.
-    Relation,
-    /// The idempotency key.
-    Key,
-    /// The operation id.
-    Operation,
-    /// Nothing unique.
-    Nothing,
-}
-
-impl Claim {
-    fn failed(self, err: sqlx::Error) -> StoreError {
-        let lost = match self {
-            Self::Relation => StoreError::Preempted,
-            Self::Key => StoreError::DuplicateKey,
-            Self::Operation => StoreError::DuplicateOperation,
-            Self::Nothing => return StoreError::Db(err),
-        };
-        if is_unique_violation(&err) {
-            lost
-        } else {
-            StoreError::Db(err)
-        }
-    }
-}
-
 /// Writes a first apply for a relation, expecting it has no row. The
 /// binding INSERT comes first, so when the row exists only that statement
 /// ran before the rollback ([`StoreError::Preempted`]). On MySQL the writes
@@ -174,72 +143,9 @@ async fn write_first_apply(
     status: BindingStatus,
     step: StepStatus,
 ) -> Result<Submitted, StoreError> {
-    let operation_id = request.operation_id.as_string();
-    let params = request.params.to_string();
-    let flip = Flip {
-        operation_id: operation_id.clone(),
-        subject_id: request.subject_id.clone(),
-        target_key: request.target_key.clone(),
-        from: None,
-        to: status,
-    };
-    let payload = event_payload(&flip, step);
-    let owner = BindingOwner {
-        operation_id: &operation_id,
-        status,
-        requested_by: &request.requested_by,
-        params: &params,
-        expires_at: request.expires_at,
-    };
-    let mut writes = vec![(
-        Claim::Relation,
-        insert_bindings_statement(&[(&request.subject_id, &request.target_key, owner)]),
-    )];
-    if let Some(claim) = &request.idempotency {
-        let key = NewIdempotency {
-            requester: &request.requested_by,
-            key: &claim.key,
-            request_hash: &claim.request_hash,
-            operation_id: &operation_id,
-            ttl_ms: claim.ttl_ms,
-        };
-        writes.push((
-            Claim::Key,
-            insert_idempotency_statement(db.backend(), &[key]),
-        ));
-    }
-    let operation = NewOperation {
-        operation_id: &operation_id,
-        kind: request.kind,
-        subject_id: &request.subject_id,
-        target_key: &request.target_key,
-        requested_by: &request.requested_by,
-        flow_order: request.flow_order,
-        step,
-        params: &params,
-        reason: &request.reason,
-        expires_at: request.expires_at,
-    };
-    writes.push((
-        Claim::Operation,
-        insert_operations_statement(db.backend(), &[operation]),
-    ));
-    writes.push((
-        Claim::Nothing,
-        append_events_statement(&[NewEvent {
-            event_type: BINDING_STATUS_CHANGED,
-            operation_id: &operation_id,
-            subject_id: &request.subject_id,
-            target_key: &request.target_key,
-            from_status: None,
-            to_status: status,
-            payload: &payload,
-        }]),
-    ));
-    writes.push((
-        Claim::Nothing,
-        append_history_statement(&[first_history(request, &operation_id, None, status, step)]),
-    ));
+    let rows = FirstApplies::new(&[request]);
+    let writes = rows.statements(db.backend(), &[request]);
+    let flip = &rows.flips[0];
 
     if let Db::MySql(pool) = db
         && !request.busy
@@ -269,8 +175,8 @@ async fn write_first_apply(
                 .await
                 .map_err(|err| claim.failed(err))?;
         }
-        count_flip(&mut tx, &flip);
-        refuse_if_busy(&mut tx, request, &flip, status, step).await
+        count_flip(&mut tx, flip);
+        refuse_if_busy(&mut tx, request, flip, status, step).await
     }
     .await;
     tx.finish(outcome).await
