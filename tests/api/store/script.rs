@@ -10,13 +10,27 @@ use changegate::db::statement::{SqlValue, Statement};
 use changegate::db::{Db, is_unique_violation};
 use sqlx::MySqlPool;
 
-use crate::helpers::mysql_db;
+use crate::helpers::{TestDb, mysql_db};
 
 fn insert(value: &str) -> Statement<'_> {
     Statement {
         sql: "INSERT INTO script_probe (v) VALUES (?)".to_owned(),
         values: vec![SqlValue::Text(value)],
     }
+}
+
+/// A MariaDB database with an empty `script_probe` table, when configured.
+async fn probe_db() -> Option<(TestDb, MySqlPool)> {
+    let test_db = mysql_db().await?;
+    let Db::MySql(pool) = &test_db.db else {
+        unreachable!("mysql_db is MySQL")
+    };
+    let pool = pool.clone();
+    sqlx::raw_sql("CREATE TABLE script_probe (v VARCHAR(64) NOT NULL PRIMARY KEY)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    Some((test_db, pool))
 }
 
 async fn values(pool: &MySqlPool) -> Vec<String> {
@@ -28,16 +42,11 @@ async fn values(pool: &MySqlPool) -> Vec<String> {
 
 #[tokio::test]
 async fn a_failed_statement_rolls_back_the_whole_script_and_is_named() {
-    let Some(test_db) = mysql_db().await else {
+    // Held to the end: dropping it drops the database.
+    let Some((_database, pool)) = probe_db().await else {
         return;
     };
-    let Db::MySql(pool) = &test_db.db else {
-        unreachable!("mysql_db is MySQL")
-    };
-    sqlx::raw_sql("CREATE TABLE script_probe (v VARCHAR(64) NOT NULL PRIMARY KEY)")
-        .execute(pool)
-        .await
-        .unwrap();
+    let pool = &pool;
 
     // Text that would end a quoted literal is stored as it is.
     let tricky = "it's a \\' ; DROP TABLE script_probe; -- ✓";
@@ -64,16 +73,11 @@ async fn a_failed_statement_rolls_back_the_whole_script_and_is_named() {
 
 #[tokio::test]
 async fn a_script_whose_caller_stops_waiting_is_still_all_or_nothing() {
-    let Some(test_db) = mysql_db().await else {
+    // Held to the end: dropping it drops the database.
+    let Some((_database, pool)) = probe_db().await else {
         return;
     };
-    let Db::MySql(pool) = &test_db.db else {
-        unreachable!("mysql_db is MySQL")
-    };
-    sqlx::raw_sql("CREATE TABLE script_probe (v VARCHAR(64) NOT NULL PRIMARY KEY)")
-        .execute(pool)
-        .await
-        .unwrap();
+    let pool = &pool;
     let stall = || Statement {
         sql: "DO SLEEP(1)".to_owned(),
         values: Vec::new(),
