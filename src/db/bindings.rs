@@ -66,7 +66,6 @@ pub async fn insert_binding(
     insert_bindings_statement(&[(subject_id, target_key, owner.clone())])
         .execute(tx)
         .await
-        .map(|_| ())
 }
 
 /// The INSERT of the first rows of relations, one statement for all; a

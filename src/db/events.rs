@@ -57,7 +57,6 @@ pub async fn append_event(tx: &mut DbTx, event: &NewEvent<'_>) -> Result<(), sql
     append_events_statement(std::slice::from_ref(event))
         .execute(tx)
         .await
-        .map(|_| ())
 }
 
 /// The INSERT of events, in order, one statement for all.

@@ -61,7 +61,6 @@ pub async fn append_history(tx: &mut DbTx, entry: &NewHistory<'_>) -> Result<(),
     append_history_statement(std::slice::from_ref(entry))
         .execute(tx)
         .await
-        .map(|_| ())
 }
 
 /// The INSERT of history entries, in order, one statement for all.

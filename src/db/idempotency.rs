@@ -40,7 +40,6 @@ pub async fn insert_idempotency(
     insert_idempotency_statement(tx.backend(), std::slice::from_ref(new))
         .execute(tx)
         .await
-        .map(|_| ())
 }
 
 /// The INSERT of keys, one statement for all; a unique violation on

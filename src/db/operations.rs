@@ -90,7 +90,6 @@ pub async fn insert_operation(tx: &mut DbTx, new: &NewOperation<'_>) -> Result<(
     insert_operations_statement(tx.backend(), std::slice::from_ref(new))
         .execute(tx)
         .await
-        .map(|_| ())
 }
 
 /// The INSERT of operations, one statement for all; a unique violation on

@@ -33,8 +33,8 @@ pub struct Statement<'a> {
 }
 
 impl Statement<'_> {
-    /// Runs the statement, prepared, in `tx`; returns the affected rows.
-    pub async fn execute(self, tx: &mut DbTx) -> Result<u64, sqlx::Error> {
+    /// Runs the statement, prepared, in `tx`.
+    pub async fn execute(self, tx: &mut DbTx) -> Result<(), sqlx::Error> {
         with_tx!(tx, |conn| {
             let mut query = sqlx::query(AssertSqlSafe(self.sql));
             for value in self.values {
@@ -46,7 +46,7 @@ impl Statement<'_> {
                     SqlValue::OptTime(time) => query.bind(time),
                 };
             }
-            query.execute(conn).await.map(|done| done.rows_affected())
+            query.execute(conn).await.map(|_| ())
         })
     }
 }
