@@ -119,9 +119,7 @@ fn describe_metrics() {
 mod tests {
     use std::sync::Mutex;
 
-    use axum::body::Body;
-    use axum::extract::Request;
-    use axum::response::Response;
+    use axum::http::HeaderValue;
     use tracing_subscriber::fmt::MakeWriter;
 
     use super::*;
@@ -168,17 +166,13 @@ mod tests {
         let subscriber = Registry::default().with(output);
         tracing::subscriber::with_default(subscriber, || {
             tracing::warn!("outside");
-            let request = Request::builder()
-                .header(request_id::HEADER, "req-42")
-                .body(Body::empty())
-                .expect("request");
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .build()
                 .expect("runtime");
-            runtime.block_on(request_id::assign(request, |_| async {
-                tracing::warn!(detail = "x", "inside");
-                Response::new(Body::empty())
-            }));
+            runtime.block_on(request_id::scope(
+                HeaderValue::from_static("req-42"),
+                async { tracing::warn!(detail = "x", "inside") },
+            ));
         });
         let bytes = captured.0.lock().expect("not poisoned").clone();
         String::from_utf8(bytes).expect("utf-8")

@@ -5,11 +5,11 @@
 use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::ConnectInfo;
-use axum::http::{HeaderMap, Request};
+use axum::http::{HeaderMap, HeaderName, Request};
 use ipnet::IpNet;
 
 /// The forwarding header.
-const FORWARDED_FOR: &str = "x-forwarded-for";
+const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The address of the client that made `request`, as far as it can be trusted.
 pub fn client_addr(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr {
@@ -18,7 +18,7 @@ pub fn client_addr(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAd
         return peer;
     }
     let hops: Vec<&str> = headers
-        .get_all(FORWARDED_FOR)
+        .get_all(&FORWARDED_FOR)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))

@@ -4,6 +4,7 @@ mod admin;
 mod api;
 mod callbacks;
 pub mod client_addr;
+mod edge;
 pub mod error;
 pub mod extract;
 pub mod layers;
@@ -15,9 +16,7 @@ mod web;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{MatchedPath, Request};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
@@ -25,9 +24,9 @@ use axum::http::header::CONTENT_TYPE;
 use axum::routing::get;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::trace::TraceLayer;
 
 use crate::state::AppState;
+use edge::EdgeLayer;
 use error::ApiError;
 
 /// Request bodies above this are refused (413) when a handler reads them.
@@ -65,26 +64,7 @@ pub fn with_edge_layers(router: Router, request_timeout: Duration) -> Router {
     // request id wraps everything, so traces, panics and timeouts carry it.
     router.layer(
         ServiceBuilder::new()
-            .layer(middleware::from_fn(move |request: Request, next: Next| {
-                identified_and_bounded(request_timeout, request, next)
-            }))
-            .layer(
-                TraceLayer::new_for_http().make_span_with(|request: &Request| {
-                    let route = request
-                        .extensions()
-                        .get::<MatchedPath>()
-                        .map_or("unmatched", MatchedPath::as_str);
-                    let request_id = request
-                        .headers()
-                        .get(request_id::HEADER)
-                        .and_then(|value| value.to_str().ok())
-                        .unwrap_or_default();
-                    // At debug: the id reaches every logged line without a
-                    // span (telemetry::WithRequestId), and a span on every
-                    // request costs more than the rest of the edge layers.
-                    tracing::debug_span!("request", method = %request.method(), route, request_id)
-                }),
-            )
+            .layer(EdgeLayer::new(request_timeout))
             .layer(CatchPanicLayer::custom(
                 |panic: Box<dyn std::any::Any + Send>| {
                     let detail = panic
@@ -98,16 +78,4 @@ pub fn with_edge_layers(router: Router, request_timeout: Duration) -> Router {
             ))
             .layer(DefaultBodyLimit::max(MAX_BODY_BYTES)),
     )
-}
-
-/// The request id and the request timeout in one middleware: each layer in
-/// the chain costs a boxed future and a service clone per request.
-async fn identified_and_bounded(limit: Duration, request: Request, next: Next) -> Response {
-    request_id::assign(request, |request| async move {
-        match tokio::time::timeout(limit, next.run(request)).await {
-            Ok(response) => response,
-            Err(_) => ApiError::Timeout.into_response(),
-        }
-    })
-    .await
 }

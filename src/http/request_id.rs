@@ -6,11 +6,11 @@
 //! characters are bounded here.
 
 use axum::extract::Request;
-use axum::http::HeaderValue;
-use axum::response::Response;
+use axum::http::{HeaderName, HeaderValue};
+use tokio::task::futures::TaskLocalFuture;
 
 /// The request id header.
-pub const HEADER: &str = "x-request-id";
+pub const HEADER: HeaderName = HeaderName::from_static("x-request-id");
 const MAX_LEN: usize = 128;
 
 tokio::task_local! {
@@ -35,13 +35,10 @@ fn acceptable(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
 }
 
-/// Assigns the id, then runs `handle` with the id scoped to the request's
-/// task and echoes it on the response.
-pub async fn assign<F>(mut request: Request, handle: impl FnOnce(Request) -> F) -> Response
-where
-    F: Future<Output = Response>,
-{
-    let header = match request.headers().get(HEADER) {
+/// The id of `request`: the one it sent if that is acceptable, else a new
+/// one, written into its headers so every later layer sees the same id.
+pub fn of(request: &mut Request) -> HeaderValue {
+    match request.headers().get(&HEADER) {
         Some(sent) if sent.to_str().is_ok_and(acceptable) => sent.clone(),
         _ => {
             let mut text = uuid::Uuid::encode_buffer();
@@ -50,10 +47,12 @@ where
             request.headers_mut().insert(HEADER, header.clone());
             header
         }
-    };
-    let mut response = REQUEST_ID.scope(header.clone(), handle(request)).await;
-    response.headers_mut().insert(HEADER, header);
-    response
+    }
+}
+
+/// Runs `future` with `id` as the [`current`] request id.
+pub fn scope<F: Future>(id: HeaderValue, future: F) -> TaskLocalFuture<HeaderValue, F> {
+    REQUEST_ID.scope(id, future)
 }
 
 #[cfg(test)]

@@ -115,3 +115,49 @@ async fn a_panicking_handler_answers_a_generic_500_and_the_server_keeps_serving(
         .unwrap();
     assert_eq!(fine.status(), 200);
 }
+
+#[tokio::test]
+async fn a_request_over_the_timeout_answers_503_with_its_request_id() {
+    use std::time::{Duration, Instant};
+
+    use axum::Router;
+    use axum::routing::get;
+
+    let routes = Router::new()
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                "too late"
+            }),
+        )
+        .route("/fine", get(|| async { "fine" }));
+    let app = changegate::http::with_edge_layers(routes, Duration::from_millis(200));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+
+    let started = Instant::now();
+    let answer = client
+        .get(format!("http://{address}/slow"))
+        .header("x-request-id", "slow-1")
+        .send()
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(answer.status(), 503);
+    assert_eq!(answer.headers()["x-request-id"], "slow-1");
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(
+        (body["code"].as_str(), body["requestId"].as_str()),
+        (Some("TIMEOUT"), Some("slow-1"))
+    );
+    let fine = client
+        .get(format!("http://{address}/fine"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fine.status(), 200);
+    assert!(fine.headers().contains_key("x-request-id"));
+}
