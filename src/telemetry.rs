@@ -2,8 +2,9 @@
 
 use std::io::IsTerminal;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
@@ -89,15 +90,58 @@ pub fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let recorder = PrometheusBuilder::new().build_recorder();
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Suffix("_seconds".to_owned()),
+                    LATENCY_BUCKETS_SECONDS,
+                )
+                .and_then(|builder| {
+                    builder.set_buckets_for_metric(
+                        Matcher::Full("changegate_submission_group_size".to_owned()),
+                        GROUP_SIZE_BUCKETS,
+                    )
+                })
+                .expect("bucket bounds are non-empty")
+                .build_recorder();
             let handle = recorder.handle();
             // Fails only if another recorder was installed first; metrics then
             // go there and /metrics shows this recorder's (empty) view.
             let _ = metrics::set_global_recorder(recorder);
             describe_metrics();
+            spawn_upkeep(handle.clone());
             handle
         })
         .clone()
+}
+
+/// Latency bucket bounds: a millisecond to ten seconds. Histograms rather
+/// than the exporter's default summaries, because summaries from several
+/// instances cannot be added up.
+const LATENCY_BUCKETS_SECONDS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Submission group sizes, up to a group's largest (32).
+const GROUP_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0];
+
+/// How often recorded histogram samples are folded into their buckets.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// The recorder keeps every histogram sample until they are folded into the
+/// buckets, which a scrape of /metrics or this upkeep does: without it, an
+/// instance nobody scrapes would grow by every request it serves. A thread
+/// rather than a task because the recorder is the process's, not one
+/// runtime's.
+fn spawn_upkeep(handle: PrometheusHandle) {
+    std::thread::Builder::new()
+        .name("metrics-upkeep".to_owned())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(UPKEEP_EVERY);
+                handle.run_upkeep();
+            }
+        })
+        .expect("the metrics upkeep thread starts");
 }
 
 fn describe_metrics() {

@@ -161,3 +161,28 @@ async fn a_request_over_the_timeout_answers_503_with_its_request_id() {
     assert_eq!(fine.status(), 200);
     assert!(fine.headers().contains_key("x-request-id"));
 }
+
+#[tokio::test]
+async fn request_latency_is_exported_as_a_histogram_per_route_template() {
+    let db = crate::helpers::sqlite_db().await;
+    let app = spawn_app(&db.url, crate::helpers::REQUESTER_CONFIG).await;
+    app.wait_until_ready().await;
+    assert_eq!(app.get_as("alice", "/api/v1/targets").await.status(), 200);
+
+    let text = app.get("/metrics").await.text().await.unwrap();
+    assert!(
+        text.contains("# TYPE changegate_http_request_duration_seconds histogram"),
+        "{text}"
+    );
+    let bucket = text
+        .lines()
+        .find(|line| {
+            line.starts_with("changegate_http_request_duration_seconds_bucket{")
+                && line.contains(r#"route="/api/v1/targets""#)
+                && line.contains(r#"le="+Inf""#)
+        })
+        .unwrap_or_else(|| panic!("no +Inf bucket for the route in {text}"));
+    let count: u64 = bucket.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(count >= 1, "{bucket}");
+    app.stop().await.expect("graceful stop");
+}
