@@ -5,6 +5,7 @@
 //! trusted proxy. Email-form accounts and employee ids map to one canonical
 //! identity through `[identity.aliases]` and `identity.canonical_email_domain`.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 use axum::http::HeaderMap;
@@ -83,7 +84,7 @@ pub fn resolve(
         &settings.email_header,
         &settings.employee_id_header,
     ] {
-        let Some(value) = headers.get(header.as_str()) else {
+        let Some(value) = headers.get(header) else {
             continue;
         };
         present = true;
@@ -158,15 +159,20 @@ pub fn canonical(settings: &IdentitySettings, raw: &str) -> Option<Identity> {
     if raw.is_empty() || raw.len() > MAX_IDENTITY_LEN || raw.chars().any(char::is_control) {
         return None;
     }
-    let key = raw.to_lowercase();
-    if let Some(canonical) = settings.aliases.get(&key) {
+    // Most names are lower-case already; only the others are copied.
+    let key = if raw.bytes().any(|b| b.is_ascii_uppercase()) || !raw.is_ascii() {
+        Cow::Owned(raw.to_lowercase())
+    } else {
+        Cow::Borrowed(raw)
+    };
+    if let Some(canonical) = settings.aliases.get(key.as_ref()) {
         return Some(Identity(canonical.clone()));
     }
     if let Some((local, domain)) = key.split_once('@') {
         if settings.canonical_email_domain.as_deref() == Some(domain) && !local.is_empty() {
             return Some(Identity(local.to_owned()));
         }
-        return Some(Identity(key));
+        return Some(Identity(key.into_owned()));
     }
     Some(Identity(raw.to_owned()))
 }

@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use jsonwebtoken::{EncodingKey, Header, encode};
 use secrecy::SecretString;
 
@@ -18,9 +18,9 @@ fn settings() -> IdentitySettings {
             "127.0.0.0/8".parse().unwrap(),
             "10.0.0.0/8".parse().unwrap(),
         ],
-        user_header: "x-auth-request-user".to_owned(),
-        email_header: "x-auth-request-email".to_owned(),
-        employee_id_header: "x-auth-request-employee-id".to_owned(),
+        user_header: HeaderName::from_static("x-auth-request-user"),
+        email_header: HeaderName::from_static("x-auth-request-email"),
+        employee_id_header: HeaderName::from_static("x-auth-request-employee-id"),
         canonical_email_domain: Some("example.com".to_owned()),
         aliases: [
             ("e1001".to_owned(), "alice".to_owned()),
@@ -79,6 +79,11 @@ fn email_accounts_and_employee_ids_resolve_to_one_identity() {
     )
     .unwrap();
     assert_eq!(other.as_str(), "bob@other.org");
+    // Token subjects may be any text; they are lower-cased the same way.
+    assert_eq!(
+        canonical(&s, "ÉVA@Other.org").map(|id| id.to_string()),
+        Some("éva@other.org".to_owned())
+    );
 }
 
 #[test]

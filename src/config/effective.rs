@@ -81,9 +81,9 @@ pub fn effective(settings: &Settings) -> Value {
         "rateLimit": s.rate_limit,
         "identity": {
             "trustedProxies": s.identity.trusted_proxies.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            "userHeader": s.identity.user_header,
-            "emailHeader": s.identity.email_header,
-            "employeeIdHeader": s.identity.employee_id_header,
+            "userHeader": s.identity.user_header.as_str(),
+            "emailHeader": s.identity.email_header.as_str(),
+            "employeeIdHeader": s.identity.employee_id_header.as_str(),
             "canonicalEmailDomain": s.identity.canonical_email_domain,
             "aliases": s.identity.aliases,
             "jwt": {

@@ -167,6 +167,14 @@ mod tests {
     }
 
     #[test]
+    fn identity_header_names_are_checked_once_at_load() {
+        let (settings, problems) =
+            from("[identity]\nuser_header = \"X-Remote-User\"\nemail_header = \"x email\"\n");
+        assert_eq!(errors(&problems), ["identity.email_header"]);
+        assert_eq!(settings.identity.user_header.as_str(), "x-remote-user");
+    }
+
+    #[test]
     fn dynamic_mistakes_are_warnings_with_safe_values() {
         let (settings, problems) = from(
             r#"

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use axum::http::HeaderName;
 use ipnet::IpNet;
 use secrecy::SecretString;
 use toml::Value;
@@ -18,11 +19,11 @@ pub struct IdentitySettings {
     /// are believed. Default: loopback only.
     pub trusted_proxies: Vec<IpNet>,
     /// `user_header`, default `x-auth-request-user`.
-    pub user_header: String,
+    pub user_header: HeaderName,
     /// `email_header`, default `x-auth-request-email`.
-    pub email_header: String,
+    pub email_header: HeaderName,
     /// `employee_id_header`, default `x-auth-request-employee-id`.
-    pub employee_id_header: String,
+    pub employee_id_header: HeaderName,
     /// `canonical_email_domain`: emails in this domain resolve to their local part.
     pub canonical_email_domain: Option<String>,
     /// `[identity.aliases]`: email or employee id → canonical identity.
@@ -266,18 +267,9 @@ pub(super) fn identity(r: &mut Reader<'_>) -> IdentitySettings {
     };
     IdentitySettings {
         trusted_proxies,
-        user_header: r
-            .string_at(&["identity", "user_header"], "x-auth-request-user")
-            .to_lowercase(),
-        email_header: r
-            .string_at(&["identity", "email_header"], "x-auth-request-email")
-            .to_lowercase(),
-        employee_id_header: r
-            .string_at(
-                &["identity", "employee_id_header"],
-                "x-auth-request-employee-id",
-            )
-            .to_lowercase(),
+        user_header: header_name(r, "user_header", "x-auth-request-user"),
+        email_header: header_name(r, "email_header", "x-auth-request-email"),
+        employee_id_header: header_name(r, "employee_id_header", "x-auth-request-employee-id"),
         canonical_email_domain: optional(
             r.string_at(&["identity", "canonical_email_domain"], "")
                 .to_lowercase(),
@@ -285,6 +277,18 @@ pub(super) fn identity(r: &mut Reader<'_>) -> IdentitySettings {
         aliases,
         jwt,
     }
+}
+
+/// An identity header's name, parsed once here rather than on every request.
+fn header_name(r: &mut Reader<'_>, key: &str, default: &'static str) -> HeaderName {
+    let text = r.string_at(&["identity", key], default);
+    HeaderName::try_from(text.as_str()).unwrap_or_else(|_| {
+        r.error(
+            &format!("identity.{key}"),
+            format!("{text:?} is not an HTTP header name"),
+        );
+        HeaderName::from_static(default)
+    })
 }
 
 pub(super) fn authz(r: &mut Reader<'_>) -> AuthzSettings {

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use super::RouteSpec;
 use crate::authz::{PermissionError, static_route_access};
@@ -40,13 +41,13 @@ pub enum Decision {
 /// rule, a provider error or a timeout denies.
 pub fn check(
     state: &AppState,
+    settings: arc_swap::Guard<Arc<Settings>>,
     spec: &'static RouteSpec,
     identity: Result<Identity, IdentityError>,
 ) -> Decision {
     let Ok(identity) = identity else {
         return Decision::Now(Err(ApiError::Unauthenticated));
     };
-    let settings = state.config.load();
     let Some((route_codes, operator_codes)) = rule_codes(&settings, spec) else {
         return Decision::Now(Err(ApiError::Forbidden));
     };

@@ -4,9 +4,9 @@ use std::net::IpAddr;
 
 use axum::extract::Request;
 
+use crate::config::Settings;
 use crate::http::client_addr::{client_addr, peer_of};
 use crate::identity::{self, Identity, IdentityError};
-use crate::state::AppState;
 
 /// Who is calling and from where.
 #[derive(Debug, Clone)]
@@ -18,9 +18,8 @@ pub struct Caller {
 }
 
 /// Resolves the caller without rejecting; authz decides.
-pub fn resolve(state: &AppState, request: &Request) -> Caller {
+pub fn resolve(settings: &Settings, request: &Request) -> Caller {
     let peer = peer_of(request);
-    let settings = state.config.load();
     let caller = Caller {
         identity: identity::resolve(&settings.identity, request.headers(), peer),
         client: client_addr(peer, request.headers(), &settings.identity.trusted_proxies),

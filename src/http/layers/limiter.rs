@@ -90,15 +90,17 @@ impl SlidingWindow {
         }
     }
 
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    fn ms_at(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.started).as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Counts a request for `key` if fewer than `limit` (at least 1; 0 means
-    /// "no limit" and never reaches here) arrived within the window; `false`
-    /// means it is over the limit (and is not counted).
-    pub fn try_acquire(&self, subject: impl Hash, limit: u32) -> bool {
-        self.try_acquire_at(subject, limit, self.now_ms())
+    /// Counts a request for `key` that arrived `at` if fewer than `limit` (at
+    /// least 1; 0 means "no limit" and never reaches here) arrived within the
+    /// window; `false` means it is over the limit (and is not counted). The
+    /// caller's clock reading is taken so that one reading per request serves
+    /// every layer.
+    pub fn try_acquire(&self, subject: impl Hash, limit: u32, at: Instant) -> bool {
+        self.try_acquire_at(subject, limit, self.ms_at(at))
     }
 
     fn try_acquire_at(&self, subject: impl Hash, limit: u32, now: u64) -> bool {
@@ -145,7 +147,7 @@ impl SlidingWindow {
     /// Removes keys with no arrival inside the window and releases the map's
     /// spare capacity. Returns how many keys were removed.
     pub fn evict_idle(&self) -> usize {
-        let now = self.now_ms();
+        let now = self.ms_at(Instant::now());
         let before = self.keys.len();
         self.keys.retain(|_, arrivals| {
             arrivals
@@ -251,11 +253,11 @@ mod tests {
     fn idle_keys_are_evicted() {
         let limiter = SlidingWindow::new(Duration::from_millis(20));
         for i in 0..100 {
-            assert!(limiter.try_acquire(format!("ip:10.0.0.{i}"), 3));
+            assert!(limiter.try_acquire(format!("ip:10.0.0.{i}"), 3, Instant::now()));
         }
         assert_eq!(limiter.len(), 100);
         std::thread::sleep(Duration::from_millis(30));
-        assert!(limiter.try_acquire("fresh", 3));
+        assert!(limiter.try_acquire("fresh", 3, Instant::now()));
         assert_eq!(limiter.evict_idle(), 100);
         assert_eq!(limiter.len(), 1);
     }

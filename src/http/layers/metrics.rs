@@ -30,12 +30,12 @@ pub struct Observation {
 }
 
 impl Observation {
-    /// Starts observing `request`, which has arrived: counts it as received.
-    pub fn start(state: &AppState, spec: &RouteSpec, request: &Request) -> Self {
+    /// Starts observing `request`, which `arrived` then: counts it as received.
+    pub fn start(state: &AppState, spec: &RouteSpec, request: &Request, arrived: Instant) -> Self {
         let observation = Self {
             observer: state.observer.clone(),
             activity: spec.activity,
-            started: Instant::now(),
+            started: arrived,
             route: request.extensions().get::<MatchedPath>().cloned(),
             method: request.method().clone(),
         };

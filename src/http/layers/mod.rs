@@ -12,6 +12,7 @@ pub mod rate_limit;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
@@ -112,14 +113,17 @@ where
 
     fn call(&mut self, mut request: Request) -> Self::Future {
         let (state, spec) = (&self.state, self.spec);
-        let caller = identify::resolve(state, &request);
-        if let Some(refused) = rate_limit::check(state, spec, &caller) {
+        // One snapshot for the three checks: they see the same configuration.
+        let settings = state.config.load();
+        let arrived = Instant::now();
+        let caller = identify::resolve(&settings, &request);
+        if let Some(refused) = rate_limit::check(state, &settings, spec, &caller, arrived) {
             return GuardFuture::answered(refused);
         }
-        match authz::check(state, spec, caller.identity) {
+        match authz::check(state, settings, spec, caller.identity) {
             Decision::Now(Ok(authorized)) => {
                 request.extensions_mut().insert(authorized);
-                let observation = Observation::start(state, spec, &request);
+                let observation = Observation::start(state, spec, &request, arrived);
                 GuardFuture::observed(observation, self.inner.call(request))
             }
             Decision::Now(Err(refused)) => GuardFuture::answered(refused.into_response()),
@@ -134,7 +138,7 @@ where
                     match decision.await {
                         Ok(authorized) => {
                             request.extensions_mut().insert(authorized);
-                            let observation = Observation::start(&state, spec, &request);
+                            let observation = Observation::start(&state, spec, &request, arrived);
                             Observed::new(observation, inner.call(request)).await
                         }
                         Err(refused) => Ok(refused.into_response()),

@@ -1,11 +1,13 @@
 //! Per-route rate limiting, by identity or else by client address.
 
 use std::net::IpAddr;
+use std::time::Instant;
 
 use axum::response::{IntoResponse, Response};
 
 use super::RouteSpec;
 use super::identify::Caller;
+use crate::config::Settings;
 use crate::http::error::ApiError;
 use crate::observer::observe;
 use crate::state::AppState;
@@ -17,14 +19,15 @@ use crate::state::AppState;
 ///
 /// It runs before idempotency, so a duplicate submission over the limit is
 /// answered 429, not DUPLICATE_SUBMIT.
-pub fn check(state: &AppState, spec: &RouteSpec, caller: &Caller) -> Option<Response> {
+pub fn check(
+    state: &AppState,
+    settings: &Settings,
+    spec: &RouteSpec,
+    caller: &Caller,
+    arrived: Instant,
+) -> Option<Response> {
     let limit_spec = spec.rate_limit.as_ref()?;
-    let configured = state
-        .config
-        .load()
-        .rate_limit
-        .get(limit_spec.bucket)
-        .copied();
+    let configured = settings.rate_limit.get(limit_spec.bucket).copied();
     let limit = configured.unwrap_or(Some(limit_spec.default_limit))?;
     // The identity comes first so one person in several tabs or browsers
     // shares one allowance; the address only when there is no identity. The
@@ -35,7 +38,7 @@ pub fn check(state: &AppState, spec: &RouteSpec, caller: &Caller) -> Option<Resp
     };
     let allowed = state
         .limiter
-        .try_acquire((limit_spec.bucket, subject), limit);
+        .try_acquire((limit_spec.bucket, subject), limit, arrived);
     if allowed {
         return None;
     }
