@@ -120,7 +120,7 @@ where
         if let Some(refused) = rate_limit::check(state, &settings, spec, &caller, arrived) {
             return GuardFuture::answered(refused);
         }
-        match authz::check(state, settings, spec, caller.identity) {
+        match authz::check(state, settings, spec, caller.into_identity()) {
             Decision::Now(Ok(authorized)) => {
                 request.extensions_mut().insert(authorized);
                 let observation = Observation::start(state, spec, &request, arrived);

@@ -32,9 +32,9 @@ pub fn check(
     // The identity comes first so one person in several tabs or browsers
     // shares one allowance; the address only when there is no identity. The
     // variants keep an identity named like an address apart from it.
-    let subject = match &caller.identity {
-        Ok(identity) => Subject::Identity(identity.as_str()),
-        Err(_) => Subject::Address(caller.client),
+    let subject = match caller {
+        Caller::Identified(identity) => Subject::Identity(identity.as_str()),
+        Caller::Anonymous { client, .. } => Subject::Address(*client),
     };
     let allowed = state
         .limiter
