@@ -96,12 +96,16 @@ where
 /// span (telemetry::WithRequestId), and an enabled span on every request
 /// would cost more than the rest of the edge.
 fn span_of(request: &Request, id: &HeaderValue) -> Span {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", MatchedPath::as_str);
-    let request_id = id.to_str().unwrap_or_default();
-    tracing::debug_span!("request", method = %request.method(), route, request_id)
+    // The fields are computed only when the span is enabled.
+    tracing::debug_span!(
+        "request",
+        method = %request.method(),
+        route = request
+            .extensions()
+            .get::<MatchedPath>()
+            .map_or("unmatched", MatchedPath::as_str),
+        request_id = id.to_str().unwrap_or_default(),
+    )
 }
 
 pin_project! {
@@ -114,11 +118,9 @@ pin_project! {
     }
 }
 
-impl<F, B, E> Future for EdgeFuture<F>
+impl<F, E> Future for EdgeFuture<F>
 where
-    F: Future<Output = Result<axum::http::Response<B>, E>>,
-    B: HttpBody<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
+    Bounded<F>: Future<Output = Result<Response, E>>,
 {
     type Output = Result<Response, E>;
 
@@ -126,12 +128,12 @@ where
         let mut this = self.project();
         let mut response = ready!(this.scoped.as_mut().poll(cx))?;
         let span = this.scoped.span();
-        let status = response.status().as_u16();
-        if response.status().is_server_error() {
+        let status = response.status();
+        if status.is_server_error() {
             let latency = this.started.elapsed();
-            tracing::error!(parent: span, status, ?latency, "request failed");
+            tracing::error!(parent: span, status = status.as_u16(), ?latency, "request failed");
         } else {
-            tracing::debug!(parent: span, status, latency = ?this.started.elapsed(), "finished processing request");
+            tracing::debug!(parent: span, status = status.as_u16(), latency = ?this.started.elapsed(), "finished processing request");
         }
         if let Some(id) = this.id.take() {
             response.headers_mut().insert(request_id::HEADER, id);

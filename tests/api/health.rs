@@ -69,6 +69,21 @@ async fn unknown_paths_get_the_error_json_with_the_callers_request_id() {
     app.stop().await.unwrap();
 }
 
+/// Serves `routes` behind the edge layers alone; the address and a client.
+async fn serve_with_edge_layers(
+    routes: axum::Router,
+    request_timeout: std::time::Duration,
+) -> (std::net::SocketAddr, reqwest::Client) {
+    let app = changegate::http::with_edge_layers(routes, request_timeout);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (
+        address,
+        reqwest::Client::builder().no_proxy().build().unwrap(),
+    )
+}
+
 #[tokio::test]
 async fn a_panicking_handler_answers_a_generic_500_and_the_server_keeps_serving() {
     use std::time::Duration;
@@ -87,11 +102,7 @@ async fn a_panicking_handler_answers_a_generic_500_and_the_server_keeps_serving(
             }),
         )
         .route("/fine", get(|| async { "fine" }));
-    let app = changegate::http::with_edge_layers(routes, Duration::from_secs(5));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let (address, client) = serve_with_edge_layers(routes, Duration::from_secs(5)).await;
 
     let answer = client
         .get(format!("http://{address}/boom"))
@@ -132,11 +143,7 @@ async fn a_request_over_the_timeout_answers_503_with_its_request_id() {
             }),
         )
         .route("/fine", get(|| async { "fine" }));
-    let app = changegate::http::with_edge_layers(routes, Duration::from_millis(200));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let (address, client) = serve_with_edge_layers(routes, Duration::from_millis(200)).await;
 
     let started = Instant::now();
     let answer = client
