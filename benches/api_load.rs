@@ -232,6 +232,7 @@ async fn backend(name: &str, url: &str) {
     let raw = raw_insert_rate(&db).await;
     let apply = wrk(&format!("{address}/api/v1/applications"), "apply.lua");
     let rss = peak_rss_mb();
+    changegate::clients::http::install_crypto_provider();
     let client = reqwest::Client::new();
     let created: serde_json::Value = client
         .post(format!("{address}/api/v1/applications"))

@@ -103,6 +103,7 @@ async fn run(name: &str, database_url: &str) {
     let server = tokio::spawn(app.run_until_stopped());
     approval.set_callback_url(format!("{address}/callbacks/approval"));
     deploy.set_callback_url(format!("{address}/callbacks/deploy"));
+    changegate::clients::http::install_crypto_provider();
     let client = reqwest::Client::builder()
         .no_proxy()
         .build()

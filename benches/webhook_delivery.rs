@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::post;
+use changegate::clients::health::Dependencies;
+use changegate::clients::http::Outbound;
 use changegate::config::{LiveConfig, Settings, source};
 use changegate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_event};
 use changegate::db::webhook_endpoints::insert_endpoint;
@@ -93,7 +95,15 @@ async fn measure(server: &str, receiver: &str, instances: usize) {
     let mut running = tokio::task::JoinSet::new();
     for _ in 0..instances {
         let pool = db::open(&config.database).await.expect("open");
-        let worker = Deliverer::new(pool.clone(), live.clone(), http_client().expect("client"));
+        let worker = Deliverer::new(
+            pool.clone(),
+            live.clone(),
+            http_client(
+                &Outbound::from_platform().expect("outbound"),
+                &Dependencies::default(),
+            )
+            .expect("client"),
+        );
         running.spawn(async move {
             while delivered(&pool).await < EVENTS as i64 {
                 relay::run_once(&pool, false).await.expect("relay");

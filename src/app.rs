@@ -16,6 +16,8 @@ use crate::authz::Permissions;
 use crate::batch::MergeQueue;
 use crate::clients::approval::ApprovalClient;
 use crate::clients::gitlab::{GitLabClient, RetryPolicy};
+use crate::clients::health::{Dependencies, System};
+use crate::clients::http::{Outbound, ProxyRules, SystemClient, Trust};
 use crate::config::LiveConfig;
 use crate::db::{self, Backend, DbSlot};
 use crate::http;
@@ -98,13 +100,12 @@ impl Application {
             }
         });
 
-        let client = reqwest::Client::builder()
-            .connect_timeout(std::time::Duration::from_secs(5))
-            .timeout(std::time::Duration::from_secs(30))
-            .build()
-            .context("building the HTTP client")?;
+        let outbound = Outbound::new(Trust::load(None)?, ProxyRules::from_env());
+        let dependencies = Dependencies::default();
+        let timeout =
+            |seconds| move |b: reqwest::ClientBuilder| b.timeout(Duration::from_secs(seconds));
         let gitlab = GitLabClient::new(
-            client.clone(),
+            SystemClient::new(&outbound, &dependencies, System::GitLab, timeout(300))?,
             &settings.gitlab.base_url,
             settings.gitlab.timeout,
             RetryPolicy::default(),
@@ -112,7 +113,12 @@ impl Application {
         let workflow = Workflow::new(
             db.clone(),
             config.clone(),
-            ApprovalClient::new(client.clone()),
+            ApprovalClient::new(SystemClient::new(
+                &outbound,
+                &dependencies,
+                System::Approval,
+                timeout(300),
+            )?),
             gitlab,
         );
         let merge_queue = MergeQueue::new(db.clone(), config.clone(), workflow.clone());
@@ -145,7 +151,7 @@ impl Application {
             &shutdown,
             &db,
             &config,
-            http_client().context("building the webhook HTTP client")?,
+            http_client(&outbound, &dependencies)?,
         );
 
         let state = AppState::new(App {
@@ -154,7 +160,13 @@ impl Application {
             metrics,
             observer: parts.observer,
             limiter,
-            permissions: Permissions::new(client),
+            permissions: Permissions::new(SystemClient::new(
+                &outbound,
+                &dependencies,
+                System::Authz,
+                timeout(300),
+            )?),
+            dependencies,
             executor,
             merge_queue,
             // Two groups at a time: SQLite's one writer writes one group
@@ -366,7 +378,7 @@ fn spawn_webhook_jobs(
     shutdown: &CancellationToken,
     db: &DbSlot,
     config: &LiveConfig,
-    client: reqwest::Client,
+    client: SystemClient,
 ) {
     let interval = config.current().webhooks.poll_interval;
     let (relay_db, relay_config) = (db.clone(), config.clone());

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::clients::http::SystemClient;
 use crate::config::{AuthzProvider, AuthzSettings};
 use crate::identity::Identity;
 
@@ -35,13 +36,13 @@ struct CheckResponse {
 /// Answers which of some rule codes an identity holds.
 #[derive(Clone)]
 pub struct Permissions {
-    client: reqwest::Client,
+    client: SystemClient,
 }
 
 impl Permissions {
     /// A checker using `client` for the HTTP provider (timeouts come from
     /// `authz.timeout` per call).
-    pub fn new(client: reqwest::Client) -> Self {
+    pub fn new(client: SystemClient) -> Self {
         Self { client }
     }
 
@@ -86,17 +87,19 @@ impl Permissions {
                 .collect()),
             AuthzProvider::Http => {
                 let failed = |err: reqwest::Error| PermissionError::Service(err.to_string());
-                let response = self
+                let request = self
                     .client
-                    .post(&settings.url)
+                    .request(reqwest::Method::POST, &settings.url)
                     .timeout(settings.timeout)
                     .json(&CheckRequest {
                         identity: identity.as_str(),
                         rule_codes: codes,
-                    })
-                    .send()
+                    });
+                let response = self
+                    .client
+                    .send(request)
                     .await
-                    .map_err(failed)?
+                    .map_err(|err| PermissionError::Service(err.to_string()))?
                     .error_for_status()
                     .map_err(failed)?;
                 let answer: CheckResponse = response.json().await.map_err(failed)?;

@@ -6,6 +6,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::authz::Permissions;
 use crate::batch::MergeQueue;
+use crate::clients::health::Dependencies;
 use crate::config::LiveConfig;
 use crate::db::DbSlot;
 use crate::http::layers::limiter::SlidingWindow;
@@ -48,6 +49,8 @@ pub struct App {
     pub limiter: Arc<SlidingWindow>,
     /// Permission checks.
     pub permissions: Permissions,
+    /// What this instance last saw of the systems it calls.
+    pub dependencies: Dependencies,
     /// The bounded worker pool.
     pub executor: Executor,
     /// The batch merge queue.

@@ -6,6 +6,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde::Serialize;
 
+use super::http::{CallError, SystemClient};
+
 /// What the approval system receives.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -44,12 +46,12 @@ pub enum ApprovalError {
 /// Sends approval requests over HTTP; cheap to clone.
 #[derive(Clone)]
 pub struct ApprovalClient {
-    http: reqwest::Client,
+    http: SystemClient,
 }
 
 impl ApprovalClient {
-    /// A client on the shared HTTP client.
-    pub fn new(http: reqwest::Client) -> Self {
+    /// A client sending through `http`.
+    pub fn new(http: SystemClient) -> Self {
         Self { http }
     }
 
@@ -70,10 +72,12 @@ impl ApprovalClient {
         loop {
             let sent = self
                 .http
-                .post(url)
-                .timeout(timeout)
-                .json(request)
-                .send()
+                .send(
+                    self.http
+                        .request(reqwest::Method::POST, url)
+                        .timeout(timeout)
+                        .json(request),
+                )
                 .await;
             let failure = match sent {
                 Ok(response) if response.status().is_success() => return Ok(()),
@@ -84,8 +88,8 @@ impl ApprovalClient {
                     }
                     format!("HTTP {status}")
                 }
-                Err(err) if err.is_timeout() => return Err(ApprovalError::Timeout),
-                Err(err) => err.without_url().to_string(),
+                Err(CallError::Timeout) => return Err(ApprovalError::Timeout),
+                Err(err) => err.to_string(),
             };
             if attempt >= retries {
                 return Err(ApprovalError::Unavailable(failure));

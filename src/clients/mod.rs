@@ -3,3 +3,5 @@
 
 pub mod approval;
 pub mod gitlab;
+pub mod health;
+pub mod http;

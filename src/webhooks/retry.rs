@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
+use crate::clients::http::CallError;
 use crate::config::WebhookSettings;
 use crate::db::webhook_deliveries::{DeliveryRow, Ending};
 
@@ -16,7 +17,7 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// (3xx included, and no answer) retried on the schedule, after at least
 /// `Retry-After` for 429 and 503, until the schedule runs out.
 pub(super) fn classify(
-    answer: &Result<reqwest::Response, reqwest::Error>,
+    answer: &Result<reqwest::Response, CallError>,
     delivery: &DeliveryRow,
     hooks: &WebhookSettings,
 ) -> (Ending, Option<StatusCode>, Option<String>) {
@@ -39,14 +40,14 @@ pub(super) fn classify(
         }
         Err(err) => {
             // Never the URL: it may carry a token.
-            let what = if err.is_timeout() {
-                "timed out"
-            } else if err.is_connect() {
-                "could not connect"
-            } else {
-                "request failed"
+            let what = match err {
+                CallError::Timeout => "timed out".to_owned(),
+                CallError::Unreachable { failure, .. } => {
+                    format!("could not connect: {}", failure.reason())
+                }
+                CallError::Failed(_) => "request failed".to_owned(),
             };
-            (None, what.to_owned(), None)
+            (None, what, None)
         }
     };
     let made = usize::try_from(delivery.attempts).unwrap_or(usize::MAX);

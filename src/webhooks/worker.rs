@@ -14,6 +14,8 @@ use reqwest::StatusCode;
 use tokio::task::JoinSet;
 
 use super::retry::{classify, shuffle};
+use crate::clients::health::{Dependencies, System};
+use crate::clients::http::{CallError, Outbound, SystemClient};
 use crate::config::LiveConfig;
 use crate::db::Db;
 use crate::db::webhook_deliveries::{
@@ -29,16 +31,15 @@ use crate::signature::{self, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP, Webh
 const LOST_CLAIMS_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// The HTTP client for deliveries: no redirects (a 3xx is a failure, and a
-/// redirect could lead a signed body elsewhere), no proxy from the
-/// environment, a connect timeout; each request also gets
+/// redirect could lead a signed body elsewhere), the outbound trust and
+/// proxies, a connect timeout; each request also gets
 /// `webhooks.request_timeout`.
-pub fn http_client() -> reqwest::Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-        .connect_timeout(Duration::from_secs(10))
-        .timeout(Duration::from_secs(300))
-        .build()
+pub fn http_client(outbound: &Outbound, health: &Dependencies) -> anyhow::Result<SystemClient> {
+    SystemClient::new(outbound, health, System::Webhook, |builder| {
+        builder
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(300))
+    })
 }
 
 /// One instance's delivery worker. Cheap to clone.
@@ -50,7 +51,7 @@ pub struct Deliverer {
 struct Inner {
     db: Db,
     config: LiveConfig,
-    client: reqwest::Client,
+    client: SystemClient,
     owner: String,
     lost: LostClaims,
 }
@@ -97,7 +98,7 @@ impl LostClaims {
 
 impl Deliverer {
     /// A worker on `db` identified by a fresh owner id.
-    pub fn new(db: Db, config: LiveConfig, client: reqwest::Client) -> Self {
+    pub fn new(db: Db, config: LiveConfig, client: SystemClient) -> Self {
         Self {
             inner: Arc::new(Inner {
                 db,
@@ -294,20 +295,19 @@ impl Deliverer {
         endpoint: &EndpointRow,
         delivery: &DeliveryRow,
         timeout: Duration,
-    ) -> Result<reqwest::Response, reqwest::Error> {
+    ) -> Result<reqwest::Response, CallError> {
         let timestamp = chrono::Utc::now().timestamp();
         let signatures = signatures(endpoint, &delivery.msg_id, timestamp, &delivery.body);
-        self.inner
-            .client
-            .post(&endpoint.url)
+        let client = &self.inner.client;
+        let request = client
+            .request(reqwest::Method::POST, &endpoint.url)
             .timeout(timeout)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(HEADER_ID, &delivery.msg_id)
             .header(HEADER_TIMESTAMP, timestamp.to_string())
             .header(HEADER_SIGNATURE, signatures)
-            .body(delivery.body.clone())
-            .send()
-            .await
+            .body(delivery.body.clone());
+        client.send(request).await
     }
 }
 

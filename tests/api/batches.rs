@@ -3,6 +3,8 @@
 //! empty batch, enqueue never blocked by an open claim (I3), idempotent
 //! enqueue (I4), and a batch settled once however many settle it.
 
+use crate::helpers::system_client;
+use changegate::clients::health::System;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -250,9 +252,8 @@ async fn of_several_racing_settlers_exactly_one_settles_a_batch() {
         let (settings, _) = settings_from("");
         let config = LiveConfig::new(settings, None, None);
         let slot = DbSlot::ready(db.clone());
-        let http = reqwest::Client::new();
         let gitlab = GitLabClient::new(
-            http.clone(),
+            system_client(System::GitLab),
             "http://127.0.0.1:9",
             Duration::from_secs(1),
             RetryPolicy::default(),
@@ -260,7 +261,7 @@ async fn of_several_racing_settlers_exactly_one_settles_a_batch() {
         let workflow = Workflow::new(
             slot.clone(),
             config.clone(),
-            ApprovalClient::new(http),
+            ApprovalClient::new(system_client(System::Approval)),
             gitlab,
         );
         let queue = MergeQueue::new(slot, config, workflow);
@@ -374,9 +375,8 @@ async fn a_batch_whose_mr_merged_meanwhile_settles_as_merged() {
     assert!(problems.is_empty(), "{problems:?}");
     let config = LiveConfig::new(settings, None, None);
     let slot = DbSlot::ready(db.clone());
-    let http = reqwest::Client::new();
     let client = GitLabClient::new(
-        http.clone(),
+        system_client(System::GitLab),
         gitlab.base_url(),
         Duration::from_secs(5),
         RetryPolicy::default(),
@@ -384,7 +384,7 @@ async fn a_batch_whose_mr_merged_meanwhile_settles_as_merged() {
     let workflow = Workflow::new(
         slot.clone(),
         config.clone(),
-        ApprovalClient::new(http),
+        ApprovalClient::new(system_client(System::Approval)),
         client.clone(),
     );
     let queue = MergeQueue::new(slot, config, workflow);

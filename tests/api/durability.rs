@@ -264,8 +264,7 @@ async fn killed_mid_flight(batched: bool) {
             config(&test_db.url, port, &outside, "approval_first", batched),
         )
         .unwrap();
-        let client = reqwest::Client::builder()
-            .no_proxy()
+        let client = crate::helpers::plain_client()
             .timeout(Duration::from_secs(5))
             .build()
             .unwrap();
@@ -376,8 +375,7 @@ async fn switching_the_flow_order_mid_flight_strands_nothing_and_each_request_ke
         config(&test_db.url, port, &outside, "approval_first", true),
     )
     .unwrap();
-    let client = reqwest::Client::builder()
-        .no_proxy()
+    let client = crate::helpers::plain_client()
         .timeout(Duration::from_secs(5))
         .build()
         .unwrap();

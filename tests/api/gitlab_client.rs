@@ -2,6 +2,8 @@
 //! life, GitLab's error statuses as they are, retries of 429/5xx, and a lost
 //! answer reported as "outcome unknown".
 
+use crate::helpers::system_client;
+use changegate::clients::health::System;
 use std::time::Duration;
 
 use changegate::clients::gitlab::{FileAction, GitLabClient, GitLabError, RetryPolicy};
@@ -43,7 +45,12 @@ async fn fixture(timeout: Duration) -> Fixture {
         backoff: Duration::from_millis(20),
         max_backoff: Duration::from_secs(2),
     };
-    let client = GitLabClient::new(reqwest::Client::new(), sim.base_url(), timeout, retry);
+    let client = GitLabClient::new(
+        system_client(System::GitLab),
+        sim.base_url(),
+        timeout,
+        retry,
+    );
     let secret = |text: &str| SecretString::from(text.to_owned());
     Fixture {
         sim,

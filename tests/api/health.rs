@@ -78,10 +78,7 @@ async fn serve_with_edge_layers(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
-    (
-        address,
-        reqwest::Client::builder().no_proxy().build().unwrap(),
-    )
+    (address, crate::helpers::plain_client().build().unwrap())
 }
 
 #[tokio::test]

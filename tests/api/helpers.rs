@@ -1,5 +1,9 @@
 //! Test support: a fresh database per test on each backend, and a running app.
 
+use changegate::clients::health::{Dependencies, System};
+use changegate::clients::http::{
+    Outbound, ProxyRules, SystemClient, Trust, install_crypto_provider,
+};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -228,8 +232,7 @@ pub async fn spawn_app_with(database_url: &str, extra: &str, parts: Parts) -> Te
     let server = tokio::spawn(app.run_until_stopped());
     TestApp {
         address,
-        client: reqwest::Client::builder()
-            .no_proxy()
+        client: plain_client()
             .timeout(Duration::from_secs(10))
             .build()
             .expect("client"),
@@ -304,4 +307,23 @@ pub fn changegate_command() -> Command {
         }
     }
     command
+}
+
+/// A client for `system` trusting the platform's roots, with no proxy
+/// whatever the environment says, recording into its own health record.
+pub fn system_client(system: System) -> SystemClient {
+    let outbound = Outbound::new(
+        Trust::platform_and_pem(b"").expect("platform roots"),
+        ProxyRules::default(),
+    );
+    SystemClient::new(&outbound, &Dependencies::default(), system, |builder| {
+        builder
+    })
+    .expect("an HTTP client")
+}
+
+/// A builder for the tests' own plain-HTTP clients (never proxied).
+pub fn plain_client() -> reqwest::ClientBuilder {
+    install_crypto_provider();
+    reqwest::Client::builder().no_proxy()
 }

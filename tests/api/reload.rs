@@ -134,7 +134,7 @@ async fn changing_log_level_in_the_file_changes_what_is_logged_without_restart()
         .spawn()
         .unwrap();
     let logs = Logs::start(child);
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let client = crate::helpers::plain_client().build().unwrap();
     let health = format!("http://127.0.0.1:{port}/healthz");
 
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -3,6 +3,7 @@
 //! official Standard Webhooks verifier. Shared test support (a receiver,
 //! events, driving the relay and workers) lives here too.
 
+use changegate::clients::health::System;
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,7 +19,7 @@ use changegate::db::webhook_endpoints::insert_endpoint;
 use changegate::domain::BindingStatus;
 use changegate::signature::WebhookSecret;
 use changegate::webhooks::relay;
-use changegate::webhooks::worker::{Deliverer, http_client};
+use changegate::webhooks::worker::Deliverer;
 use serde_json::{Value, json};
 use standardwebhooks::Webhook;
 
@@ -150,7 +151,11 @@ pub fn hooks_config(extra: &str) -> LiveConfig {
 
 /// A delivery worker on `db`: one "instance".
 pub fn deliverer(db: &Db, config: &LiveConfig) -> Deliverer {
-    Deliverer::new(db.clone(), config.clone(), http_client().unwrap())
+    Deliverer::new(
+        db.clone(),
+        config.clone(),
+        crate::helpers::system_client(System::Webhook),
+    )
 }
 
 /// An endpoint stored directly; answers (id, secret).

@@ -2,6 +2,8 @@
 
 use reqwest::StatusCode;
 
+use crate::clients::http::Unreachable;
+
 /// Why a GitLab call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum GitLabError {
@@ -16,8 +18,11 @@ pub enum GitLabError {
     /// No answer within the timeout. The request may have been applied.
     #[error("GitLab did not answer in time; the request may or may not have been applied")]
     Timeout,
-    /// The connection failed before an answer.
-    #[error("cannot reach GitLab: {0}")]
+    /// The connection could not be made: nothing was sent.
+    #[error("{}", .0.describe("GitLab"))]
+    Unreachable(Unreachable),
+    /// The exchange failed after connecting. The request may have been applied.
+    #[error("the connection to GitLab failed: {0}")]
     Transport(String),
     /// A 2xx answer that is not the documented shape.
     #[error("unexpected GitLab answer: {0}")]
@@ -47,7 +52,7 @@ impl GitLabError {
     /// answer about the request itself.
     pub fn is_transient(&self) -> bool {
         self.outcome_unknown()
-            || matches!(self, Self::Transport(_))
+            || matches!(self, Self::Transport(_) | Self::Unreachable(_))
             || self
                 .status()
                 .is_some_and(|s| s == reqwest::StatusCode::TOO_MANY_REQUESTS)

@@ -14,6 +14,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 pub use error::GitLabError;
+
+use super::http::{CallError, SystemClient};
 pub use types::{ApprovalUser, Approvals, ApprovedBy, Commit, FileAction, MergeRequest, Pipeline};
 
 /// How a client retries and waits.
@@ -40,7 +42,7 @@ impl Default for RetryPolicy {
 /// A GitLab API client for one instance; cheap to clone.
 #[derive(Clone)]
 pub struct GitLabClient {
-    http: reqwest::Client,
+    http: SystemClient,
     api: String,
     timeout: Duration,
     retry: RetryPolicy,
@@ -54,12 +56,7 @@ fn project_ref(project: &str) -> String {
 
 impl GitLabClient {
     /// A client for `base_url` (the REST root is `{base_url}/api/v4`).
-    pub fn new(
-        http: reqwest::Client,
-        base_url: &str,
-        timeout: Duration,
-        retry: RetryPolicy,
-    ) -> Self {
+    pub fn new(http: SystemClient, base_url: &str, timeout: Duration, retry: RetryPolicy) -> Self {
         Self {
             http,
             api: format!("{}/api/v4", base_url.trim_end_matches('/')),
@@ -92,12 +89,10 @@ impl GitLabClient {
             if let Some(body) = body {
                 request = request.json(body);
             }
-            let response = request.send().await.map_err(|err| {
-                if err.is_timeout() {
-                    GitLabError::Timeout
-                } else {
-                    GitLabError::Transport(err.without_url().to_string())
-                }
+            let response = self.http.send(request).await.map_err(|err| match err {
+                CallError::Timeout => GitLabError::Timeout,
+                CallError::Unreachable { failure, .. } => GitLabError::Unreachable(failure),
+                CallError::Failed(detail) => GitLabError::Transport(detail),
             })?;
             let status = response.status();
             let retryable = status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error();

@@ -5,6 +5,7 @@ pub mod approvals;
 pub mod audit;
 pub mod batches;
 pub mod config;
+pub mod health;
 pub mod operations;
 pub mod reconcile;
 pub mod webhooks;

@@ -154,6 +154,11 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
         .routes(guarded(
             state,
             &ADMIN_READ,
+            routes!(super::admin::health::get_dependencies),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_READ,
             routes!(super::admin::batches::list),
         ))
         .routes(guarded(

@@ -4,6 +4,7 @@
 //! ends, an MR merged by someone else, the checklist extension, and storms
 //! of 429/5xx answers.
 
+use changegate::clients::health::System;
 use std::time::Duration;
 
 use changegate::clients::gitlab::{GitLabClient, RetryPolicy};
@@ -259,7 +260,7 @@ async fn an_mr_merged_by_someone_else_is_finished_without_approving_again() {
     let id = apply(&w.app).await;
     let iid = waiting_for_approval(&w, &id).await;
     let client = GitLabClient::new(
-        reqwest::Client::new(),
+        crate::helpers::system_client(System::GitLab),
         w.gitlab.base_url(),
         Duration::from_secs(5),
         RetryPolicy::default(),

@@ -1,0 +1,188 @@
+//! What this instance last saw of each system it calls: whether the last
+//! call succeeded, when, and the last error. A connection failure is logged
+//! once at warn when it starts (or its cause changes), not once per retry,
+//! and counted by system and reason; recovery is logged once at info.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::http::Unreachable;
+
+/// A system changegate calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum System {
+    /// GitLab's REST API.
+    GitLab,
+    /// The external approval system.
+    Approval,
+    /// The HTTP permission service.
+    Authz,
+    /// A webhook subscriber.
+    Webhook,
+}
+
+impl System {
+    /// The metric and report label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::GitLab => "gitlab",
+            Self::Approval => "approval",
+            Self::Authz => "authz",
+            Self::Webhook => "webhook",
+        }
+    }
+
+    /// How a message names it.
+    pub fn display_name(self) -> &'static str {
+        match self {
+            Self::GitLab => "GitLab",
+            Self::Approval => "the approval system",
+            Self::Authz => "the permission service",
+            Self::Webhook => "the webhook receiver",
+        }
+    }
+}
+
+/// The systems `GET /admin/v1/health/dependencies` reports (webhook
+/// receivers are many and have their own delivery log).
+pub const REPORTED: [System; 3] = [System::GitLab, System::Approval, System::Authz];
+
+/// One system's last outcome, as reported.
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DependencyView {
+    /// `gitlab`, `approval` or `authz`.
+    pub system: &'static str,
+    /// Whether the last call succeeded; absent before the first call.
+    pub last_call_succeeded: Option<bool>,
+    /// When the last call ended.
+    pub last_call_at: Option<DateTime<Utc>>,
+    /// When a call last succeeded.
+    pub last_success_at: Option<DateTime<Utc>>,
+    /// When a call last failed.
+    pub last_failure_at: Option<DateTime<Utc>>,
+    /// The last failure, in words.
+    pub last_error: Option<String>,
+    /// The last failure's reason when it was a connection failure
+    /// (`untrusted_certificate`, `refused`, `dns`, `proxy`, …).
+    pub last_error_reason: Option<&'static str>,
+}
+
+#[derive(Debug, Default)]
+struct Record {
+    last_succeeded: Option<bool>,
+    last_success_at: Option<DateTime<Utc>>,
+    last_failure_at: Option<DateTime<Utc>>,
+    last_error: Option<String>,
+    last_reason: Option<&'static str>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    records: HashMap<System, Record>,
+    /// The connection failure each host is in, for logging once.
+    failing_hosts: HashMap<(System, String), Unreachable>,
+}
+
+/// Shared by every client of one instance; cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Dependencies {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl Dependencies {
+    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
+        f(&mut self.inner.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// A call to `host` of `system` got an answer that is not a failure.
+    pub fn succeeded(&self, system: System, host: &str) {
+        let recovered = self.with(|inner| {
+            let record = inner.records.entry(system).or_default();
+            record.last_succeeded = Some(true);
+            record.last_success_at = Some(Utc::now());
+            inner.failing_hosts.remove(&(system, host.to_owned()))
+        });
+        if let Some(was) = recovered {
+            tracing::info!(
+                system = system.label(),
+                host,
+                "{} is reachable again (was: {})",
+                system.display_name(),
+                was.reason()
+            );
+        }
+    }
+
+    /// A call got a failing answer or none in time: recorded, not warned
+    /// about (the caller decides what such an answer means).
+    pub fn failed(&self, system: System, error: &str) {
+        self.with(|inner| {
+            let record = inner.records.entry(system).or_default();
+            record.last_succeeded = Some(false);
+            record.last_failure_at = Some(Utc::now());
+            record.last_error = Some(error.to_owned());
+            record.last_reason = None;
+        });
+    }
+
+    /// A call to `host` could not connect: counted every time, logged at
+    /// warn when the host starts failing or fails for another reason.
+    pub fn unreachable(&self, system: System, host: &str, failure: Unreachable, detail: &str) {
+        metrics::counter!(
+            "changegate_outbound_failures_total",
+            "system" => system.label(),
+            "reason" => failure.reason()
+        )
+        .increment(1);
+        let changed = self.with(|inner| {
+            let record = inner.records.entry(system).or_default();
+            record.last_succeeded = Some(false);
+            record.last_failure_at = Some(Utc::now());
+            record.last_error = Some(failure.describe(system.display_name()));
+            record.last_reason = Some(failure.reason());
+            inner
+                .failing_hosts
+                .insert((system, host.to_owned()), failure)
+                != Some(failure)
+        });
+        if changed {
+            tracing::warn!(
+                system = system.label(),
+                host,
+                reason = failure.reason(),
+                "{}: {detail}; {}",
+                failure.describe(system.display_name()),
+                failure.hint()
+            );
+        }
+    }
+
+    /// The reported systems, in a fixed order.
+    pub fn report(&self) -> Vec<DependencyView> {
+        self.with(|inner| {
+            REPORTED
+                .iter()
+                .map(|system| {
+                    let record = inner.records.get(system);
+                    DependencyView {
+                        system: system.label(),
+                        last_call_succeeded: record.and_then(|r| r.last_succeeded),
+                        last_call_at: record.and_then(|r| match r.last_succeeded {
+                            Some(true) => r.last_success_at,
+                            Some(false) => r.last_failure_at,
+                            None => None,
+                        }),
+                        last_success_at: record.and_then(|r| r.last_success_at),
+                        last_failure_at: record.and_then(|r| r.last_failure_at),
+                        last_error: record.and_then(|r| r.last_error.clone()),
+                        last_error_reason: record.and_then(|r| r.last_reason),
+                    }
+                })
+                .collect()
+        })
+    }
+}
