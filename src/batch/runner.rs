@@ -165,9 +165,9 @@ impl MergeQueue {
                     {
                         self.pipeline_pending(db, &batch, iid).await
                     }
-                    _ => self.poll(db, &batch).await,
+                    _ => self.poll(db, &batch, None).await,
                 },
-                Err(err) if err.is_transient() => self.poll(db, &batch).await,
+                Err(err) if err.is_transient() => self.poll(db, &batch, err.obstacle()).await,
                 Err(err) => {
                     self.fail(db, &batch, StepStatus::CreateFailed, &err.to_string())
                         .await
@@ -204,8 +204,8 @@ impl MergeQueue {
                         )
                         .await
                     }
-                    Ok(Round::NotYet) => self.poll(db, &batch).await,
-                    Err(err) if err.is_transient() => self.poll(db, &batch).await,
+                    Ok(Round::NotYet) => self.poll(db, &batch, None).await,
+                    Err(err) if err.is_transient() => self.poll(db, &batch, err.obstacle()).await,
                     Err(err) => {
                         self.fail(db, &batch, StepStatus::HandleMergeRefused, &err.to_string())
                             .await
@@ -271,7 +271,7 @@ impl MergeQueue {
                 .await?;
                 tx.commit().await.map_err(Into::into)
             }
-            Err(err) if err.is_transient() => self.poll(db, batch).await,
+            Err(err) if err.is_transient() => self.poll(db, batch, err.obstacle()).await,
             Err(err) => {
                 self.fail(db, batch, StepStatus::CreateRefused, &err.to_string())
                     .await
@@ -355,12 +355,20 @@ impl MergeQueue {
     }
 
     /// Not ready yet: counted, so the deadline can be told.
-    async fn poll(&self, db: &Db, batch: &BatchRow) -> Result<(), StoreError> {
+    /// Counts one more poll; `obstacle` says what kept this round from
+    /// getting an answer, and none clears what an earlier round said.
+    async fn poll(
+        &self,
+        db: &Db,
+        batch: &BatchRow,
+        obstacle: Option<String>,
+    ) -> Result<(), StoreError> {
         self.write(
             db,
             batch,
             &BatchChange {
                 polled: true,
+                obstacle: obstacle.as_deref(),
                 ..BatchChange::default()
             },
         )

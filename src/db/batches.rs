@@ -36,6 +36,8 @@ pub struct BatchRow {
     pub polls: i32,
     /// Why it ended, when it failed.
     pub message: Option<String>,
+    /// What keeps it from progressing right now, if anything (migration 0009).
+    pub obstacle: Option<String>,
     /// Guards every write.
     pub version: i64,
     /// Database time of creation.
@@ -45,7 +47,7 @@ pub struct BatchRow {
 }
 
 const COLUMNS: &str = "id, status, partition_key, project, split_group, phase, mr_iid, mr_url, \
-    merge_sha, merge_commit_sha, polls, message, version, created_at, updated_at";
+    merge_sha, merge_commit_sha, polls, message, obstacle, version, created_at, updated_at";
 
 fn placeholders(count: usize) -> String {
     vec!["?"; count].join(", ")
@@ -407,6 +409,8 @@ pub struct BatchChange<'a> {
     pub message: Option<&'a str>,
     /// Count one more poll (else polls start again from zero).
     pub polled: bool,
+    /// What keeps it from progressing; every other write clears it.
+    pub obstacle: Option<&'a str>,
 }
 
 /// Writes `change` if the batch is still at `version` (and RUNNING); the
@@ -420,6 +424,7 @@ pub async fn update_batch(
     let mut sets = vec![
         "version = version + 1".to_owned(),
         format!("updated_at = {}", dialect::now_ms(tx.backend())),
+        "obstacle = ?".to_owned(),
     ];
     sets.push(
         if change.polled {
@@ -447,7 +452,7 @@ pub async fn update_batch(
         sets.join(", ")
     );
     with_tx!(tx, |conn| {
-        let mut query = sqlx::query(AssertSqlSafe(sql));
+        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(change.obstacle);
         if let Some(status) = change.status {
             query = query.bind(status);
         }
@@ -570,22 +575,25 @@ pub async fn set_frozen(
 pub async fn batches_of(
     db: &Db,
     operation_ids: &[&str],
-) -> Result<std::collections::HashMap<String, i64>, sqlx::Error> {
+) -> Result<std::collections::HashMap<String, (i64, Option<String>)>, sqlx::Error> {
     let mut found = std::collections::HashMap::new();
     for chunk in operation_ids.chunks(IN_LIST_CHUNK) {
         let sql = format!(
-            "SELECT operation_id, batch_id FROM merge_batch_request \
-             WHERE batch_id IS NOT NULL AND operation_id IN ({})",
+            "SELECT r.operation_id, r.batch_id, b.obstacle FROM merge_batch_request r \
+             JOIN merge_batch b ON b.id = r.batch_id WHERE r.operation_id IN ({})",
             placeholders(chunk.len())
         );
-        let rows: Vec<(String, i64)> = with_pool!(db, reader, |pool| {
+        let rows: Vec<(String, i64, Option<String>)> = with_pool!(db, reader, |pool| {
             let mut query = sqlx::query_as(AssertSqlSafe(sql));
             for id in chunk {
                 query = query.bind(*id);
             }
             query.fetch_all(pool).await
         })?;
-        found.extend(rows);
+        found.extend(
+            rows.into_iter()
+                .map(|(operation, batch, obstacle)| (operation, (batch, obstacle))),
+        );
     }
     Ok(found)
 }

@@ -33,6 +33,8 @@ pub struct OperationRow {
     pub step: StepStatus,
     /// The last step's explanation, if any.
     pub message: Option<String>,
+    /// What keeps it from progressing right now, if anything (migration 0009).
+    pub obstacle: Option<String>,
     /// Requested parameters (JSON).
     pub params: String,
     /// The requester's reason.
@@ -57,7 +59,7 @@ pub struct OperationRow {
 }
 
 const COLUMNS: &str = "id, operation_id, kind, subject_id, target_key, requested_by, flow_order, \
-    step_code, message, params, reason, expires_at, mr_iid, mr_url, version, due_at, attempts, \
+    step_code, message, obstacle, params, reason, expires_at, mr_iid, mr_url, version, due_at, attempts, \
     created_at, updated_at";
 
 /// What a new operation row holds.
@@ -165,8 +167,8 @@ pub async fn update_operation_step(
     message: Option<&str>,
 ) -> Result<u64, sqlx::Error> {
     let sql = format!(
-        "UPDATE operation SET step_code = ?, message = ?, version = version + 1, updated_at = {}, \
-         due_at = {}, attempts = 0 WHERE operation_id = ? AND version = ?",
+        "UPDATE operation SET step_code = ?, message = ?, obstacle = NULL, version = version + 1, \
+         updated_at = {}, due_at = {}, attempts = 0 WHERE operation_id = ? AND version = ?",
         dialect::now_ms(tx.backend()),
         due_at_of(tx.backend(), step)
     );
@@ -179,6 +181,25 @@ pub async fn update_operation_step(
             .execute(conn)
             .await
             .map(|done| done.rows_affected())
+    })
+}
+
+/// Records (or, with `None`, clears) what keeps an operation from
+/// progressing. Not versioned: it describes the moment, not the step, and
+/// every step change clears it anyway.
+pub async fn set_operation_obstacle(
+    db: &Db,
+    operation_id: &str,
+    obstacle: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    let sql = "UPDATE operation SET obstacle = ? WHERE operation_id = ?";
+    with_pool!(db, writer, |pool| {
+        sqlx::query(sql)
+            .bind(obstacle)
+            .bind(operation_id)
+            .execute(pool)
+            .await
+            .map(|_| ())
     })
 }
 
@@ -222,6 +243,8 @@ pub struct OperationPage {
     pub binding_owner: Option<String>,
     /// The merge batch it is in, if any.
     pub batch_id: Option<i64>,
+    /// What keeps that batch from progressing, if anything.
+    pub batch_obstacle: Option<String>,
 }
 
 /// [`get_operation_with_status`] and the operation's merge batch, still in
@@ -233,19 +256,22 @@ pub async fn get_operation_page(
     let row = get_with_status(
         db,
         operation_id,
-        ", r.batch_id AS batch_id",
-        " LEFT JOIN merge_batch_request r ON r.operation_id = o.operation_id",
+        ", r.batch_id AS batch_id, mb.obstacle AS batch_obstacle",
+        " LEFT JOIN merge_batch_request r ON r.operation_id = o.operation_id \
+         LEFT JOIN merge_batch mb ON mb.id = r.batch_id",
     )
     .await?;
     Ok(row.map(|row| {
         let binding_owner = row.binding_owner.clone();
         let batch_id = row.batch_id;
+        let batch_obstacle = row.batch_obstacle.clone();
         let (operation, status) = row.split();
         OperationPage {
             operation,
             status,
             binding_owner,
             batch_id,
+            batch_obstacle,
         }
     }))
 }
@@ -280,6 +306,8 @@ struct WithStatus {
     binding_owner: Option<String>,
     #[sqlx(default)]
     batch_id: Option<i64>,
+    #[sqlx(default)]
+    batch_obstacle: Option<String>,
 }
 
 impl WithStatus {

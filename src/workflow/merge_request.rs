@@ -13,7 +13,7 @@ use crate::config::Settings;
 use crate::config::resolve::FlowOrder;
 use crate::db::Db;
 use crate::db::callbacks::deployed_since;
-use crate::db::operations::{OperationRow, record_merge_request};
+use crate::db::operations::{OperationRow, record_merge_request, set_operation_obstacle};
 use crate::domain::render::{BindingFile, canonical_json, file_path};
 use crate::domain::{BindingStatus, OperationKind, StepStatus};
 use crate::store::{self, Change, StoreError};
@@ -203,7 +203,7 @@ impl Workflow {
             }
             Err(err) if err.is_transient() => {
                 tracing::warn!(operation_id = %operation.operation_id, "MR creation unclear, will re-read: {err}");
-                return Ok(());
+                return self.note_obstacle(db, operation, err.obstacle()).await;
             }
             Err(err) => {
                 Outcome::failed(BindingStatus::CreateFailed, StepStatus::CreateRefused, &err)
@@ -282,6 +282,20 @@ impl Workflow {
             .await
     }
 
+    /// Records what kept this round from an answer (`None`: nothing did),
+    /// when that differs from what the operation says already.
+    async fn note_obstacle(
+        &self,
+        db: &Db,
+        operation: &OperationRow,
+        obstacle: Option<String>,
+    ) -> Result<(), StoreError> {
+        if operation.obstacle != obstacle {
+            set_operation_obstacle(db, &operation.operation_id, obstacle.as_deref()).await?;
+        }
+        Ok(())
+    }
+
     /// Reads the MR's pipeline once: pass → merging, fail → failed (contact
     /// the team); still running → polled again later (the operation stays
     /// where it is), until the deadline → pending (its outcome is unknown,
@@ -314,7 +328,7 @@ impl Workflow {
                 _ if operation.step == StepStatus::PipelinePending
                     || !settings.polling.deadline_reached(operation.attempts) =>
                 {
-                    return Ok(());
+                    return self.note_obstacle(db, operation, None).await;
                 }
                 _ => Outcome {
                     status: None,
@@ -326,7 +340,7 @@ impl Workflow {
             },
             Err(err) => {
                 tracing::debug!(iid, "reading the MR failed, polling on: {err}");
-                return Ok(());
+                return self.note_obstacle(db, operation, err.obstacle()).await;
             }
         };
         self.settle(db, operation, operation.version, outcome).await
@@ -360,10 +374,10 @@ impl Workflow {
                     "MR !{iid} is behind its target branch: rebasing it"
                 )),
             },
-            Ok(Round::NotYet) => return Ok(()),
+            Ok(Round::NotYet) => return self.note_obstacle(db, operation, None).await,
             Err(err) if err.is_transient() => {
                 tracing::debug!(iid, "merge round interrupted, polling on: {err}");
-                return Ok(());
+                return self.note_obstacle(db, operation, err.obstacle()).await;
             }
             Err(err) => Outcome::failed(
                 BindingStatus::HandleFailed,

@@ -47,6 +47,18 @@ impl GitLabError {
         matches!(self, Self::Timeout) || self.status().is_some_and(|s| s.is_server_error())
     }
 
+    /// What a waiting request says while this lasts: set only for a
+    /// connection that cannot be made, which waiting alone may not cure.
+    pub fn obstacle(&self) -> Option<String> {
+        match self {
+            Self::Unreachable(failure) => Some(format!(
+                "{}; changegate keeps trying: please tell the team",
+                failure.describe("GitLab")
+            )),
+            _ => None,
+        }
+    }
+
     /// Whether trying again later may succeed: the outcome is unknown, the
     /// connection failed, or GitLab is throttling. Anything else is GitLab's
     /// answer about the request itself.

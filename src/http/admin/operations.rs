@@ -104,13 +104,13 @@ pub async fn list(
         .iter()
         .map(|(row, _)| row.operation_id.as_str())
         .collect();
-    let batches = batches_of(&db, &listed).await?;
+    let mut batches = batches_of(&db, &listed).await?;
     let items = rows
         .into_iter()
         .map(|(row, status)| {
             let status = status.or_else(|| last.get(&row.operation_id)?.parse().ok());
-            let batch_id = batches.get(&row.operation_id).copied();
-            OperationView::of(row, status).in_batch(batch_id)
+            let (batch_id, obstacle) = batches.remove(&row.operation_id).unzip();
+            OperationView::of(row, status).in_batch(batch_id, obstacle.flatten())
         })
         .collect();
     Ok(Json(OperationPage { items, next_cursor }))

@@ -127,14 +127,19 @@ pub async fn get_operation_status(
     }
     let status = status_of(&db, &page.operation, page.status).await?;
     Ok(Json(
-        OperationView::of(page.operation, status).in_batch(page.batch_id),
+        OperationView::of(page.operation, status).in_batch(page.batch_id, page.batch_obstacle),
     ))
 }
 
 impl OperationView {
-    /// The same view, naming the merge batch the operation is in.
-    pub fn in_batch(self, batch_id: Option<i64>) -> Self {
-        Self { batch_id, ..self }
+    /// The same view, naming the merge batch the operation is in; what
+    /// keeps that batch from progressing, if anything, is the message.
+    pub fn in_batch(self, batch_id: Option<i64>, obstacle: Option<String>) -> Self {
+        Self {
+            batch_id,
+            message: obstacle.unwrap_or(self.message),
+            ..self
+        }
     }
 
     /// The view of `operation`, whose relation is (or was last) in `status`.
@@ -148,7 +153,8 @@ impl OperationView {
             step: StepView::of(operation.step),
             next: next.as_str(),
             message: operation
-                .message
+                .obstacle
+                .or(operation.message)
                 .unwrap_or_else(|| operation.step.description().to_owned()),
             merge_request: operation.mr_iid.map(|iid| MergeRequestView {
                 iid,
