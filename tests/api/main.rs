@@ -15,6 +15,7 @@ mod gitlab_client;
 mod health;
 mod helpers;
 mod jobs;
+mod proxy;
 mod readiness;
 mod reconcile;
 mod reload;
