@@ -98,6 +98,7 @@ impl Application {
             }
         });
 
+        crate::clients::install_tls_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(std::time::Duration::from_secs(5))
             .timeout(std::time::Duration::from_secs(30))

@@ -33,6 +33,7 @@ const LOST_CLAIMS_LOG_EVERY: Duration = Duration::from_secs(60);
 /// environment, a connect timeout; each request also gets
 /// `webhooks.request_timeout`.
 pub fn http_client() -> reqwest::Result<reqwest::Client> {
+    crate::clients::install_tls_provider();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
