@@ -4,15 +4,16 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::Connection;
-use sqlx::mysql::MySqlPoolOptions;
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
-use super::{Db, SqliteDb};
+use super::mysql_url::MySqlUrl;
+use super::{Backend, Db, SqliteDb};
+use crate::config::DatabaseSettings;
 
 /// How long a pooled MySQL connection may sit idle before it is pinged on
 /// its next use.
 const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
-use crate::config::DatabaseSettings;
 
 /// Why the database could not be opened; each message is one actionable line.
 #[derive(Debug, thiserror::Error)]
@@ -41,40 +42,38 @@ pub enum OpenError {
 
 /// Connects and applies migrations.
 pub async fn open(settings: &DatabaseSettings) -> Result<Db, OpenError> {
-    let db = if settings.url.starts_with("sqlite:") {
-        Db::Sqlite(open_sqlite(settings).await?)
-    } else if let Some(rest) = settings
-        .url
-        .strip_prefix("mysql://")
-        .or_else(|| settings.url.strip_prefix("mariadb://"))
-    {
-        let pool = MySqlPoolOptions::new()
-            .max_connections(settings.max_connections)
-            .acquire_timeout(settings.connect_timeout)
-            // sqlx pings every pooled connection before handing it out: one
-            // more round trip per query. As HikariCP does, only a connection
-            // idle for a while is checked; one in steady use has just answered.
-            .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
-                Box::pin(async move {
-                    if meta.idle_for >= PING_AFTER_IDLE {
-                        conn.ping().await?;
-                    }
-                    Ok(true)
-                })
-            })
-            .connect(&format!("mysql://{rest}"))
-            .await
-            .map_err(|err| OpenError::Connect(err.to_string()))?;
-        Db::MySql(pool)
-    } else {
-        return Err(OpenError::UnsupportedUrl);
+    let db = match Backend::of_url(&settings.url) {
+        Some(Backend::Sqlite) => Db::Sqlite(open_sqlite(settings).await?),
+        Some(Backend::MySql) => Db::MySql(open_mysql(settings).await?),
+        None => return Err(OpenError::UnsupportedUrl),
     };
     if let Err(err) = db.migrate().await {
         db.close().await;
         return Err(OpenError::Migrate(err.to_string()));
     }
     Ok(db)
+}
+
+async fn open_mysql(settings: &DatabaseSettings) -> Result<MySqlPool, OpenError> {
+    let url = MySqlUrl::parse(&settings.url).map_err(OpenError::InvalidUrl)?;
+    MySqlPoolOptions::new()
+        .max_connections(settings.max_connections)
+        .acquire_timeout(settings.connect_timeout)
+        // sqlx pings every pooled connection before handing it out: one
+        // more round trip per query. As HikariCP does, only a connection
+        // idle for a while is checked; one in steady use has just answered.
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_AFTER_IDLE {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
+        .connect_with(url.options)
+        .await
+        .map_err(|err| OpenError::Connect(err.to_string()))
 }
 
 async fn open_sqlite(settings: &DatabaseSettings) -> Result<SqliteDb, OpenError> {
