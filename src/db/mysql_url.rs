@@ -3,7 +3,7 @@
 //! know, so a misspelt `ssl_mode=VERIFY_IDENTITY` would silently connect
 //! without verifying the server; here it is a start-up error instead.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use sqlx::ConnectOptions;
@@ -26,8 +26,11 @@ const OTHER_PARAMETERS: &[&str] = &[
 pub struct MySqlUrl {
     /// What sqlx connects with.
     pub options: MySqlConnectOptions,
+    /// Each certificate or key file parameter with its path, to be read at connect time.
+    pub files: Vec<(&'static str, PathBuf)>,
     /// Settings that work but probably do not do what was meant.
     pub warnings: Vec<String>,
+    url: Url,
 }
 
 impl MySqlUrl {
@@ -85,7 +88,33 @@ impl MySqlUrl {
             ));
         }
         let options = MySqlConnectOptions::from_url(&url).map_err(|err| err.to_string())?;
-        Ok(Self { options, warnings })
+        Ok(Self {
+            options,
+            files,
+            warnings,
+            url,
+        })
+    }
+
+    /// The `ssl-ca` file, if the URL names one.
+    pub fn ssl_ca(&self) -> Option<&Path> {
+        self.files
+            .iter()
+            .find(|(parameter, _)| *parameter == "ssl-ca")
+            .map(|(_, path)| path.as_path())
+    }
+
+    /// Whether the connection is made without TLS whatever the server offers.
+    pub fn tls_disabled(&self) -> bool {
+        matches!(self.options.get_ssl_mode(), MySqlSslMode::Disabled)
+    }
+
+    /// The same login over TLS (any certificate) and without a database:
+    /// whether the account gets in when the connection is encrypted.
+    pub fn encrypted_login(&self) -> Result<MySqlConnectOptions, sqlx::Error> {
+        let mut url = self.url.clone();
+        url.set_path("");
+        Ok(MySqlConnectOptions::from_url(&url)?.ssl_mode(MySqlSslMode::Required))
     }
 }
 
@@ -121,6 +150,7 @@ mod tests {
             url.options.get_ssl_mode(),
             MySqlSslMode::VerifyIdentity
         ));
+        assert_eq!(url.ssl_ca(), Some(Path::new("/etc/ssl/corp ca.pem")));
         assert!(url.warnings.is_empty(), "{:?}", url.warnings);
     }
 
@@ -131,6 +161,8 @@ mod tests {
             url.options.get_ssl_mode(),
             MySqlSslMode::Preferred
         ));
+        assert!(!url.tls_disabled());
+        assert!(url.files.is_empty());
     }
 
     #[test]
@@ -148,5 +180,17 @@ mod tests {
         let url = MySqlUrl::parse("mysql://h/db?ssl-mode=REQUIRED&ssl-ca=/ca.pem").unwrap();
         assert_eq!(url.warnings.len(), 1);
         assert!(url.warnings[0].contains("ssl-ca=/ca.pem is not used with ssl-mode=REQUIRED"));
+    }
+
+    #[test]
+    fn the_encrypted_login_keeps_the_account_and_drops_the_database() {
+        let url =
+            MySqlUrl::parse("mysql://app:pw@h:3307/db?ssl-mode=DISABLED&charset=utf8mb4").unwrap();
+        assert!(url.tls_disabled());
+        let login = url.encrypted_login().unwrap();
+        assert_eq!(login.get_database(), None);
+        assert_eq!(login.get_port(), 3307);
+        assert_eq!(login.get_username(), "app");
+        assert!(matches!(login.get_ssl_mode(), MySqlSslMode::Required));
     }
 }
