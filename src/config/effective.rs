@@ -14,13 +14,18 @@ fn secret(value: Option<&SecretString>) -> Value {
     value.map_or(Value::Null, |_| json!(REDACTED))
 }
 
-/// `scheme://user:password@host/db` without the user and password.
+/// `scheme://user:password@host/db?query` without the user and password.
+/// Only the authority (up to the first `/`, `?` or `#`) can hold them: an `@`
+/// in the path or the query (`ssl-ca=/etc/ssl/ops@corp.pem`) is kept.
 fn without_credentials(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            format!("{}{REDACTED}@{}", &url[..scheme_end + 3], &url[at + 1..])
-        }
-        _ => url.to_owned(),
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    match authority.rfind('@') {
+        Some(at) => format!("{}{REDACTED}{}", &url[..scheme_end], &rest[at..]),
+        None => url.to_owned(),
     }
 }
 
@@ -173,6 +178,20 @@ mod tests {
         assert_eq!(
             without_credentials("sqlite://data/changegate.db"),
             "sqlite://data/changegate.db"
+        );
+        assert_eq!(
+            without_credentials(
+                "mysql://app:p@ss@db:3306/changegate?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/ssl/ops@corp.pem"
+            ),
+            "mysql://[redacted]@db:3306/changegate?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/ssl/ops@corp.pem"
+        );
+        assert_eq!(
+            without_credentials("mysql://db/changegate?ssl-ca=/etc/ssl/ops@corp.pem"),
+            "mysql://db/changegate?ssl-ca=/etc/ssl/ops@corp.pem"
+        );
+        assert_eq!(
+            without_credentials("sqlite:///var/lib/ops@corp/changegate.db"),
+            "sqlite:///var/lib/ops@corp/changegate.db"
         );
     }
 }

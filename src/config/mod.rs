@@ -167,6 +167,28 @@ mod tests {
     }
 
     #[test]
+    fn mysql_url_parameters_are_checked_at_load() {
+        let (_, problems) =
+            from("[database]\nurl = \"mysql://app@db/changegate?ssl-mode=VERIFY\"\n");
+        assert_eq!(errors(&problems), ["database.url"]);
+        assert!(
+            problems[0].message.contains("ssl-mode \"VERIFY\""),
+            "{problems:?}"
+        );
+
+        let (settings, problems) = from(
+            "[database]\nurl = \"mysql://app@db/changegate?ssl-mode=REQUIRED&ssl-ca=/ca.pem\"\n",
+        );
+        assert!(errors(&problems).is_empty(), "{problems:?}");
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].key, "database.url");
+        assert_eq!(
+            settings.database.url,
+            "mysql://app@db/changegate?ssl-mode=REQUIRED&ssl-ca=/ca.pem"
+        );
+    }
+
+    #[test]
     fn identity_header_names_are_checked_once_at_load() {
         let (settings, problems) =
             from("[identity]\nuser_header = \"X-Remote-User\"\nemail_header = \"x email\"\n");

@@ -48,10 +48,14 @@ impl<'a> Reader<'a> {
             .push(Problem::new(Severity::Error, key, message));
     }
 
+    pub fn warning(&mut self, key: &str, message: impl Into<String>) {
+        self.problems
+            .push(Problem::new(Severity::Warning, key, message));
+    }
+
     pub fn resolved<T>(&mut self, key: &str, resolved: Resolved<T>) -> T {
         if let Some(message) = resolved.warning {
-            self.problems
-                .push(Problem::new(Severity::Warning, key, message));
+            self.warning(key, message);
         }
         resolved.value
     }

@@ -291,11 +291,20 @@ impl Settings {
         };
 
         let url = r.string("database", "url", "sqlite://data/changegate.db");
-        if !crate::db::supported_url(&url) {
-            r.error(
+        match crate::db::Backend::of_url(&url) {
+            None => r.error(
                 "database.url",
                 "unknown scheme: use sqlite://PATH or mysql://USER:PASSWORD@HOST/DATABASE",
-            );
+            ),
+            Some(crate::db::Backend::MySql) => match crate::db::check_mysql_url(&url) {
+                Ok(warnings) => {
+                    for warning in warnings {
+                        r.warning("database.url", warning);
+                    }
+                }
+                Err(message) => r.error("database.url", message),
+            },
+            Some(crate::db::Backend::Sqlite) => {}
         }
         let max_connections = match r.get("database", "max_connections") {
             None => 10,

@@ -14,6 +14,7 @@ pub mod events;
 pub mod history;
 pub mod idempotency;
 pub mod leases;
+mod mysql_url;
 mod open;
 pub mod operations;
 mod readiness;
@@ -82,9 +83,10 @@ impl Backend {
     }
 }
 
-/// Whether changegate can open a database URL.
-pub fn supported_url(url: &str) -> bool {
-    Backend::of_url(url).is_some()
+/// Checks a `mysql://` URL's parameters: the error says what to change; the
+/// warnings name settings that work but probably do not do what was meant.
+pub fn check_mysql_url(url: &str) -> Result<Vec<String>, String> {
+    mysql_url::MySqlUrl::parse(url).map(|parsed| parsed.warnings)
 }
 
 /// Expands `$body` once per backend with `$pool` bound to that backend's pool.

@@ -3,16 +3,24 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use rustls::CertificateError;
 use sqlx::Connection;
-use sqlx::mysql::MySqlPoolOptions;
+use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlPool, MySqlPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
-use super::{Db, SqliteDb};
+use super::mysql_url::MySqlUrl;
+use super::{Backend, Db, SqliteDb};
+use crate::config::DatabaseSettings;
 
 /// How long a pooled MySQL connection may sit idle before it is pinged on
 /// its next use.
 const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
-use crate::config::DatabaseSettings;
+
+/// MySQL's `ER_SECURE_TRANSPORT_REQUIRED`. MariaDB 10.11 has no such error:
+/// it refuses an unencrypted login with 1045, as it refuses a wrong password.
+const ER_SECURE_TRANSPORT_REQUIRED: u16 = 3159;
+/// `ER_ACCESS_DENIED_ERROR`.
+const ER_ACCESS_DENIED: u16 = 1045;
 
 /// Why the database could not be opened; each message is one actionable line.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +42,42 @@ pub enum OpenError {
     /// The server is unreachable, refuses the login, or the database does not exist.
     #[error("cannot connect to the database: {0}")]
     Connect(String),
+    /// The server refuses unencrypted connections and the URL disables TLS.
+    #[error(
+        "the MySQL server requires TLS: add ssl-mode=VERIFY_IDENTITY (and ssl-ca=PATH) to database.url"
+    )]
+    TlsRequired,
+    /// The server's certificate chains to no CA the client trusts.
+    #[error("the MySQL server's certificate is not trusted: {}", match .ca {
+        None => "set ssl-ca=PATH in database.url (the CA that signed it)".to_owned(),
+        Some(ca) => format!("it is not signed by the CA in ssl-ca={ca}: set ssl-ca to the CA that signed it"),
+    })]
+    CertificateNotTrusted {
+        /// The `ssl-ca` file the URL names, if any.
+        ca: Option<String>,
+    },
+    /// The server's certificate does not name the host the URL connects to.
+    #[error(
+        "the MySQL server's certificate is not valid for {host}: use a host name the certificate \
+         lists in database.url (or ssl-mode=VERIFY_CA to check only who signed it)"
+    )]
+    CertificateName {
+        /// The host in the URL.
+        host: String,
+    },
+    /// Any other TLS failure (an expired certificate, a server without TLS).
+    #[error("TLS with the MySQL server failed: {0}")]
+    Tls(String),
+    /// A certificate or key file named in the URL cannot be read.
+    #[error("cannot read {parameter}={path} from database.url: {reason}")]
+    TlsFile {
+        /// `ssl-ca`, `ssl-cert` or `ssl-key`.
+        parameter: &'static str,
+        /// The path as written.
+        path: String,
+        /// What the operating system said.
+        reason: String,
+    },
     /// A migration failed.
     #[error("database migration failed: {0}")]
     Migrate(String),
@@ -41,40 +85,109 @@ pub enum OpenError {
 
 /// Connects and applies migrations.
 pub async fn open(settings: &DatabaseSettings) -> Result<Db, OpenError> {
-    let db = if settings.url.starts_with("sqlite:") {
-        Db::Sqlite(open_sqlite(settings).await?)
-    } else if let Some(rest) = settings
-        .url
-        .strip_prefix("mysql://")
-        .or_else(|| settings.url.strip_prefix("mariadb://"))
-    {
-        let pool = MySqlPoolOptions::new()
-            .max_connections(settings.max_connections)
-            .acquire_timeout(settings.connect_timeout)
-            // sqlx pings every pooled connection before handing it out: one
-            // more round trip per query. As HikariCP does, only a connection
-            // idle for a while is checked; one in steady use has just answered.
-            .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
-                Box::pin(async move {
-                    if meta.idle_for >= PING_AFTER_IDLE {
-                        conn.ping().await?;
-                    }
-                    Ok(true)
-                })
-            })
-            .connect(&format!("mysql://{rest}"))
-            .await
-            .map_err(|err| OpenError::Connect(err.to_string()))?;
-        Db::MySql(pool)
-    } else {
-        return Err(OpenError::UnsupportedUrl);
+    let db = match Backend::of_url(&settings.url) {
+        Some(Backend::Sqlite) => Db::Sqlite(open_sqlite(settings).await?),
+        Some(Backend::MySql) => Db::MySql(open_mysql(settings).await?),
+        None => return Err(OpenError::UnsupportedUrl),
     };
     if let Err(err) = db.migrate().await {
         db.close().await;
         return Err(OpenError::Migrate(err.to_string()));
     }
     Ok(db)
+}
+
+async fn open_mysql(settings: &DatabaseSettings) -> Result<MySqlPool, OpenError> {
+    let url = MySqlUrl::parse(&settings.url).map_err(OpenError::InvalidUrl)?;
+    for (parameter, path) in &url.files {
+        if let Err(err) = tokio::fs::File::open(path).await {
+            return Err(OpenError::TlsFile {
+                parameter,
+                path: path.display().to_string(),
+                reason: err.to_string(),
+            });
+        }
+    }
+    let connected = MySqlPoolOptions::new()
+        .max_connections(settings.max_connections)
+        .acquire_timeout(settings.connect_timeout)
+        // sqlx pings every pooled connection before handing it out: one
+        // more round trip per query. As HikariCP does, only a connection
+        // idle for a while is checked; one in steady use has just answered.
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_AFTER_IDLE {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
+        .connect_with(url.options.clone())
+        .await;
+    match connected {
+        Ok(pool) => Ok(pool),
+        Err(err) => Err(mysql_connect_error(err, &url, settings.connect_timeout).await),
+    }
+}
+
+/// The error for a failed MySQL connection; a TLS failure says what to change
+/// in `database.url`.
+async fn mysql_connect_error(err: sqlx::Error, url: &MySqlUrl, timeout: Duration) -> OpenError {
+    match &err {
+        sqlx::Error::Database(db_err) => {
+            let number = db_err
+                .try_downcast_ref::<MySqlDatabaseError>()
+                .map(MySqlDatabaseError::number);
+            let refused_without_tls = number == Some(ER_ACCESS_DENIED) && url.tls_disabled();
+            if number == Some(ER_SECURE_TRANSPORT_REQUIRED)
+                || (refused_without_tls && encrypted_login_works(url, timeout).await)
+            {
+                return OpenError::TlsRequired;
+            }
+        }
+        sqlx::Error::Io(io) => {
+            if let Some(tls) = io.get_ref().and_then(|inner| inner.downcast_ref()) {
+                return tls_error(tls, url);
+            }
+        }
+        sqlx::Error::Tls(reason) => return OpenError::Tls(reason.to_string()),
+        _ => {}
+    }
+    OpenError::Connect(err.to_string())
+}
+
+fn tls_error(err: &rustls::Error, url: &MySqlUrl) -> OpenError {
+    match err {
+        rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
+            OpenError::CertificateNotTrusted {
+                ca: url.ssl_ca().map(|ca| ca.display().to_string()),
+            }
+        }
+        rustls::Error::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        ) => OpenError::CertificateName {
+            host: url.options.get_host().to_owned(),
+        },
+        other => OpenError::Tls(other.to_string()),
+    }
+}
+
+/// Whether the login refused without TLS succeeds with it: MariaDB answers
+/// an unencrypted login to a server that requires TLS as it answers a wrong
+/// password. The second try verifies no certificate: whoever could intercept
+/// it could as well have read the unencrypted try that came first.
+async fn encrypted_login_works(url: &MySqlUrl, timeout: Duration) -> bool {
+    let Ok(options) = url.encrypted_login() else {
+        return false;
+    };
+    match tokio::time::timeout(timeout, MySqlConnection::connect_with(&options)).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            true
+        }
+        _ => false,
+    }
 }
 
 async fn open_sqlite(settings: &DatabaseSettings) -> Result<SqliteDb, OpenError> {
@@ -112,4 +225,42 @@ async fn open_sqlite(settings: &DatabaseSettings) -> Result<SqliteDb, OpenError>
             .map_err(|err| file_error(err.to_string()))?
     };
     Ok(SqliteDb { writer, reader })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url(text: &str) -> MySqlUrl {
+        MySqlUrl::parse(text).unwrap()
+    }
+
+    fn certificate(error: CertificateError) -> rustls::Error {
+        rustls::Error::InvalidCertificate(error)
+    }
+
+    #[test]
+    fn certificate_failures_say_what_to_set() {
+        let plain = url("mysql://db.internal/changegate?ssl-mode=VERIFY_IDENTITY");
+        assert_eq!(
+            tls_error(&certificate(CertificateError::UnknownIssuer), &plain).to_string(),
+            "the MySQL server's certificate is not trusted: set ssl-ca=PATH in database.url (the CA that signed it)"
+        );
+        let with_ca =
+            url("mysql://db.internal/changegate?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/ssl/ca.pem");
+        assert!(
+            tls_error(&certificate(CertificateError::UnknownIssuer), &with_ca)
+                .to_string()
+                .contains("not signed by the CA in ssl-ca=/etc/ssl/ca.pem")
+        );
+        assert!(
+            tls_error(&certificate(CertificateError::NotValidForName), &plain)
+                .to_string()
+                .starts_with("the MySQL server's certificate is not valid for db.internal:")
+        );
+        assert_eq!(
+            tls_error(&certificate(CertificateError::Expired), &plain).to_string(),
+            "TLS with the MySQL server failed: invalid peer certificate: Expired"
+        );
+    }
 }

@@ -111,6 +111,27 @@ fn an_unknown_database_scheme_from_the_environment_is_a_config_error() {
 }
 
 #[test]
+fn an_invalid_ssl_mode_in_the_database_url_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(
+        dir.path(),
+        &["serve"],
+        &[(
+            "CHANGEGATE_DATABASE_URL",
+            "mysql://app@db.internal/changegate?ssl-mode=VERIFY",
+        )],
+    );
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains(
+            "error: database.url: ssl-mode \"VERIFY\" is not DISABLED, PREFERRED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn an_unwritable_sqlite_path_stops_start_up_with_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let output = run(

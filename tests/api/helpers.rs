@@ -89,22 +89,22 @@ pub async fn each_backend() -> Vec<TestDb> {
 /// A uniquely named MariaDB database, dropped when this value is dropped
 /// (also when the test panics).
 pub struct MySqlScratch {
-    server: String,
+    server: url::Url,
     name: String,
 }
 
 impl MySqlScratch {
-    /// The server URL from the environment, without a database path.
-    pub fn server_url() -> Option<String> {
+    /// The server from the environment, without a database path but with
+    /// its query (TLS parameters): `mysql://root@127.0.0.1:3306`,
+    /// `mysql://root@127.0.0.1:3307/?ssl-mode=VERIFY_IDENTITY&ssl-ca=/ca.pem`
+    /// and the same with a database path all name one server.
+    pub fn server_url() -> Option<url::Url> {
         match std::env::var(MYSQL_URL_VAR) {
-            Ok(url) if !url.trim().is_empty() => {
-                let url = url.trim().trim_end_matches('/');
-                let authority_start = url.find("://").map_or(0, |i| i + 3);
-                let server = match url[authority_start..].find('/') {
-                    Some(slash) => &url[..authority_start + slash],
-                    None => url,
-                };
-                Some(server.to_owned())
+            Ok(text) if !text.trim().is_empty() => {
+                let mut url = url::Url::parse(text.trim())
+                    .unwrap_or_else(|err| panic!("{MYSQL_URL_VAR} is not a URL: {err}"));
+                url.set_path("");
+                Some(url)
             }
             _ => {
                 assert!(
@@ -138,14 +138,16 @@ impl MySqlScratch {
             .await;
     }
 
-    /// The database's URL.
+    /// The database's URL: the server's with the database as its path.
     pub fn url(&self) -> String {
-        format!("{}/{}", self.server, self.name)
+        let mut url = self.server.clone();
+        url.set_path(&self.name);
+        url.into()
     }
 
     async fn admin(&self, sql: &str) {
         use sqlx::Connection;
-        let mut conn = sqlx::MySqlConnection::connect(&self.server)
+        let mut conn = sqlx::MySqlConnection::connect(self.server.as_str())
             .await
             .expect("connect to the MariaDB test server");
         sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
@@ -158,7 +160,7 @@ impl MySqlScratch {
 impl Drop for MySqlScratch {
     fn drop(&mut self) {
         let sql = format!("DROP DATABASE IF EXISTS `{}`", self.name);
-        let server = self.server.clone();
+        let server = self.server.to_string();
         // Drop runs outside async context and possibly during a panic, so the
         // cleanup gets its own thread and runtime.
         let cleanup = std::thread::spawn(move || {

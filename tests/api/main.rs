@@ -23,6 +23,7 @@ mod requests;
 mod signature;
 mod storage;
 mod store;
+mod tls;
 mod web;
 mod webhooks;
 mod webhooks_delivery;
