@@ -2,6 +2,8 @@
 //! every value in effect after defaults, environment overrides and fail-safe
 //! resolution, with secrets redacted and credentials cut out of URLs.
 
+use std::path::Path;
+
 use secrecy::SecretString;
 use serde_json::{Value, json};
 
@@ -12,6 +14,11 @@ const REDACTED: &str = "[redacted]";
 
 fn secret(value: Option<&SecretString>) -> Value {
     value.map_or(Value::Null, |_| json!(REDACTED))
+}
+
+/// A file's path as text; paths that are not UTF-8 are shown lossily.
+fn path(value: Option<&Path>) -> Value {
+    value.map_or(Value::Null, |path| json!(path.display().to_string()))
 }
 
 /// `scheme://user:password@host/db` without the user and password.
@@ -157,6 +164,7 @@ pub fn effective(settings: &Settings) -> Value {
             "maxAge": duration(s.reconcile.max_age),
         },
         "web": { "demoIdentity": s.web.demo_identity },
+        "tls": { "caFile": path(s.tls.ca_file.as_deref()) },
     })
 }
 

@@ -89,12 +89,15 @@ impl LiveConfig {
                 tracing::warn!(key = %warning.key, "{}", warning.message);
             }
         }
-        if next.server.listen != running.server.listen || next.database.url != running.database.url
+        if next.server.listen != running.server.listen
+            || next.database.url != running.database.url
+            || next.tls != running.tls
         {
-            tracing::warn!("server and database settings changed; they apply after a restart");
+            tracing::warn!("server, database or tls settings changed; they apply after a restart");
         }
         next.server = running.server.clone();
         next.database = running.database.clone();
+        next.tls = running.tls.clone();
         next.log.format = running.log.format;
         if next.log.level != running.log.level
             && let Some(set_level) = &self.inner.set_level

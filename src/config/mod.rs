@@ -8,6 +8,7 @@ pub mod resolve;
 mod sections;
 mod settings;
 pub mod source;
+mod tls;
 mod watch;
 
 use std::fmt;
@@ -22,6 +23,7 @@ pub use settings::{
     AccessSettings, ApprovalProvider, ApprovalSettings, BatchSettings, DatabaseSettings,
     GitLabSettings, LogFormat, LogSettings, ServerSettings, Settings,
 };
+pub use tls::TlsSettings;
 pub use watch::watch;
 
 /// Where the configuration file is looked for when none is named.

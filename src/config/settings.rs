@@ -17,6 +17,7 @@ use super::sections::{
     AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings, PollSchedule,
     ReconcileSettings, TargetSettings, WebSettings, WebhookSettings,
 };
+use super::tls::{self, TlsSettings};
 use super::{Problem, sections};
 
 /// One immutable snapshot of the whole configuration. Hot reload swaps in a
@@ -63,6 +64,8 @@ pub struct Settings {
     pub webhooks: WebhookSettings,
     /// Dynamic: the single-page app.
     pub web: WebSettings,
+    /// Static: trust for outbound HTTPS.
+    pub tls: TlsSettings,
 }
 
 impl Settings {
@@ -258,6 +261,7 @@ const SCHEMA: &[(&str, Option<&[&str]>)] = &[
     ("webhooks", Some(sections::WEBHOOK_KEYS)),
     ("reconcile", Some(sections::RECONCILE_KEYS)),
     ("web", Some(sections::WEB_KEYS)),
+    ("tls", Some(tls::TLS_KEYS)),
 ];
 
 impl Settings {
@@ -482,6 +486,7 @@ impl Settings {
             ),
             webhooks: sections::webhooks(&mut r),
             web,
+            tls: tls::tls(&mut r),
         };
         (settings, r.into_problems())
     }

@@ -81,6 +81,28 @@ async fn the_watched_file_is_reloaded_on_change() {
     watcher.await.unwrap().unwrap();
 }
 
+#[tokio::test]
+async fn a_changed_ca_file_applies_only_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = |name: &str| {
+        let path = dir.path().join(format!("{name}.pem"));
+        let ca = rcgen::generate_simple_self_signed(vec![format!("{name}.example")]).unwrap();
+        std::fs::write(&path, ca.cert.pem()).unwrap();
+        path
+    };
+    let (first, second) = (ca_file("first"), ca_file("second"));
+    let path = dir.path().join("changegate.toml");
+    let config =
+        |ca: &std::path::Path| format!("[tls]\nca_file = {:?}\n", ca.display().to_string());
+    std::fs::write(&path, config(&first)).unwrap();
+    let (settings, _) = config::load(Some(&path), None).unwrap();
+    let live = LiveConfig::new(settings, Some(path.clone()), None);
+
+    std::fs::write(&path, config(&second)).unwrap();
+    assert_eq!(live.reload(), ReloadOutcome::Applied);
+    assert_eq!(live.current().tls.ca_file, Some(first));
+}
+
 /// Collects a child's stdout lines.
 struct Logs {
     child: Child,
