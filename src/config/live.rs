@@ -63,9 +63,10 @@ impl LiveConfig {
         self.inner.path.as_deref()
     }
 
-    /// Re-reads the file and the environment. An invalid file keeps the last
-    /// good snapshot, logs one error and counts
-    /// `changegate_config_reload_failures_total`; static settings keep their
+    /// Re-reads the file, the environment and the secret files. An invalid
+    /// file keeps the last good snapshot, logs one error and counts
+    /// `changegate_config_reload_failures_total`; static settings (among them
+    /// the database password read from `database.password_file`) keep their
     /// running values until a restart.
     pub fn reload(&self) -> ReloadOutcome {
         let running = self.current();

@@ -5,6 +5,7 @@ pub mod effective;
 mod live;
 mod reader;
 pub mod resolve;
+mod secrets;
 mod sections;
 mod settings;
 pub mod source;
@@ -15,6 +16,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use live::{LevelSetter, LiveConfig, ReloadOutcome};
+pub use secrets::SecretFiles;
 pub use sections::{
     AuthzProvider, AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings,
     JwtSettings, PollSchedule, TargetSettings, WebSettings, WebhookSettings,
