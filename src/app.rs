@@ -100,7 +100,10 @@ impl Application {
             }
         });
 
-        let outbound = Outbound::new(Trust::load(None)?, ProxyRules::from_env());
+        let outbound = Outbound::new(
+            Trust::load(settings.tls.ca_file.as_deref())?,
+            ProxyRules::from_env(),
+        );
         let dependencies = Dependencies::default();
         let timeout =
             |seconds| move |b: reqwest::ClientBuilder| b.timeout(Duration::from_secs(seconds));

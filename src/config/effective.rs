@@ -2,6 +2,8 @@
 //! every value in effect after defaults, environment overrides and fail-safe
 //! resolution, with secrets redacted and credentials cut out of URLs.
 
+use std::path::{Path, PathBuf};
+
 use secrecy::SecretString;
 use serde_json::{Value, json};
 
@@ -12,6 +14,16 @@ const REDACTED: &str = "[redacted]";
 
 fn secret(value: Option<&SecretString>) -> Value {
     value.map_or(Value::Null, |_| json!(REDACTED))
+}
+
+/// A file's path as text; paths that are not UTF-8 are shown lossily.
+fn path(value: Option<&Path>) -> Value {
+    value.map_or(Value::Null, |path| json!(path.display().to_string()))
+}
+
+/// The file a secret was read from (`key` is its `_file` key), if it was.
+fn secret_file(settings: &Settings, key: &str) -> Value {
+    path(settings.secret_files.get(key).first().map(PathBuf::as_path))
 }
 
 /// `scheme://user:password@host/db?query` without the user and password.
@@ -75,6 +87,7 @@ pub fn effective(settings: &Settings) -> Value {
         },
         "database": {
             "url": without_credentials(&s.database.url),
+            "passwordFile": path(s.database.password_file.as_deref()),
             "maxConnections": s.database.max_connections,
             "connectTimeout": duration(s.database.connect_timeout),
         },
@@ -93,7 +106,9 @@ pub fn effective(settings: &Settings) -> Value {
             "aliases": s.identity.aliases,
             "jwt": {
                 "hs256Secret": secret(s.identity.jwt.hs256_secret.as_ref()),
+                "hs256SecretFile": secret_file(s, "identity.jwt.hs256_secret_file"),
                 "rs256PublicKey": s.identity.jwt.rs256_public_key.is_some(),
+                "rs256PublicKeyFile": secret_file(s, "identity.jwt.rs256_public_key_file"),
                 "issuer": s.identity.jwt.issuer,
                 "audience": s.identity.jwt.audience,
             },
@@ -128,7 +143,9 @@ pub fn effective(settings: &Settings) -> Value {
             "project": s.gitlab.project,
             "targetBranch": s.gitlab.target_branch,
             "botToken": secret(s.gitlab.bot_token.as_ref()),
+            "botTokenFile": secret_file(s, "gitlab.bot_token_file"),
             "reviewerTokens": s.gitlab.reviewer_tokens.iter().map(|_| REDACTED).collect::<Vec<_>>(),
+            "reviewerTokenFiles": s.secret_files.get("gitlab.reviewer_token_files").iter().map(|file| path(Some(file))).collect::<Vec<_>>(),
             "timeout": duration(s.gitlab.timeout),
             "approveImpl": match s.gitlab.approve_impl { ApproveImpl::Standard => "standard", ApproveImpl::Checklist => "checklist" },
         },
@@ -136,10 +153,14 @@ pub fn effective(settings: &Settings) -> Value {
             "provider": match s.approval.provider { ApprovalProvider::Builtin => "builtin", ApprovalProvider::Http => "http" },
             "url": without_credentials(&s.approval.url),
             "callbackSecret": secret(s.approval.callback_secret.as_ref()),
+            "callbackSecretFile": secret_file(s, "approval.callback_secret_file"),
             "retries": s.approval.retries,
             "timeout": duration(s.approval.timeout),
         },
-        "deploy": { "callbackSecret": secret(s.deploy_callback_secret.as_ref()) },
+        "deploy": {
+            "callbackSecret": secret(s.deploy_callback_secret.as_ref()),
+            "callbackSecretFile": secret_file(s, "deploy.callback_secret_file"),
+        },
         "batch": {
             "enabled": s.batch.enabled,
             "interval": duration(s.batch.interval),
@@ -162,6 +183,7 @@ pub fn effective(settings: &Settings) -> Value {
             "maxAge": duration(s.reconcile.max_age),
         },
         "web": { "demoIdentity": s.web.demo_identity },
+        "tls": { "caFile": path(s.tls.ca_file.as_deref()) },
     })
 }
 

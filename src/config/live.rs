@@ -63,9 +63,10 @@ impl LiveConfig {
         self.inner.path.as_deref()
     }
 
-    /// Re-reads the file and the environment. An invalid file keeps the last
-    /// good snapshot, logs one error and counts
-    /// `changegate_config_reload_failures_total`; static settings keep their
+    /// Re-reads the file, the environment and the secret files. An invalid
+    /// file keeps the last good snapshot, logs one error and counts
+    /// `changegate_config_reload_failures_total`; static settings (among them
+    /// the database password read from `database.password_file`) keep their
     /// running values until a restart.
     pub fn reload(&self) -> ReloadOutcome {
         let running = self.current();
@@ -89,12 +90,15 @@ impl LiveConfig {
                 tracing::warn!(key = %warning.key, "{}", warning.message);
             }
         }
-        if next.server.listen != running.server.listen || next.database.url != running.database.url
+        if next.server.listen != running.server.listen
+            || next.database.url != running.database.url
+            || next.tls != running.tls
         {
-            tracing::warn!("server and database settings changed; they apply after a restart");
+            tracing::warn!("server, database or tls settings changed; they apply after a restart");
         }
         next.server = running.server.clone();
         next.database = running.database.clone();
+        next.tls = running.tls.clone();
         next.log.format = running.log.format;
         if next.log.level != running.log.level
             && let Some(set_level) = &self.inner.set_level

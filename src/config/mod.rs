@@ -5,15 +5,18 @@ pub mod effective;
 mod live;
 mod reader;
 pub mod resolve;
+mod secrets;
 mod sections;
 mod settings;
 pub mod source;
+mod tls;
 mod watch;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use live::{LevelSetter, LiveConfig, ReloadOutcome};
+pub use secrets::SecretFiles;
 pub use sections::{
     AuthzProvider, AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings,
     JwtSettings, PollSchedule, TargetSettings, WebSettings, WebhookSettings,
@@ -22,6 +25,7 @@ pub use settings::{
     AccessSettings, ApprovalProvider, ApprovalSettings, BatchSettings, DatabaseSettings,
     GitLabSettings, LogFormat, LogSettings, ServerSettings, Settings,
 };
+pub use tls::TlsSettings;
 pub use watch::watch;
 
 /// Where the configuration file is looked for when none is named.

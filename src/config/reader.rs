@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use secrecy::SecretString;
 use toml::{Table, Value};
 
 use super::resolve::{self, Resolved};
@@ -105,11 +104,6 @@ impl<'a> Reader<'a> {
 
     pub fn string(&mut self, section: &str, key: &str, default: &str) -> String {
         self.string_at(&[section, key], default)
-    }
-
-    pub fn secret(&mut self, section: &str, key: &str) -> Option<SecretString> {
-        let text = self.string(section, key, "");
-        (!text.is_empty()).then(|| SecretString::from(text))
     }
 
     /// A list of non-empty strings at `path`; empty when absent; an error otherwise.

@@ -11,6 +11,7 @@ use toml::Value;
 
 use super::reader::Reader;
 use super::resolve;
+use super::secrets::{self, SecretFiles};
 
 /// `[identity]`: who is calling (SPEC §3, identity).
 #[derive(Debug, Clone)]
@@ -35,9 +36,9 @@ pub struct IdentitySettings {
 /// `[identity.jwt]`: keys for bearer tokens; with none set, tokens are refused.
 #[derive(Debug, Clone, Default)]
 pub struct JwtSettings {
-    /// `hs256_secret`.
+    /// `hs256_secret` or `hs256_secret_file`.
     pub hs256_secret: Option<SecretString>,
-    /// `rs256_public_key`: PEM.
+    /// `rs256_public_key` or `rs256_public_key_file`: PEM.
     pub rs256_public_key: Option<String>,
     /// `issuer`: required `iss` when set.
     pub issuer: Option<String>,
@@ -203,7 +204,14 @@ pub(super) const AUTHZ_KEYS: &[&str] = &["provider", "url", "timeout", "rules", 
 pub(super) const IDEMPOTENCY_KEYS: &[&str] = &["ttl", "cleanup_interval"];
 pub(super) const EXECUTOR_KEYS: &[&str] = &["workers", "queue_capacity", "lease", "poll_interval"];
 pub(super) const WEB_KEYS: &[&str] = &["demo_identity"];
-const JWT_KEYS: &[&str] = &["hs256_secret", "rs256_public_key", "issuer", "audience"];
+const JWT_KEYS: &[&str] = &[
+    "hs256_secret",
+    "hs256_secret_file",
+    "rs256_public_key",
+    "rs256_public_key_file",
+    "issuer",
+    "audience",
+];
 const TARGET_KEYS: &[&str] = &[
     "description",
     "project",
@@ -217,7 +225,7 @@ fn optional(text: String) -> Option<String> {
     (!text.is_empty()).then_some(text)
 }
 
-pub(super) fn identity(r: &mut Reader<'_>) -> IdentitySettings {
+pub(super) fn identity(r: &mut Reader<'_>, files: &mut SecretFiles) -> IdentitySettings {
     let trusted_proxies = match r.at(&["identity", "trusted_proxies"]) {
         None => vec![
             "127.0.0.0/8".parse().expect("valid CIDR"),
@@ -259,9 +267,8 @@ pub(super) fn identity(r: &mut Reader<'_>) -> IdentitySettings {
         r.check_keys("identity.jwt", value, Some(JWT_KEYS));
     }
     let jwt = JwtSettings {
-        hs256_secret: optional(r.string_at(&["identity", "jwt", "hs256_secret"], ""))
-            .map(SecretString::from),
-        rs256_public_key: optional(r.string_at(&["identity", "jwt", "rs256_public_key"], "")),
+        hs256_secret: secrets::secret(r, files, &["identity", "jwt", "hs256_secret"]),
+        rs256_public_key: secrets::text(r, files, &["identity", "jwt", "rs256_public_key"]),
         issuer: optional(r.string_at(&["identity", "jwt", "issuer"], "")),
         audience: optional(r.string_at(&["identity", "jwt", "audience"], "")),
     };

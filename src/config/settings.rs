@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use secrecy::SecretString;
@@ -13,10 +14,12 @@ use toml::{Table, Value};
 
 use super::reader::Reader;
 use super::resolve::{self, AccessMode, AccessWindow, ApproveImpl, FlowOrder};
+use super::secrets::{self, SecretFiles};
 use super::sections::{
     AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings, PollSchedule,
     ReconcileSettings, TargetSettings, WebSettings, WebhookSettings,
 };
+use super::tls::{self, TlsSettings};
 use super::{Problem, sections};
 
 /// One immutable snapshot of the whole configuration. Hot reload swaps in a
@@ -53,7 +56,8 @@ pub struct Settings {
     pub gitlab: GitLabSettings,
     /// The approval system.
     pub approval: ApprovalSettings,
-    /// Static: secret verifying deploy callbacks.
+    /// `deploy.callback_secret` or `deploy.callback_secret_file`: verifies
+    /// `POST /callbacks/deploy`; read per request, so a reload applies it.
     pub deploy_callback_secret: Option<SecretString>,
     /// Dynamic: the batch merge queue.
     pub batch: BatchSettings,
@@ -63,6 +67,10 @@ pub struct Settings {
     pub webhooks: WebhookSettings,
     /// Dynamic: the single-page app.
     pub web: WebSettings,
+    /// Static: trust for outbound HTTPS.
+    pub tls: TlsSettings,
+    /// The files the secrets above were read from; a reload reads them again.
+    pub secret_files: SecretFiles,
 }
 
 impl Settings {
@@ -90,8 +98,11 @@ pub struct ServerSettings {
 /// `[database]`
 #[derive(Debug, Clone)]
 pub struct DatabaseSettings {
-    /// `url` (`CHANGEGATE_DATABASE_URL`), default `sqlite://data/changegate.db`.
+    /// `url` (`CHANGEGATE_DATABASE_URL`), default `sqlite://data/changegate.db`,
+    /// with the password from `password_file` inserted when that is set.
     pub url: String,
+    /// `password_file`: the file the password in `url` was read from.
+    pub password_file: Option<PathBuf>,
     /// `max_connections`, default 10 (MySQL pool; SQLite readers).
     pub max_connections: u32,
     /// `connect_timeout`, default `5s`.
@@ -137,9 +148,9 @@ pub struct GitLabSettings {
     pub project: String,
     /// `target_branch`, default `main`.
     pub target_branch: String,
-    /// `bot_token`: the change bot.
+    /// `bot_token` or `bot_token_file`: the change bot.
     pub bot_token: Option<SecretString>,
-    /// `reviewer_tokens`: the two reviewer bots, in order.
+    /// `reviewer_tokens` or `reviewer_token_files`: the two reviewer bots, in order.
     pub reviewer_tokens: Vec<SecretString>,
     /// `approve_impl`, dynamic.
     pub approve_impl: ApproveImpl,
@@ -154,7 +165,7 @@ pub struct ApprovalSettings {
     pub provider: ApprovalProvider,
     /// `url`: where the http provider POSTs approval requests.
     pub url: String,
-    /// `callback_secret`: verifies `POST /callbacks/approval`.
+    /// `callback_secret` or `callback_secret_file`: verifies `POST /callbacks/approval`.
     pub callback_secret: Option<SecretString>,
     /// `retries`, dynamic, default 3.
     pub retries: u32,
@@ -203,6 +214,7 @@ const SCHEMA: &[(&str, Option<&[&str]>)] = &[
         "database",
         Some(&[
             "url",
+            "password_file",
             "max_connections",
             "connect_timeout",
             "retry_max_interval",
@@ -233,16 +245,25 @@ const SCHEMA: &[(&str, Option<&[&str]>)] = &[
             "project",
             "target_branch",
             "bot_token",
+            "bot_token_file",
             "reviewer_tokens",
+            "reviewer_token_files",
             "approve_impl",
             "timeout",
         ]),
     ),
     (
         "approval",
-        Some(&["provider", "url", "callback_secret", "retries", "timeout"]),
+        Some(&[
+            "provider",
+            "url",
+            "callback_secret",
+            "callback_secret_file",
+            "retries",
+            "timeout",
+        ]),
     ),
-    ("deploy", Some(&["callback_secret"])),
+    ("deploy", Some(&["callback_secret", "callback_secret_file"])),
     (
         "batch",
         Some(&[
@@ -258,6 +279,7 @@ const SCHEMA: &[(&str, Option<&[&str]>)] = &[
     ("webhooks", Some(sections::WEBHOOK_KEYS)),
     ("reconcile", Some(sections::RECONCILE_KEYS)),
     ("web", Some(sections::WEB_KEYS)),
+    ("tls", Some(tls::TLS_KEYS)),
 ];
 
 impl Settings {
@@ -267,6 +289,7 @@ impl Settings {
     pub fn from_table(table: &Table, previous: Option<&Settings>) -> (Settings, Vec<Problem>) {
         let mut r = Reader::new(table);
         r.check_schema(SCHEMA);
+        let mut secret_files = SecretFiles::default();
 
         let listen_text = r.string("server", "listen", "127.0.0.1:8080");
         let listen = listen_text.parse().unwrap_or_else(|_| {
@@ -317,8 +340,10 @@ impl Settings {
                 10
             }
         };
+        let (url, password_file) = secrets::database_url(&mut r, url);
         let database = DatabaseSettings {
             url,
+            password_file,
             max_connections,
             connect_timeout: r.static_duration(
                 "database",
@@ -370,7 +395,7 @@ impl Settings {
             rate_limit.insert(bucket.clone(), value);
         }
 
-        let identity = sections::identity(&mut r);
+        let identity = sections::identity(&mut r, &mut secret_files);
         let authz = sections::authz(&mut r);
         let targets = sections::targets(&mut r);
         let idempotency = sections::idempotency(&mut r);
@@ -387,21 +412,6 @@ impl Settings {
             ),
         );
 
-        let reviewer_tokens = match r.get("gitlab", "reviewer_tokens") {
-            None => Vec::new(),
-            Some(Value::Array(items)) if items.iter().all(Value::is_str) => items
-                .iter()
-                .filter_map(Value::as_str)
-                .map(|token| SecretString::from(token.to_owned()))
-                .collect(),
-            Some(_) => {
-                r.error(
-                    "gitlab.reviewer_tokens",
-                    "must be a list of two token strings",
-                );
-                Vec::new()
-            }
-        };
         let gitlab = GitLabSettings {
             base_url: r
                 .string("gitlab", "base_url", "")
@@ -409,8 +419,8 @@ impl Settings {
                 .to_owned(),
             project: r.string("gitlab", "project", ""),
             target_branch: r.string("gitlab", "target_branch", "main"),
-            bot_token: r.secret("gitlab", "bot_token"),
-            reviewer_tokens,
+            bot_token: secrets::secret(&mut r, &mut secret_files, &["gitlab", "bot_token"]),
+            reviewer_tokens: secrets::reviewer_tokens(&mut r, &mut secret_files),
             approve_impl: r.resolved(
                 "gitlab.approve_impl",
                 resolve::approve_impl(r.get("gitlab", "approve_impl")),
@@ -431,7 +441,11 @@ impl Settings {
                 }
             },
             url: r.string("approval", "url", ""),
-            callback_secret: r.secret("approval", "callback_secret"),
+            callback_secret: secrets::secret(
+                &mut r,
+                &mut secret_files,
+                &["approval", "callback_secret"],
+            ),
             retries: r.resolved(
                 "approval.retries",
                 resolve::approval_retries(r.get("approval", "retries")),
@@ -483,7 +497,11 @@ impl Settings {
             reconcile,
             gitlab,
             approval,
-            deploy_callback_secret: r.secret("deploy", "callback_secret"),
+            deploy_callback_secret: secrets::secret(
+                &mut r,
+                &mut secret_files,
+                &["deploy", "callback_secret"],
+            ),
             batch,
             webhooks_silent: r.resolved(
                 "webhooks.silent",
@@ -491,6 +509,8 @@ impl Settings {
             ),
             webhooks: sections::webhooks(&mut r),
             web,
+            tls: tls::tls(&mut r),
+            secret_files,
         };
         (settings, r.into_problems())
     }

@@ -6,9 +6,11 @@ use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use changegate::app::{Application, Parts};
 use changegate::config::resolve::AccessMode;
-use changegate::config::{self, LiveConfig, ReloadOutcome};
+use changegate::config::{self, LiveConfig, ReloadOutcome, Settings};
 use changegate::telemetry;
+use secrecy::ExposeSecret;
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::changegate_command;
@@ -79,6 +81,121 @@ async fn the_watched_file_is_reloaded_on_change() {
     }
     stop.cancel();
     watcher.await.unwrap().unwrap();
+}
+
+fn bot_token(settings: &Settings) -> Option<String> {
+    settings
+        .gitlab
+        .bot_token
+        .as_ref()
+        .map(|token| token.expose_secret().to_owned())
+}
+
+/// Waits until `live` holds `token` as `gitlab.bot_token`.
+async fn wait_for_bot_token(live: &LiveConfig, token: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while bot_token(&live.current()).as_deref() != Some(token) {
+        assert!(Instant::now() < deadline, "{token:?} was not picked up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_rotated_token_file_is_picked_up_without_restart() {
+    let config_dir = tempfile::tempdir().unwrap();
+    // Secrets are mounted away from the configuration (`/run/secrets/...`),
+    // so the secret's own directory must be watched.
+    let secrets_dir = tempfile::tempdir().unwrap();
+    let token = secrets_dir.path().join("gitlab-bot-token");
+    std::fs::write(&token, "first-token\n").unwrap();
+    let path = config_dir.path().join("changegate.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_timeout = \"2s\"\n\
+             [database]\nurl = \"sqlite://{}/cg.db\"\n[gitlab]\nbot_token_file = {:?}\n",
+            config_dir.path().display(),
+            token.display().to_string()
+        ),
+    )
+    .unwrap();
+    let (settings, _) = config::load(Some(&path), None).unwrap();
+    let live = LiveConfig::new(settings, Some(path), None);
+    assert_eq!(bot_token(&live.current()).as_deref(), Some("first-token"));
+    let app = Application::build_with(live.clone(), Parts::default())
+        .await
+        .unwrap();
+    let shutdown = app.shutdown_token();
+    let server = tokio::spawn(app.run_until_stopped());
+    // Give the watcher a moment to register before the change.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    std::fs::write(&token, "rotated-token\n").unwrap();
+    wait_for_bot_token(&live, "rotated-token").await;
+
+    shutdown.cancel();
+    server.await.unwrap().unwrap();
+}
+
+/// Kubernetes mounts a Secret as `name -> ..data/name` and rotates it by
+/// pointing the `..data` symlink at a new directory: `name` itself is never
+/// written, so no event carries its name.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_secret_rotated_the_kubernetes_way_is_picked_up() {
+    use std::os::unix::fs::symlink;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mount = dir.path().join("secrets");
+    std::fs::create_dir_all(mount.join("..v1")).unwrap();
+    std::fs::write(mount.join("..v1/token"), "first-token\n").unwrap();
+    symlink("..v1", mount.join("..data")).unwrap();
+    symlink("..data/token", mount.join("token")).unwrap();
+    let path = dir.path().join("changegate.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[gitlab]\nbot_token_file = {:?}\n",
+            mount.join("token").display().to_string()
+        ),
+    )
+    .unwrap();
+    let (settings, _) = config::load(Some(&path), None).unwrap();
+    let live = LiveConfig::new(settings, Some(path), None);
+    let stop = CancellationToken::new();
+    let watcher = tokio::spawn(config::watch(live.clone(), stop.clone()));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    std::fs::create_dir_all(mount.join("..v2")).unwrap();
+    std::fs::write(mount.join("..v2/token"), "rotated-token\n").unwrap();
+    symlink("..v2", mount.join("..data_tmp")).unwrap();
+    std::fs::rename(mount.join("..data_tmp"), mount.join("..data")).unwrap();
+    wait_for_bot_token(&live, "rotated-token").await;
+
+    stop.cancel();
+    watcher.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_changed_ca_file_applies_only_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = |name: &str| {
+        let path = dir.path().join(format!("{name}.pem"));
+        let ca = rcgen::generate_simple_self_signed(vec![format!("{name}.example")]).unwrap();
+        std::fs::write(&path, ca.cert.pem()).unwrap();
+        path
+    };
+    let (first, second) = (ca_file("first"), ca_file("second"));
+    let path = dir.path().join("changegate.toml");
+    let config =
+        |ca: &std::path::Path| format!("[tls]\nca_file = {:?}\n", ca.display().to_string());
+    std::fs::write(&path, config(&first)).unwrap();
+    let (settings, _) = config::load(Some(&path), None).unwrap();
+    let live = LiveConfig::new(settings, Some(path.clone()), None);
+
+    std::fs::write(&path, config(&second)).unwrap();
+    assert_eq!(live.reload(), ReloadOutcome::Applied);
+    assert_eq!(live.current().tls.ca_file, Some(first));
 }
 
 /// Collects a child's stdout lines.
