@@ -3,8 +3,11 @@
 
 mod claim;
 mod enqueue;
+mod outcome;
 mod runner;
+mod settle;
 
 pub use claim::{Claimed, claim_batch, claim_in};
 pub use enqueue::{apply_decision, partition_of};
-pub use runner::{ClaimError, MergeQueue, NotNow, Settled};
+pub use runner::{ClaimError, MergeQueue, NotNow};
+pub use settle::Settled;

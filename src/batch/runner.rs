@@ -7,27 +7,24 @@
 
 use std::sync::Arc;
 
-use crate::clients::gitlab::MergeRequest;
 use crate::config::{LiveConfig, Settings};
 use crate::db::batches::{
-    BatchChange, BatchRow, acquire_batch_lease, append_membership, frozen_by_operator, get_batch,
-    members, record_merged_sha, release_batch_lease, release_members, runnable, stuck,
-    update_batch, waiting_partitions,
+    BatchChange, BatchRow, acquire_batch_lease, frozen_by_operator, get_batch, members,
+    release_batch_lease, runnable, stuck, update_batch, waiting_partitions,
 };
-use crate::db::callbacks::deployed_since;
 use crate::db::operations::operations_by_ids;
-use crate::db::{Db, DbSlot, is_retryable_conflict};
+use crate::db::{Db, DbSlot};
 use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, MergeRequestRef, StoreError, StoreTx, move_members};
 use crate::workflow::{ChangeSet, Round, Workflow, bot, file_action};
 
 use super::claim::{Claimed, claim_batch};
 
-const ACTOR: &str = "merge-queue";
+pub(super) const ACTOR: &str = "merge-queue";
 /// Attempts at a batch's lease before a settle answers "busy".
-const SETTLE_TRIES: u32 = 10;
+pub(super) const SETTLE_TRIES: u32 = 10;
 /// Where the members of a running batch can be.
-const IN_FLIGHT: &[BindingStatus] = &[
+pub(super) const IN_FLIGHT: &[BindingStatus] = &[
     BindingStatus::MrCreating,
     BindingStatus::MrCreated,
     BindingStatus::Merging,
@@ -37,10 +34,10 @@ const IN_FLIGHT: &[BindingStatus] = &[
 /// tables, and the slot and the batch lease keep them from doubling work.
 #[derive(Clone)]
 pub struct MergeQueue {
-    db: DbSlot,
-    config: LiveConfig,
-    workflow: Workflow,
-    owner: Arc<str>,
+    pub(super) db: DbSlot,
+    pub(super) config: LiveConfig,
+    pub(super) workflow: Workflow,
+    pub(super) owner: Arc<str>,
 }
 
 /// Why a round may not start.
@@ -121,7 +118,12 @@ impl MergeQueue {
     }
 
     /// One round of a running batch's current phase.
-    async fn drive(&self, db: &Db, settings: &Settings, batch: BatchRow) -> Result<(), StoreError> {
+    async fn drive(
+        &self,
+        db: &Db,
+        settings: &Settings,
+        batch: BatchRow,
+    ) -> Result<(), StoreError> {
         let token = match bot(settings) {
             Ok(token) => token,
             // A mistake the team has to fix: the members say so.
@@ -217,7 +219,12 @@ impl MergeQueue {
     }
 
     /// Branch, one commit of every member's file, and the MR.
-    async fn open(&self, db: &Db, settings: &Settings, batch: &BatchRow) -> Result<(), StoreError> {
+    async fn open(
+        &self,
+        db: &Db,
+        settings: &Settings,
+        batch: &BatchRow,
+    ) -> Result<(), StoreError> {
         let ids = members(db, batch.id).await?;
         let operations = operations_by_ids(db, &ids).await?;
         let trailers: Vec<String> = operations
@@ -374,322 +381,6 @@ impl MergeQueue {
         )
         .await
     }
-
-    /// Merged: the batch SUCCEEDED and every member is MERGED, together; a
-    /// deploy already reported for its MR confirms them at once.
-    async fn succeed(
-        &self,
-        db: &Db,
-        batch: &BatchRow,
-        merged: Option<&MergeRequest>,
-    ) -> Result<(), StoreError> {
-        let sha = merged.and_then(|mr| mr.sha.as_deref());
-        let ids = members(db, batch.id).await?;
-        let mut tx = StoreTx::begin(db).await?;
-        let done = BatchChange {
-            status: Some("SUCCEEDED"),
-            merge_sha: sha,
-            merge_commit_sha: merged.and_then(|mr| mr.merge_commit_sha.as_deref()),
-            ..BatchChange::default()
-        };
-        if update_batch(tx.db(), batch.id, batch.version, &done).await? != 1 {
-            return tx.rollback().await.map_err(Into::into);
-        }
-        let message = format!("merged in batch #{}", batch.id);
-        let change = Change {
-            step: StepStatus::HandleMerged,
-            message: Some(&message),
-            actor: ACTOR,
-        };
-        move_members(
-            &mut tx,
-            &ids,
-            IN_FLIGHT,
-            Some(BindingStatus::Merged),
-            change,
-            None,
-        )
-        .await?;
-        if let Some(sha) = sha {
-            record_merged_sha(tx.db(), batch.id, sha).await?;
-        }
-        append_membership(tx.db(), batch.id, &ids, "MERGED", sha).await?;
-        tx.commit().await?;
-        tracing::info!(batch = batch.id, members = ids.len(), "merge batch merged");
-        let Some(iid) = batch.mr_iid else {
-            return Ok(());
-        };
-        if deployed_since(db, iid, batch.created_at).await? {
-            let mut tx = StoreTx::begin(db).await?;
-            let change = Change {
-                step: StepStatus::DeployConfirmed,
-                message: Some("the deploy was reported before the merge was recorded"),
-                actor: "deploy-callback",
-            };
-            move_members(
-                &mut tx,
-                &ids,
-                &[BindingStatus::Merged],
-                Some(BindingStatus::Validated),
-                change,
-                None,
-            )
-            .await?;
-            tx.commit().await?;
-        }
-        Ok(())
-    }
-
-    /// Reads the MR before settling: an MR still open is closed first, and
-    /// one that merged meanwhile wins (SPEC §7): `true` when it merged, and
-    /// the batch is now settled as SUCCEEDED.
-    async fn merged_meanwhile(&self, db: &Db, batch: &BatchRow) -> Result<bool, StoreError> {
-        let settings = self.config.current();
-        let (Ok(token), Some(iid)) = (bot(&settings), batch.mr_iid) else {
-            return Ok(false);
-        };
-        let gitlab = &self.workflow.gitlab;
-        let mut mr = gitlab.merge_request(token, &batch.project, iid).await.ok();
-        if mr.as_ref().is_some_and(|mr| mr.state == "opened") {
-            if let Err(err) = gitlab.close_merge_request(token, &batch.project, iid).await {
-                tracing::warn!(batch = batch.id, "closing the batch MR failed: {err}");
-            }
-            mr = gitlab.merge_request(token, &batch.project, iid).await.ok();
-        }
-        match mr {
-            Some(mr) if mr.state == "merged" => {
-                self.succeed(db, batch, Some(&mr)).await?;
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
-    }
-
-    /// A failed batch: FAILED (the guarded batch write first, so a second
-    /// settler rolls back), then its members either split in halves to be
-    /// retried as later rounds (bisection, for failures one member can
-    /// cause) or fail on their own (`next: CONTACT_TEAM`).
-    async fn fail(
-        &self,
-        db: &Db,
-        batch: &BatchRow,
-        step: StepStatus,
-        message: &str,
-    ) -> Result<(), StoreError> {
-        if self.merged_meanwhile(db, batch).await? {
-            return Ok(());
-        }
-        let Some(batch) = get_batch(db, batch.id)
-            .await?
-            .filter(|b| b.status == "RUNNING")
-        else {
-            return Ok(());
-        };
-        let ids = members(db, batch.id).await?;
-        let settings = self.config.current();
-        let depth = batch
-            .split_group
-            .split('/')
-            .filter(|g| !g.is_empty())
-            .count();
-        let splittable = matches!(
-            step,
-            StepStatus::CreatePipelineFailed | StepStatus::HandleRebaseConflict
-        );
-        let bisect = splittable && ids.len() > 1 && depth < settings.batch.max_split_depth as usize;
-        let mut tx = StoreTx::begin(db).await?;
-        let failed = BatchChange {
-            status: Some("FAILED"),
-            message: Some(message),
-            ..BatchChange::default()
-        };
-        if update_batch(tx.db(), batch.id, batch.version, &failed).await? != 1 {
-            return tx.rollback().await.map_err(Into::into);
-        }
-        if bisect {
-            let (first, second) = ids.split_at(ids.len() / 2);
-            let parent = if batch.split_group.is_empty() {
-                String::new()
-            } else {
-                format!("{}/", batch.split_group)
-            };
-            let (group_a, group_b) = (
-                format!("{parent}{}a", batch.id),
-                format!("{parent}{}b", batch.id),
-            );
-            let retry = format!(
-                "batch #{} failed ({message}); retried in a smaller batch",
-                batch.id
-            );
-            let change = Change {
-                step: StepStatus::HandleBatchRetry,
-                message: Some(&retry),
-                actor: ACTOR,
-            };
-            move_members(
-                &mut tx,
-                &ids,
-                IN_FLIGHT,
-                Some(BindingStatus::MrCreating),
-                change,
-                None,
-            )
-            .await?;
-            release_members(
-                tx.db(),
-                &[(group_a.as_str(), first), (group_b.as_str(), second)],
-            )
-            .await?;
-            append_membership(tx.db(), batch.id, first, "SPLIT", Some(&group_a)).await?;
-            append_membership(tx.db(), batch.id, second, "SPLIT", Some(&group_b)).await?;
-        } else {
-            let change = Change {
-                step,
-                message: Some(message),
-                actor: ACTOR,
-            };
-            move_members(
-                &mut tx,
-                &ids,
-                &[BindingStatus::MrCreating, BindingStatus::MrCreated],
-                Some(BindingStatus::CreateFailed),
-                change,
-                None,
-            )
-            .await?;
-            move_members(
-                &mut tx,
-                &ids,
-                &[BindingStatus::Merging],
-                Some(BindingStatus::HandleFailed),
-                change,
-                None,
-            )
-            .await?;
-            append_membership(tx.db(), batch.id, &ids, "FAILED", None).await?;
-        }
-        tx.commit().await?;
-        tracing::warn!(
-            batch = batch.id,
-            members = ids.len(),
-            bisect,
-            "merge batch failed: {message}"
-        );
-        Ok(())
-    }
-
-    /// Settles a batch that must not keep its slot (the timeout sweep, or an
-    /// operator): merged wins; otherwise FAILED, and its members wait again
-    /// for the next round, as they were (they did nothing wrong). It takes
-    /// the batch's lease first, so it never interleaves with a round of the
-    /// batch in progress.
-    pub async fn settle(&self, batch_id: i64, reason: &str) -> Result<Settled, StoreError> {
-        let Some(db) = self.db.get() else {
-            return Ok(Settled::NotRunning);
-        };
-        // Its own lease holder: two settles never run at once, not even two
-        // of this instance's (the guarded writes would then race on locks).
-        let settler = format!("settle-{}", uuid::Uuid::new_v4());
-        let lease = self.config.current().executor.lease;
-        // A round holds the lease for moments: wait a little for it.
-        let mut tries = 0;
-        while !acquire_batch_lease(db, batch_id, &settler, lease).await? {
-            let running = get_batch(db, batch_id)
-                .await?
-                .is_some_and(|b| b.status == "RUNNING");
-            if !running {
-                return Ok(Settled::NotRunning);
-            }
-            tries += 1;
-            if tries == SETTLE_TRIES {
-                return Ok(Settled::Busy);
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
-        // A claim racing for the slot may make InnoDB pick this transaction
-        // as a deadlock victim: it was rolled back whole, so try again.
-        let mut outcome = self.settle_held(db, batch_id, reason).await;
-        for _ in 0..3 {
-            match &outcome {
-                Err(StoreError::Db(err)) if is_retryable_conflict(err) => {
-                    outcome = self.settle_held(db, batch_id, reason).await;
-                }
-                _ => break,
-            }
-        }
-        release_batch_lease(db, batch_id, &settler).await?;
-        outcome
-    }
-
-    async fn settle_held(
-        &self,
-        db: &Db,
-        batch_id: i64,
-        reason: &str,
-    ) -> Result<Settled, StoreError> {
-        let Some(batch) = get_batch(db, batch_id)
-            .await?
-            .filter(|b| b.status == "RUNNING")
-        else {
-            return Ok(Settled::NotRunning);
-        };
-        if self.merged_meanwhile(db, &batch).await? {
-            return Ok(Settled::Merged);
-        }
-        let Some(batch) = get_batch(db, batch_id)
-            .await?
-            .filter(|b| b.status == "RUNNING")
-        else {
-            return Ok(Settled::NotRunning);
-        };
-        let ids = members(db, batch.id).await?;
-        let mut tx = StoreTx::begin(db).await?;
-        let message = format!("settled: {reason}");
-        let failed = BatchChange {
-            status: Some("FAILED"),
-            message: Some(&message),
-            ..BatchChange::default()
-        };
-        if update_batch(tx.db(), batch.id, batch.version, &failed).await? != 1 {
-            tx.rollback().await?;
-            return Ok(Settled::NotRunning);
-        }
-        let retry = format!(
-            "batch #{} was settled ({reason}); waiting for the next round",
-            batch.id
-        );
-        let change = Change {
-            step: StepStatus::Queued,
-            message: Some(&retry),
-            actor: ACTOR,
-        };
-        move_members(
-            &mut tx,
-            &ids,
-            IN_FLIGHT,
-            Some(BindingStatus::MrCreating),
-            change,
-            None,
-        )
-        .await?;
-        release_members(tx.db(), &[(batch.split_group.as_str(), &ids)]).await?;
-        append_membership(tx.db(), batch.id, &ids, "RELEASED", Some(reason)).await?;
-        tx.commit().await?;
-        Ok(Settled::Released)
-    }
-}
-
-/// What a settle did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settled {
-    /// Its MR had merged: the batch SUCCEEDED after all.
-    Merged,
-    /// FAILED; its members wait for the next round.
-    Released,
-    /// It was not running (settled already, or finished).
-    NotRunning,
-    /// A round of it is in progress right now; try again in a moment.
-    Busy,
 }
 
 /// Why a claim round failed.

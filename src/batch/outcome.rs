@@ -1,0 +1,224 @@
+//! How a batch ends: merged (every member MERGED together) or failed (its
+//! members split in halves for later rounds, or failed on their own).
+
+use crate::clients::gitlab::MergeRequest;
+use crate::db::Db;
+use crate::db::batches::{
+    BatchChange, BatchRow, append_membership, get_batch, members, record_merged_sha,
+    release_members, update_batch,
+};
+use crate::db::callbacks::deployed_since;
+use crate::domain::{BindingStatus, StepStatus};
+use crate::store::{Change, StoreError, StoreTx, move_members};
+use crate::workflow::bot;
+
+use super::runner::{ACTOR, IN_FLIGHT, MergeQueue};
+
+impl MergeQueue {
+    /// Merged: the batch SUCCEEDED and every member is MERGED, together; a
+    /// deploy already reported for its MR confirms them at once.
+    pub(super) async fn succeed(
+        &self,
+        db: &Db,
+        batch: &BatchRow,
+        merged: Option<&MergeRequest>,
+    ) -> Result<(), StoreError> {
+        let sha = merged.and_then(|mr| mr.sha.as_deref());
+        let ids = members(db, batch.id).await?;
+        let mut tx = StoreTx::begin(db).await?;
+        let done = BatchChange {
+            status: Some("SUCCEEDED"),
+            merge_sha: sha,
+            merge_commit_sha: merged.and_then(|mr| mr.merge_commit_sha.as_deref()),
+            ..BatchChange::default()
+        };
+        if update_batch(tx.db(), batch.id, batch.version, &done).await? != 1 {
+            return tx.rollback().await.map_err(Into::into);
+        }
+        let message = format!("merged in batch #{}", batch.id);
+        let change = Change {
+            step: StepStatus::HandleMerged,
+            message: Some(&message),
+            actor: ACTOR,
+        };
+        move_members(
+            &mut tx,
+            &ids,
+            IN_FLIGHT,
+            Some(BindingStatus::Merged),
+            change,
+            None,
+        )
+        .await?;
+        if let Some(sha) = sha {
+            record_merged_sha(tx.db(), batch.id, sha).await?;
+        }
+        append_membership(tx.db(), batch.id, &ids, "MERGED", sha).await?;
+        tx.commit().await?;
+        tracing::info!(batch = batch.id, members = ids.len(), "merge batch merged");
+        let Some(iid) = batch.mr_iid else {
+            return Ok(());
+        };
+        if deployed_since(db, iid, batch.created_at).await? {
+            let mut tx = StoreTx::begin(db).await?;
+            let change = Change {
+                step: StepStatus::DeployConfirmed,
+                message: Some("the deploy was reported before the merge was recorded"),
+                actor: "deploy-callback",
+            };
+            move_members(
+                &mut tx,
+                &ids,
+                &[BindingStatus::Merged],
+                Some(BindingStatus::Validated),
+                change,
+                None,
+            )
+            .await?;
+            tx.commit().await?;
+        }
+        Ok(())
+    }
+
+    /// Reads the MR before settling: an MR still open is closed first, and
+    /// one that merged meanwhile wins (SPEC §7): `true` when it merged, and
+    /// the batch is now settled as SUCCEEDED.
+    pub(super) async fn merged_meanwhile(
+        &self,
+        db: &Db,
+        batch: &BatchRow,
+    ) -> Result<bool, StoreError> {
+        let settings = self.config.current();
+        let (Ok(token), Some(iid)) = (bot(&settings), batch.mr_iid) else {
+            return Ok(false);
+        };
+        let gitlab = &self.workflow.gitlab;
+        let mut mr = gitlab.merge_request(token, &batch.project, iid).await.ok();
+        if mr.as_ref().is_some_and(|mr| mr.state == "opened") {
+            if let Err(err) = gitlab.close_merge_request(token, &batch.project, iid).await {
+                tracing::warn!(batch = batch.id, "closing the batch MR failed: {err}");
+            }
+            mr = gitlab.merge_request(token, &batch.project, iid).await.ok();
+        }
+        match mr {
+            Some(mr) if mr.state == "merged" => {
+                self.succeed(db, batch, Some(&mr)).await?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// A failed batch: FAILED (the guarded batch write first, so a second
+    /// settler rolls back), then its members either split in halves to be
+    /// retried as later rounds (bisection, for failures one member can
+    /// cause) or fail on their own (`next: CONTACT_TEAM`).
+    pub(super) async fn fail(
+        &self,
+        db: &Db,
+        batch: &BatchRow,
+        step: StepStatus,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        if self.merged_meanwhile(db, batch).await? {
+            return Ok(());
+        }
+        let Some(batch) = get_batch(db, batch.id)
+            .await?
+            .filter(|b| b.status == "RUNNING")
+        else {
+            return Ok(());
+        };
+        let ids = members(db, batch.id).await?;
+        let settings = self.config.current();
+        let depth = batch
+            .split_group
+            .split('/')
+            .filter(|g| !g.is_empty())
+            .count();
+        let splittable = matches!(
+            step,
+            StepStatus::CreatePipelineFailed | StepStatus::HandleRebaseConflict
+        );
+        let bisect = splittable && ids.len() > 1 && depth < settings.batch.max_split_depth as usize;
+        let mut tx = StoreTx::begin(db).await?;
+        let failed = BatchChange {
+            status: Some("FAILED"),
+            message: Some(message),
+            ..BatchChange::default()
+        };
+        if update_batch(tx.db(), batch.id, batch.version, &failed).await? != 1 {
+            return tx.rollback().await.map_err(Into::into);
+        }
+        if bisect {
+            let (first, second) = ids.split_at(ids.len() / 2);
+            let parent = if batch.split_group.is_empty() {
+                String::new()
+            } else {
+                format!("{}/", batch.split_group)
+            };
+            let (group_a, group_b) = (
+                format!("{parent}{}a", batch.id),
+                format!("{parent}{}b", batch.id),
+            );
+            let retry = format!(
+                "batch #{} failed ({message}); retried in a smaller batch",
+                batch.id
+            );
+            let change = Change {
+                step: StepStatus::HandleBatchRetry,
+                message: Some(&retry),
+                actor: ACTOR,
+            };
+            move_members(
+                &mut tx,
+                &ids,
+                IN_FLIGHT,
+                Some(BindingStatus::MrCreating),
+                change,
+                None,
+            )
+            .await?;
+            release_members(
+                tx.db(),
+                &[(group_a.as_str(), first), (group_b.as_str(), second)],
+            )
+            .await?;
+            append_membership(tx.db(), batch.id, first, "SPLIT", Some(&group_a)).await?;
+            append_membership(tx.db(), batch.id, second, "SPLIT", Some(&group_b)).await?;
+        } else {
+            let change = Change {
+                step,
+                message: Some(message),
+                actor: ACTOR,
+            };
+            move_members(
+                &mut tx,
+                &ids,
+                &[BindingStatus::MrCreating, BindingStatus::MrCreated],
+                Some(BindingStatus::CreateFailed),
+                change,
+                None,
+            )
+            .await?;
+            move_members(
+                &mut tx,
+                &ids,
+                &[BindingStatus::Merging],
+                Some(BindingStatus::HandleFailed),
+                change,
+                None,
+            )
+            .await?;
+            append_membership(tx.db(), batch.id, &ids, "FAILED", None).await?;
+        }
+        tx.commit().await?;
+        tracing::warn!(
+            batch = batch.id,
+            members = ids.len(),
+            bisect,
+            "merge batch failed: {message}"
+        );
+        Ok(())
+    }
+}

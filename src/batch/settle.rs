@@ -1,0 +1,127 @@
+//! Settling a batch that must not keep its slot: the timeout sweep or an
+//! operator; merged wins, otherwise its members wait for the next round.
+
+use crate::db::batches::{
+    BatchChange, acquire_batch_lease, append_membership, get_batch, members, release_batch_lease,
+    release_members, update_batch,
+};
+use crate::db::{Db, is_retryable_conflict};
+use crate::domain::{BindingStatus, StepStatus};
+use crate::store::{Change, StoreError, StoreTx, move_members};
+
+use super::runner::{ACTOR, IN_FLIGHT, MergeQueue, SETTLE_TRIES};
+
+impl MergeQueue {
+    /// Settles a batch that must not keep its slot (the timeout sweep, or an
+    /// operator): merged wins; otherwise FAILED, and its members wait again
+    /// for the next round, as they were (they did nothing wrong). It takes
+    /// the batch's lease first, so it never interleaves with a round of the
+    /// batch in progress.
+    pub async fn settle(&self, batch_id: i64, reason: &str) -> Result<Settled, StoreError> {
+        let Some(db) = self.db.get() else {
+            return Ok(Settled::NotRunning);
+        };
+        // Its own lease holder: two settles never run at once, not even two
+        // of this instance's (the guarded writes would then race on locks).
+        let settler = format!("settle-{}", uuid::Uuid::new_v4());
+        let lease = self.config.current().executor.lease;
+        // A round holds the lease for moments: wait a little for it.
+        let mut tries = 0;
+        while !acquire_batch_lease(db, batch_id, &settler, lease).await? {
+            let running = get_batch(db, batch_id)
+                .await?
+                .is_some_and(|b| b.status == "RUNNING");
+            if !running {
+                return Ok(Settled::NotRunning);
+            }
+            tries += 1;
+            if tries == SETTLE_TRIES {
+                return Ok(Settled::Busy);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        // A claim racing for the slot may make InnoDB pick this transaction
+        // as a deadlock victim: it was rolled back whole, so try again.
+        let mut outcome = self.settle_held(db, batch_id, reason).await;
+        for _ in 0..3 {
+            match &outcome {
+                Err(StoreError::Db(err)) if is_retryable_conflict(err) => {
+                    outcome = self.settle_held(db, batch_id, reason).await;
+                }
+                _ => break,
+            }
+        }
+        release_batch_lease(db, batch_id, &settler).await?;
+        outcome
+    }
+
+    async fn settle_held(
+        &self,
+        db: &Db,
+        batch_id: i64,
+        reason: &str,
+    ) -> Result<Settled, StoreError> {
+        let Some(batch) = get_batch(db, batch_id)
+            .await?
+            .filter(|b| b.status == "RUNNING")
+        else {
+            return Ok(Settled::NotRunning);
+        };
+        if self.merged_meanwhile(db, &batch).await? {
+            return Ok(Settled::Merged);
+        }
+        let Some(batch) = get_batch(db, batch_id)
+            .await?
+            .filter(|b| b.status == "RUNNING")
+        else {
+            return Ok(Settled::NotRunning);
+        };
+        let ids = members(db, batch.id).await?;
+        let mut tx = StoreTx::begin(db).await?;
+        let message = format!("settled: {reason}");
+        let failed = BatchChange {
+            status: Some("FAILED"),
+            message: Some(&message),
+            ..BatchChange::default()
+        };
+        if update_batch(tx.db(), batch.id, batch.version, &failed).await? != 1 {
+            tx.rollback().await?;
+            return Ok(Settled::NotRunning);
+        }
+        let retry = format!(
+            "batch #{} was settled ({reason}); waiting for the next round",
+            batch.id
+        );
+        let change = Change {
+            step: StepStatus::Queued,
+            message: Some(&retry),
+            actor: ACTOR,
+        };
+        move_members(
+            &mut tx,
+            &ids,
+            IN_FLIGHT,
+            Some(BindingStatus::MrCreating),
+            change,
+            None,
+        )
+        .await?;
+        release_members(tx.db(), &[(batch.split_group.as_str(), &ids)]).await?;
+        append_membership(tx.db(), batch.id, &ids, "RELEASED", Some(reason)).await?;
+        tx.commit().await?;
+        Ok(Settled::Released)
+    }
+}
+
+/// What a settle did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Its MR had merged: the batch SUCCEEDED after all.
+    Merged,
+    /// FAILED; its members wait for the next round.
+    Released,
+    /// It was not running (settled already, or finished).
+    NotRunning,
+    /// A round of it is in progress right now; try again in a moment.
+    Busy,
+}
