@@ -151,11 +151,11 @@ impl fmt::Debug for Sender {
 }
 
 impl Sender {
-    /// A sender with its own HTTP client, bounded by `settings.timeout`; fails on a secret
-    /// that is not `whsec_<base64>`.
+    /// A sender with its own HTTP client, bounded by `settings.timeout` and trusting the
+    /// platform's roots; fails on a secret that is not `whsec_<base64>`.
     pub fn new(secret: String, settings: DeliverySettings) -> std::io::Result<Self> {
         let webhook = webhook(&secret)?;
-        let client = reqwest::Client::builder()
+        let client = crate::tls::client_builder()?
             .timeout(settings.timeout)
             .connect_timeout(settings.timeout)
             .build()

@@ -15,6 +15,7 @@ pub mod callback;
 pub mod deploy;
 pub mod gitlab;
 pub mod stack;
+pub mod tls;
 
 mod chance;
 mod control;

@@ -99,7 +99,7 @@ async fn the_binary_seeds_gitlab_and_prints_where_everything_is() {
     assert!(one("gitlab.project").starts_with("config/repo (id "));
 
     let project = format!("{}/projects/config%2Frepo", one("gitlab.url"));
-    let client = reqwest::Client::new();
+    let client = crate::client::client();
     let read = client.get(&project).header("PRIVATE-TOKEN", "ann-token");
     let read: serde_json::Value = read.send().await.unwrap().json().await.unwrap();
     assert_eq!(read["approvals_before_merge"], 2);

@@ -9,6 +9,7 @@
 
 mod approval;
 mod binary;
+mod client;
 mod contract;
 mod control_client;
 mod demo;
