@@ -9,6 +9,9 @@
 //! offers or through the same operations as JSON under `/_sim/...` on its HTTP server (see
 //! `README.md`). [`stack::SimStack`] starts all three at once, as the `changegate-sim`
 //! binary does.
+//!
+//! Each serves plain HTTP unless its options carry a [`tls::ServerTls`] identity, in which
+//! case it serves HTTPS only; [`tls::TestCa`] makes one up for tests.
 
 pub mod approval;
 pub mod callback;

@@ -16,3 +16,4 @@ mod demo;
 mod deploy;
 mod gitlab;
 mod receiver;
+mod tls;
