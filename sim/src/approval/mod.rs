@@ -101,6 +101,9 @@ pub struct ApprovalSimOptions {
     pub fault_seed: u64,
     /// With an identity, the port serves HTTPS only and `base_url` starts with `https://`.
     pub tls: Option<ServerTls>,
+    /// PEM certificates trusted, besides the platform's roots, when callbacks go to an
+    /// `https://` URL: the CA of a test receiver or of an ingress in front of changegate.
+    pub callback_ca_pem: Option<String>,
 }
 
 impl Default for ApprovalSimOptions {
@@ -115,6 +118,7 @@ impl Default for ApprovalSimOptions {
             lost_response_hold: Duration::from_secs(120),
             fault_seed: 0,
             tls: None,
+            callback_ca_pem: None,
         }
     }
 }
@@ -124,10 +128,14 @@ pub struct ApprovalSim;
 
 impl ApprovalSim {
     /// Binds `options.bind` and serves the simulated approval system until the handle is
-    /// dropped; fails on a secret that is not `whsec_<base64>` or on a TLS identity that
+    /// dropped; fails on a secret that is not `whsec_<base64>` or on TLS material that
     /// cannot be used.
     pub async fn start(options: ApprovalSimOptions) -> std::io::Result<ApprovalSimHandle> {
-        let sender = Sender::new(options.secret, options.delivery)?;
+        let sender = Sender::new(
+            options.secret,
+            options.delivery,
+            options.callback_ca_pem.as_deref(),
+        )?;
         let listener = Listener::bind(options.bind, options.tls.as_ref()).await?;
         let base_url = listener.base_url().to_owned();
         let (shutdown, released) = watch::channel(());

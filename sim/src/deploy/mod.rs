@@ -65,6 +65,9 @@ pub struct DeploySimOptions {
     /// With an identity, the control API's port serves HTTPS only and `base_url` starts
     /// with `https://`.
     pub tls: Option<ServerTls>,
+    /// PEM certificates trusted, besides the platform's roots, when callbacks go to an
+    /// `https://` URL: the CA of a test receiver or of an ingress in front of changegate.
+    pub callback_ca_pem: Option<String>,
 }
 
 impl Default for DeploySimOptions {
@@ -78,6 +81,7 @@ impl Default for DeploySimOptions {
             delivery: DeliverySettings::default(),
             fault_seed: 0,
             tls: None,
+            callback_ca_pem: None,
         }
     }
 }
@@ -104,7 +108,7 @@ impl DeploySim {
     /// Binds `options.bind` for the control API and starts watching `gitlab` for merges from
     /// now on; merge requests merged before the start are never reported. Runs until the
     /// handle is dropped, or until the GitLab simulator's state is gone. Fails on a secret
-    /// that is not `whsec_<base64>` or on a TLS identity that cannot be used.
+    /// that is not `whsec_<base64>` or on TLS material that cannot be used.
     pub async fn start(
         gitlab: GitLabObserver,
         options: DeploySimOptions,
@@ -116,7 +120,11 @@ impl DeploySim {
                 faults: FaultQueue::new(options.fault_seed),
                 merges: Vec::new(),
             }),
-            sender: Sender::new(options.secret, options.delivery)?,
+            sender: Sender::new(
+                options.secret,
+                options.delivery,
+                options.callback_ca_pem.as_deref(),
+            )?,
         });
         let listener = Listener::bind(options.bind, options.tls.as_ref()).await?;
         let base_url = listener.base_url().to_owned();

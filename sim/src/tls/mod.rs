@@ -86,21 +86,24 @@ impl ServerTls {
     }
 }
 
-/// A reqwest client builder whose TLS trusts the platform's roots. The callbacks of the
-/// approval and deploy simulators are sent with it; tests use it for plain-HTTP clients
-/// too, since a reqwest client built without a TLS configuration needs a process-wide
-/// provider.
+/// A reqwest client builder whose TLS trusts the platform's roots plus the certificates of
+/// `extra_ca_pem`, if given. The callbacks of the approval and deploy simulators are sent
+/// with it; tests use it for plain-HTTP clients too, since a reqwest client built without
+/// a TLS configuration needs a process-wide provider.
 ///
 /// The platform's roots come from `rustls-native-certs`, as changegate reads them: it
 /// honours `SSL_CERT_FILE` and `SSL_CERT_DIR`, and a simulator pointed at a changegate
 /// behind an ingress with a company CA trusts what the machine trusts.
-pub fn client_builder() -> io::Result<reqwest::ClientBuilder> {
+pub fn client_builder(extra_ca_pem: Option<&str>) -> io::Result<reqwest::ClientBuilder> {
     let mut roots = RootCertStore::empty();
     let native = rustls_native_certs::load_native_certs();
     for err in &native.errors {
         tracing::debug!(%err, "a platform root certificate could not be read");
     }
     roots.add_parsable_certificates(native.certs);
+    if let Some(pem) = extra_ca_pem {
+        add_roots(&mut roots, pem)?;
+    }
     Ok(reqwest::Client::builder().tls_backend_preconfigured(client_config(roots)?))
 }
 

@@ -4,7 +4,7 @@
 
 /// A builder to add timeouts to.
 pub(crate) fn builder() -> reqwest::ClientBuilder {
-    changegate_sim::tls::client_builder().expect("the platform's roots load")
+    changegate_sim::tls::client_builder(None).expect("the platform's roots load")
 }
 
 /// A client with reqwest's defaults.

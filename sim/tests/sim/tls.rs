@@ -1,11 +1,12 @@
 //! The simulators over HTTPS with a `TestCa`: every simulator answers a client that trusts
 //! only that CA, faults and control APIs included; a client that does not trust it is
-//! refused with a certificate error; and the CA's broken identities are refused each for
-//! its own reason.
+//! refused with a certificate error; the CA's broken identities are refused each for its
+//! own reason; and callbacks reach an HTTPS receiver when the sender trusts its CA.
 
 use std::time::Duration;
 
-use changegate_sim::approval::{ApprovalSimOptions, DecisionPolicy};
+use changegate_sim::approval::{ApprovalSim, ApprovalSimOptions, Decision, DecisionPolicy};
+use changegate_sim::callback::{DeliverySettings, generate_secret};
 use changegate_sim::deploy::DeploySimOptions;
 use changegate_sim::gitlab::{GitLabSim, GitLabSimOptions};
 use changegate_sim::stack::{Account, SimStack, StackOptions};
@@ -16,6 +17,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::approval::request_body;
+use crate::receiver::Receiver;
 
 const BOT: &str = "bot-token";
 
@@ -192,4 +194,55 @@ async fn an_unusable_identity_is_refused_at_start() {
         let refused = GitLabSim::start(options).await.err().map(|err| err.kind());
         assert_eq!(refused, Some(std::io::ErrorKind::InvalidInput));
     }
+}
+
+/// An approval simulator whose callbacks go to an HTTPS receiver with `ca`'s identity,
+/// trusting `callback_ca_pem` besides the platform's roots; one decision is sent.
+async fn decide_over_https(ca: &TestCa, callback_ca_pem: Option<String>) -> (Receiver, Value) {
+    let secret = generate_secret();
+    let receiver = Receiver::start_https(&secret, &ca.server_tls()).await;
+    let sim = ApprovalSim::start(ApprovalSimOptions {
+        callback_url: Some(receiver.url("approval")),
+        secret,
+        policy: DecisionPolicy::Manual,
+        callback_ca_pem,
+        delivery: DeliverySettings {
+            retries: 0,
+            ..DeliverySettings::default()
+        },
+        ..ApprovalSimOptions::default()
+    })
+    .await
+    .unwrap();
+    let operation = Uuid::new_v4();
+    let approvals = format!("{}/approvals", sim.base_url());
+    let created = crate::client::client()
+        .post(approvals)
+        .json(&request_body(operation));
+    assert_eq!(created.send().await.unwrap().status(), 201);
+    let attempts = sim.decide(operation, Decision::Approved).await.unwrap();
+    (receiver, serde_json::to_value(&attempts).unwrap())
+}
+
+#[tokio::test]
+async fn callbacks_reach_an_https_receiver_whose_ca_the_sender_trusts() {
+    let ca = TestCa::new();
+    let (receiver, attempts) = decide_over_https(&ca, Some(ca.ca_pem())).await;
+    assert!(receiver.url("approval").starts_with("https://"));
+    assert_eq!(attempts[0]["status"], 200, "{attempts}");
+    assert_eq!(attempts[0]["answer"], json!({ "code": "OK" }));
+    let received = receiver.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].verified, Ok(()));
+    assert_eq!(received[0].body["result"], "APPROVED");
+}
+
+#[tokio::test]
+async fn callbacks_to_an_https_receiver_with_an_unknown_ca_fail_with_the_reason_logged() {
+    let ca = TestCa::new();
+    let (receiver, attempts) = decide_over_https(&ca, None).await;
+    assert_eq!(attempts[0]["status"], Value::Null, "{attempts}");
+    let error = attempts[0]["error"].as_str().unwrap();
+    assert!(error.contains("UnknownIssuer"), "{error}");
+    assert!(receiver.received().is_empty());
 }
