@@ -151,11 +151,16 @@ impl fmt::Debug for Sender {
 }
 
 impl Sender {
-    /// A sender with its own HTTP client, bounded by `settings.timeout`; fails on a secret
-    /// that is not `whsec_<base64>`.
-    pub fn new(secret: String, settings: DeliverySettings) -> std::io::Result<Self> {
+    /// A sender with its own HTTP client, bounded by `settings.timeout` and trusting the
+    /// platform's roots plus `extra_ca_pem`; fails on a secret that is not `whsec_<base64>`
+    /// or a CA bundle that holds no certificate.
+    pub fn new(
+        secret: String,
+        settings: DeliverySettings,
+        extra_ca_pem: Option<&str>,
+    ) -> std::io::Result<Self> {
         let webhook = webhook(&secret)?;
-        let client = reqwest::Client::builder()
+        let client = crate::tls::client_builder(extra_ca_pem)?
             .timeout(settings.timeout)
             .connect_timeout(settings.timeout)
             .build()
@@ -253,7 +258,7 @@ impl Sender {
             .await;
         let response = match sent {
             Ok(response) => response,
-            Err(err) => return (None, Value::Null, Some(err.to_string())),
+            Err(err) => return (None, Value::Null, Some(error_chain(&err))),
         };
         let status = response.status().as_u16();
         match response.bytes().await {
@@ -262,9 +267,25 @@ impl Sender {
                 (Some(status), answer, None)
             }
             // The status arrived, the body did not: the receiver decided, so keep its status.
-            Err(err) => (Some(status), Value::Null, Some(err.to_string())),
+            Err(err) => (Some(status), Value::Null, Some(error_chain(&err))),
         }
     }
+}
+
+/// An error with its causes on one line: reqwest's own text says only that sending failed,
+/// its causes say why (refused, or which certificate problem).
+fn error_chain(err: &reqwest::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = std::error::Error::source(err);
+    while let Some(next) = cause {
+        let part = next.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        cause = next.source();
+    }
+    text
 }
 
 #[cfg(test)]

@@ -9,12 +9,16 @@
 //! offers or through the same operations as JSON under `/_sim/...` on its HTTP server (see
 //! `README.md`). [`stack::SimStack`] starts all three at once, as the `changegate-sim`
 //! binary does.
+//!
+//! Each serves plain HTTP unless its options carry a [`tls::ServerTls`] identity, in which
+//! case it serves HTTPS only; [`tls::TestCa`] makes one up for tests.
 
 pub mod approval;
 pub mod callback;
 pub mod deploy;
 pub mod gitlab;
 pub mod stack;
+pub mod tls;
 
 mod chance;
 mod control;

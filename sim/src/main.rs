@@ -3,6 +3,7 @@
 //! runs until Ctrl-C. All wiring lives in [`changegate_sim::stack`].
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use changegate_sim::callback::generate_secret;
 use changegate_sim::deploy::DeploySimOptions;
 use changegate_sim::gitlab::GitLabSimOptions;
 use changegate_sim::stack::{Account, SimStack, StackOptions};
+use changegate_sim::tls::ServerTls;
 use clap::{Parser, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
@@ -76,6 +78,27 @@ struct Args {
     /// Seed of the draws behind faults injected with a probability.
     #[arg(long, default_value_t = 0)]
     fault_seed: u64,
+    /// PEM certificate chain all three simulators serve HTTPS with, instead of plain
+    /// HTTP; needs --tls-key.
+    #[arg(
+        long,
+        env = "CHANGEGATE_SIM_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(
+        long,
+        env = "CHANGEGATE_SIM_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    tls_key: Option<PathBuf>,
+    /// PEM CA certificates trusted, besides the platform's roots, when --callback-url is
+    /// https://.
+    #[arg(long, env = "CHANGEGATE_SIM_CALLBACK_CA", value_name = "FILE")]
+    callback_ca: Option<PathBuf>,
 }
 
 /// `--approval-policy`.
@@ -90,8 +113,19 @@ enum PolicyArg {
 }
 
 impl Args {
-    /// The stack's options: loopback addresses, callback URLs under `--callback-url`.
-    fn into_options(self) -> StackOptions {
+    /// The stack's options: loopback addresses, callback URLs under `--callback-url`; fails
+    /// when a TLS file cannot be read.
+    fn into_options(self) -> std::io::Result<StackOptions> {
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(ServerTls::from_pem_files(cert, key)?),
+            _ => None,
+        };
+        let callback_ca_pem = match &self.callback_ca {
+            Some(path) => Some(std::fs::read_to_string(path).map_err(|err| {
+                std::io::Error::new(err.kind(), format!("{}: {err}", path.display()))
+            })?),
+            None => None,
+        };
         let loopback = |port| SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         let base = self.callback_url.trim_end_matches('/');
         let delay = Duration::from_millis(self.approval_delay_ms);
@@ -106,10 +140,11 @@ impl Args {
             },
             PolicyArg::Manual => DecisionPolicy::Manual,
         };
-        StackOptions {
+        Ok(StackOptions {
             gitlab: GitLabSimOptions {
                 bind: loopback(self.gitlab_port),
                 fault_seed: self.fault_seed,
+                tls: tls.clone(),
                 ..GitLabSimOptions::default()
             },
             approval: ApprovalSimOptions {
@@ -119,6 +154,8 @@ impl Args {
                 policy,
                 api_token: self.approval_token,
                 fault_seed: self.fault_seed,
+                tls: tls.clone(),
+                callback_ca_pem: callback_ca_pem.clone(),
                 ..ApprovalSimOptions::default()
             },
             deploy: DeploySimOptions {
@@ -126,12 +163,14 @@ impl Args {
                 callback_url: Some(format!("{base}/callbacks/deploy")),
                 secret: self.deploy_secret.unwrap_or_else(generate_secret),
                 fault_seed: self.fault_seed,
+                tls,
+                callback_ca_pem,
                 ..DeploySimOptions::default()
             },
             project: self.project,
             bot: self.bot,
             reviewers: self.reviewers,
-        }
+        })
     }
 }
 
@@ -156,7 +195,7 @@ async fn main() -> ExitCode {
 
 /// Starts the stack, prints the summary and waits for Ctrl-C.
 async fn run(args: Args) -> std::io::Result<()> {
-    let stack = SimStack::start(args.into_options()).await?;
+    let stack = SimStack::start(args.into_options()?).await?;
     print!("{stack}");
     tracing::info!("simulators running; Ctrl-C stops them");
     tokio::signal::ctrl_c().await

@@ -31,7 +31,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -39,6 +38,7 @@ pub use control::{ApprovalSimError, ApprovalSnapshot, ReceivedRequest};
 pub use faults::{ApprovalFault, ApprovalFaultKind};
 
 use crate::callback::{DeliverySettings, Sender, generate_secret};
+use crate::tls::{Listener, ServerTls};
 use faults::Faults;
 
 /// An approval outcome, spelled as the callback body and the control API carry it.
@@ -99,6 +99,11 @@ pub struct ApprovalSimOptions {
     /// Seed of the draws that decide whether a fault with a probability strikes; the same
     /// seed and the same calls strike the same calls in every run.
     pub fault_seed: u64,
+    /// With an identity, the port serves HTTPS only and `base_url` starts with `https://`.
+    pub tls: Option<ServerTls>,
+    /// PEM certificates trusted, besides the platform's roots, when callbacks go to an
+    /// `https://` URL: the CA of a test receiver or of an ingress in front of changegate.
+    pub callback_ca_pem: Option<String>,
 }
 
 impl Default for ApprovalSimOptions {
@@ -112,6 +117,8 @@ impl Default for ApprovalSimOptions {
             delivery: DeliverySettings::default(),
             lost_response_hold: Duration::from_secs(120),
             fault_seed: 0,
+            tls: None,
+            callback_ca_pem: None,
         }
     }
 }
@@ -121,11 +128,16 @@ pub struct ApprovalSim;
 
 impl ApprovalSim {
     /// Binds `options.bind` and serves the simulated approval system until the handle is
-    /// dropped; fails on a secret that is not `whsec_<base64>`.
+    /// dropped; fails on a secret that is not `whsec_<base64>` or on TLS material that
+    /// cannot be used.
     pub async fn start(options: ApprovalSimOptions) -> std::io::Result<ApprovalSimHandle> {
-        let sender = Sender::new(options.secret, options.delivery)?;
-        let listener = TcpListener::bind(options.bind).await?;
-        let base_url = format!("http://{}", listener.local_addr()?);
+        let sender = Sender::new(
+            options.secret,
+            options.delivery,
+            options.callback_ca_pem.as_deref(),
+        )?;
+        let listener = Listener::bind(options.bind, options.tls.as_ref()).await?;
+        let base_url = listener.base_url().to_owned();
         let (shutdown, released) = watch::channel(());
         let ctx = SimContext(Arc::new(Shared {
             state: Mutex::new(State {
@@ -143,11 +155,7 @@ impl ApprovalSim {
         let control = ApprovalControl { ctx };
         let app = server::router(control.ctx.clone())
             .nest("/_sim", control_http::router(control.clone()));
-        let server = tokio::spawn(async move {
-            if let Err(err) = axum::serve(listener, app).await {
-                tracing::error!(%err, "approval simulator stopped serving");
-            }
-        });
+        let server = listener.serve(app, "approval");
         Ok(ApprovalSimHandle {
             base_url,
             control,
@@ -169,8 +177,8 @@ pub struct ApprovalSimHandle {
 }
 
 impl ApprovalSimHandle {
-    /// The server root, e.g. `http://127.0.0.1:41234`; requests go to `{base_url}/approvals`
-    /// and the control API's root is `{base_url}/_sim`.
+    /// The server root, e.g. `http://127.0.0.1:41234` (`https://` with TLS); requests go to
+    /// `{base_url}/approvals` and the control API's root is `{base_url}/_sim`.
     pub fn base_url(&self) -> &str {
         &self.base_url
     }

@@ -31,7 +31,6 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
@@ -41,6 +40,7 @@ pub use faults::{DeployFault, DeployFaultKind};
 use crate::callback::{DeliverySettings, Sender, generate_secret};
 use crate::chance::FaultQueue;
 use crate::gitlab::{GitLabObserver, ProjectId};
+use crate::tls::{Listener, ServerTls};
 use watcher::Watcher;
 
 /// Start-up options.
@@ -62,6 +62,12 @@ pub struct DeploySimOptions {
     /// Seed of the draws that decide whether a fault with a probability strikes; the same
     /// seed and the same merges strike the same merges in every run.
     pub fault_seed: u64,
+    /// With an identity, the control API's port serves HTTPS only and `base_url` starts
+    /// with `https://`.
+    pub tls: Option<ServerTls>,
+    /// PEM certificates trusted, besides the platform's roots, when callbacks go to an
+    /// `https://` URL: the CA of a test receiver or of an ingress in front of changegate.
+    pub callback_ca_pem: Option<String>,
 }
 
 impl Default for DeploySimOptions {
@@ -74,6 +80,8 @@ impl Default for DeploySimOptions {
             send_operation_ids: true,
             delivery: DeliverySettings::default(),
             fault_seed: 0,
+            tls: None,
+            callback_ca_pem: None,
         }
     }
 }
@@ -100,7 +108,7 @@ impl DeploySim {
     /// Binds `options.bind` for the control API and starts watching `gitlab` for merges from
     /// now on; merge requests merged before the start are never reported. Runs until the
     /// handle is dropped, or until the GitLab simulator's state is gone. Fails on a secret
-    /// that is not `whsec_<base64>`.
+    /// that is not `whsec_<base64>` or on TLS material that cannot be used.
     pub async fn start(
         gitlab: GitLabObserver,
         options: DeploySimOptions,
@@ -112,20 +120,20 @@ impl DeploySim {
                 faults: FaultQueue::new(options.fault_seed),
                 merges: Vec::new(),
             }),
-            sender: Sender::new(options.secret, options.delivery)?,
+            sender: Sender::new(
+                options.secret,
+                options.delivery,
+                options.callback_ca_pem.as_deref(),
+            )?,
         });
-        let listener = TcpListener::bind(options.bind).await?;
-        let base_url = format!("http://{}", listener.local_addr()?);
+        let listener = Listener::bind(options.bind, options.tls.as_ref()).await?;
+        let base_url = listener.base_url().to_owned();
         let (shutdown, released) = watch::channel(());
         let watcher = Watcher::new(Arc::clone(&shared), gitlab, released.clone());
         spawn_until_released(released, watcher.run(options.poll_interval));
         let control = DeployControl { shared };
         let app = axum::Router::new().nest("/_sim", control_http::router(control.clone()));
-        let server = tokio::spawn(async move {
-            if let Err(err) = axum::serve(listener, app).await {
-                tracing::error!(%err, "deploy simulator stopped serving");
-            }
-        });
+        let server = listener.serve(app, "deploy");
         Ok(DeploySimHandle {
             base_url,
             control,
@@ -146,7 +154,8 @@ pub struct DeploySimHandle {
 }
 
 impl DeploySimHandle {
-    /// The server root, e.g. `http://127.0.0.1:41234`; the control API's is `{base_url}/_sim`.
+    /// The server root, e.g. `http://127.0.0.1:41234` (`https://` with TLS); the control
+    /// API's is `{base_url}/_sim`.
     pub fn base_url(&self) -> &str {
         &self.base_url
     }

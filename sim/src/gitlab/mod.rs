@@ -49,7 +49,6 @@ use std::ops::Deref;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -59,6 +58,7 @@ pub use observe::{GitLabObserver, MergedMergeRequest};
 pub use pipelines::{PipelineOutcome, PipelineStatus};
 pub use state::{AccessLevel, ChecklistItem, MrState, ProjectId, ProjectSettings, Tier, UserId};
 
+use crate::tls::{Listener, ServerTls};
 use state::SimState;
 
 /// Which status the merge endpoint uses for "Branch cannot be merged".
@@ -94,6 +94,8 @@ pub struct GitLabSimOptions {
     /// Seed of the draws that decide whether a fault with a probability strikes; the same
     /// seed and the same calls strike the same calls in every run.
     pub fault_seed: u64,
+    /// With an identity, the port serves HTTPS only and `base_url` starts with `https://`.
+    pub tls: Option<ServerTls>,
 }
 
 impl Default for GitLabSimOptions {
@@ -107,6 +109,7 @@ impl Default for GitLabSimOptions {
             cannot_merge_status: CannotMergeStatus::default(),
             lost_response_hold: Duration::from_secs(120),
             fault_seed: 0,
+            tls: None,
         }
     }
 }
@@ -115,10 +118,11 @@ impl Default for GitLabSimOptions {
 pub struct GitLabSim;
 
 impl GitLabSim {
-    /// Binds `options.bind` and serves the simulated GitLab until the handle is dropped.
+    /// Binds `options.bind` and serves the simulated GitLab until the handle is dropped;
+    /// fails on a TLS identity that cannot be used.
     pub async fn start(options: GitLabSimOptions) -> std::io::Result<GitLabSimHandle> {
-        let listener = TcpListener::bind(options.bind).await?;
-        let base_url = format!("http://{}", listener.local_addr()?);
+        let listener = Listener::bind(options.bind, options.tls.as_ref()).await?;
+        let base_url = listener.base_url().to_owned();
         let state = Arc::new(Mutex::new(SimState::new(options, base_url.clone())));
         let (shutdown, released) = watch::channel(());
         let control = GitLabControl { state };
@@ -129,11 +133,7 @@ impl GitLabSim {
             },
             control.clone(),
         );
-        let server = tokio::spawn(async move {
-            if let Err(err) = axum::serve(listener, app).await {
-                tracing::error!(%err, "gitlab simulator stopped serving");
-            }
-        });
+        let server = listener.serve(app, "gitlab");
         Ok(GitLabSimHandle {
             base_url,
             control,
@@ -154,8 +154,8 @@ pub struct GitLabSimHandle {
 }
 
 impl GitLabSimHandle {
-    /// The server root, e.g. `http://127.0.0.1:41234`; the REST root is `{base_url}/api/v4`
-    /// and the control API's is `{base_url}/_sim`.
+    /// The server root, e.g. `http://127.0.0.1:41234` (`https://` with TLS); the REST root
+    /// is `{base_url}/api/v4` and the control API's is `{base_url}/_sim`.
     pub fn base_url(&self) -> &str {
         &self.base_url
     }

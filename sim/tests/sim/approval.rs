@@ -50,7 +50,7 @@ impl Fixture {
             ..ApprovalSimOptions::default()
         };
         let sim = ApprovalSim::start(options).await.expect("simulator starts");
-        let client = reqwest::Client::builder()
+        let client = crate::client::builder()
             .timeout(WAIT)
             .build()
             .expect("client builds");
@@ -252,7 +252,7 @@ async fn an_api_token_is_required_when_configured() {
         ..ApprovalSimOptions::default()
     };
     let sim = ApprovalSim::start(options).await.unwrap();
-    let client = reqwest::Client::new();
+    let client = crate::client::client();
     let url = format!("{}/approvals", sim.base_url());
     let body = request_body(Uuid::new_v4());
     let anonymous = client.post(&url).json(&body).send().await.unwrap();
@@ -274,7 +274,7 @@ async fn the_callback_url_can_be_set_after_start() {
     };
     let sim = ApprovalSim::start(options).await.unwrap();
     assert_eq!(sim.secret().len(), "whsec_".len() + 44);
-    let client = reqwest::Client::new();
+    let client = crate::client::client();
     let operation = Uuid::new_v4();
     let url = format!("{}/approvals", sim.base_url());
     let created = client.post(&url).json(&request_body(operation)).send();

@@ -1,11 +1,12 @@
 //! The `changegate-sim` binary as a user runs it: free ports, seeded accounts, the summary
-//! it prints, and refusals of bad arguments.
+//! it prints, HTTPS with a certificate and key, and refusals of bad arguments.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 
 use changegate_sim::callback::generate_secret;
+use changegate_sim::tls::TestCa;
 use reqwest::Method;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -99,7 +100,7 @@ async fn the_binary_seeds_gitlab_and_prints_where_everything_is() {
     assert!(one("gitlab.project").starts_with("config/repo (id "));
 
     let project = format!("{}/projects/config%2Frepo", one("gitlab.url"));
-    let client = reqwest::Client::new();
+    let client = crate::client::client();
     let read = client.get(&project).header("PRIVATE-TOKEN", "ann-token");
     let read: serde_json::Value = read.send().await.unwrap().json().await.unwrap();
     assert_eq!(read["approvals_before_merge"], 2);
@@ -122,13 +123,57 @@ async fn the_binary_seeds_gitlab_and_prints_where_everything_is() {
 }
 
 #[tokio::test]
+async fn with_a_certificate_and_key_every_simulator_serves_https() {
+    let ca = TestCa::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, ca.server_tls().cert_chain_pem()).unwrap();
+    std::fs::write(&key, ca.server_tls().key_pem()).unwrap();
+    let mut child = binary(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ])
+    .spawn()
+    .expect("the binary starts");
+    let summary = summary(&mut child).await;
+
+    let client = reqwest::Client::builder()
+        .tls_backend_preconfigured(ca.client_config())
+        .build()
+        .unwrap();
+    let project = format!("{}/projects/config%2Frepo", summary["gitlab.url"][0]);
+    assert!(project.starts_with("https://127.0.0.1:"), "{project}");
+    let read = client.get(&project).header("PRIVATE-TOKEN", "bot-token");
+    assert_eq!(read.send().await.unwrap().status(), 200);
+    for control in ["approval.control", "deploy.control"] {
+        let url = &summary[control][0];
+        assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+        let answered = client.get(format!("{url}/callbacks")).send().await;
+        assert_eq!(answered.unwrap().status(), 200, "{control}");
+    }
+
+    child.kill().await.expect("the binary stops");
+}
+
+#[tokio::test]
 async fn bad_arguments_are_refused_before_anything_starts() {
     for (args, complaint) in [
-        (["--reviewer", "no-token"], "NAME:TOKEN"),
-        (["--approval-secret", "whsec_%%%"], "callback secret"),
-        (["--approval-policy", "sometimes"], "sometimes"),
+        (&["--reviewer", "no-token"][..], "NAME:TOKEN"),
+        (&["--approval-secret", "whsec_%%%"], "callback secret"),
+        (&["--approval-policy", "sometimes"], "sometimes"),
+        (&["--tls-cert", "cert.pem"], "--tls-key"),
+        (
+            &["--tls-cert", "/nonexistent/c", "--tls-key", "k"],
+            "/nonexistent/c",
+        ),
+        (
+            &["--callback-ca", "/nonexistent/ca.pem"],
+            "/nonexistent/ca.pem",
+        ),
     ] {
-        let output = binary(&args).output().await.expect("the binary runs");
+        let output = binary(args).output().await.expect("the binary runs");
         assert!(!output.status.success(), "{args:?} was accepted");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(complaint), "{args:?}: {stderr}");

@@ -14,7 +14,7 @@ pub(crate) struct Answer {
 
 /// Sends `body` (if any) as JSON to `url`.
 pub(crate) async fn call(method: Method, url: &str, body: Option<Value>) -> Answer {
-    let mut request = reqwest::Client::new().request(method, url);
+    let mut request = crate::client::client().request(method, url);
     if let Some(body) = body {
         request = request.json(&body);
     }

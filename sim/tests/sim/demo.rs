@@ -109,7 +109,7 @@ async fn the_demo_starts_changegate_and_the_simulators_wired_together() {
         "{printed}"
     );
 
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let client = crate::client::builder().no_proxy().build().unwrap();
     let targets: serde_json::Value = client
         .get(format!("http://127.0.0.1:{service}/api/v1/targets"))
         .header("x-auth-request-user", "alice")

@@ -61,7 +61,7 @@ impl Fixture {
             deploy,
             receiver,
             project,
-            client: reqwest::Client::new(),
+            client: crate::client::client(),
         }
     }
 

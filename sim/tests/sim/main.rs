@@ -9,9 +9,11 @@
 
 mod approval;
 mod binary;
+mod client;
 mod contract;
 mod control_client;
 mod demo;
 mod deploy;
 mod gitlab;
 mod receiver;
+mod tls;

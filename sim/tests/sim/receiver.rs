@@ -1,7 +1,8 @@
 //! A tiny callback receiver standing in for changegate's `/callbacks/*`: it verifies the
 //! Standard Webhooks signature with the official `standardwebhooks` crate, answers like
 //! SPEC §2.2 (401 on a bad signature, `OK` or `DUPLICATE` by `callbackId`), can be told to
-//! fail the next calls, and records everything it got.
+//! fail the next calls, and records everything it got. It serves plain HTTP, as changegate
+//! does, or HTTPS, as the ingress in front of it may.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -12,6 +13,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
+use axum_server::tls_rustls::RustlsConfig;
+use changegate_sim::tls::ServerTls;
 use serde_json::{Value, json};
 use standardwebhooks::Webhook;
 use tokio::net::TcpListener;
@@ -62,8 +65,18 @@ pub struct Receiver {
 impl Receiver {
     /// Serves `POST /callbacks/{kind}` on `127.0.0.1:0`, accepting the `whsec_` `secret`.
     pub async fn start(secret: &str) -> Self {
+        Self::start_with(secret, None).await
+    }
+
+    /// Like `start`, serving HTTPS only with `tls`, as changegate behind an ingress.
+    pub async fn start_https(secret: &str, tls: &ServerTls) -> Self {
+        Self::start_with(secret, Some(tls)).await
+    }
+
+    async fn start_with(secret: &str, tls: Option<&ServerTls>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let base_url = format!("http://{}", listener.local_addr().expect("addr"));
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let base_url = format!("{scheme}://{}", listener.local_addr().expect("addr"));
         let inner = Arc::new(Mutex::new(Inner::default()));
         let ctx = Ctx {
             webhook: Arc::new(Webhook::new(secret).expect("a whsec_ secret")),
@@ -72,9 +85,20 @@ impl Receiver {
         let app = Router::new()
             .route("/callbacks/{kind}", post(receive))
             .with_state(ctx);
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app).await.expect("receiver serves");
-        });
+        let server = match tls {
+            None => tokio::spawn(async move {
+                axum::serve(listener, app).await.expect("receiver serves");
+            }),
+            Some(tls) => {
+                let config = RustlsConfig::from_config(Arc::new(tls.server_config().unwrap()));
+                let listener = listener.into_std().unwrap();
+                let server = axum_server::from_tcp_rustls(listener, config).unwrap();
+                tokio::spawn(async move {
+                    let app = app.into_make_service();
+                    server.serve(app).await.expect("receiver serves");
+                })
+            }
+        };
         Self {
             base_url,
             inner,

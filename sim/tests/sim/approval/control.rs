@@ -151,7 +151,7 @@ async fn strikes(seed: u64) -> Vec<u16> {
     let url = format!("{}/_sim/faults", sim.base_url());
     let fault = json!({ "kind": "status", "status": 503, "times": 100, "probability": 0.5 });
     assert_eq!(call(Method::POST, &url, Some(fault)).await.status, 204);
-    let client = reqwest::Client::new();
+    let client = crate::client::client();
     let mut statuses = Vec::new();
     for _ in 0..16 {
         let body = request_body(Uuid::new_v4());

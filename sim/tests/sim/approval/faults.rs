@@ -95,7 +95,7 @@ async fn a_lost_response_times_out_the_client_yet_the_approval_is_decided() {
     .await;
     let operation = Uuid::new_v4();
     fx.sim.inject(fault(ApprovalFaultKind::LostResponse));
-    let impatient = reqwest::Client::builder()
+    let impatient = crate::client::builder()
         .timeout(Duration::from_millis(300))
         .build()
         .unwrap();

@@ -115,7 +115,7 @@ async fn slow_response_is_applied_and_answered_late() {
 async fn lost_response_applies_the_change_although_the_client_times_out() {
     let fx = Fixture::start().await;
     let iid = fx.open_mr("bot/one", &[("a", "a")]).await;
-    let impatient = reqwest::Client::builder()
+    let impatient = crate::client::builder()
         .timeout(Duration::from_millis(300))
         .build()
         .unwrap();

@@ -78,7 +78,7 @@ impl Fixture {
         }
         sim.add_member(project, bot, AccessLevel::Developer)
             .expect("bot added");
-        let client = reqwest::Client::builder()
+        let client = crate::client::builder()
             .timeout(Duration::from_secs(10))
             .build()
             .expect("client builds");
