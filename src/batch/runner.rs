@@ -118,12 +118,7 @@ impl MergeQueue {
     }
 
     /// One round of a running batch's current phase.
-    async fn drive(
-        &self,
-        db: &Db,
-        settings: &Settings,
-        batch: BatchRow,
-    ) -> Result<(), StoreError> {
+    async fn drive(&self, db: &Db, settings: &Settings, batch: BatchRow) -> Result<(), StoreError> {
         let token = match bot(settings) {
             Ok(token) => token,
             // A mistake the team has to fix: the members say so.
@@ -219,12 +214,7 @@ impl MergeQueue {
     }
 
     /// Branch, one commit of every member's file, and the MR.
-    async fn open(
-        &self,
-        db: &Db,
-        settings: &Settings,
-        batch: &BatchRow,
-    ) -> Result<(), StoreError> {
+    async fn open(&self, db: &Db, settings: &Settings, batch: &BatchRow) -> Result<(), StoreError> {
         let ids = members(db, batch.id).await?;
         let operations = operations_by_ids(db, &ids).await?;
         let trailers: Vec<String> = operations

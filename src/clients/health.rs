@@ -186,3 +186,112 @@ impl Dependencies {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn logged(work: impl FnOnce()) -> Vec<String> {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, work);
+        let bytes = captured
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn a_failure_is_warned_once_per_cause_and_recovery_once() {
+        let health = Dependencies::default();
+        let lines = logged(|| {
+            for _ in 0..3 {
+                health.unreachable(
+                    System::GitLab,
+                    "gitlab.example",
+                    Unreachable::Dns,
+                    "no such host",
+                );
+            }
+            health.unreachable(
+                System::GitLab,
+                "gitlab.example",
+                Unreachable::Refused,
+                "refused",
+            );
+            health.succeeded(System::GitLab, "gitlab.example");
+            health.succeeded(System::GitLab, "gitlab.example");
+        });
+        let warns: Vec<_> = lines.iter().filter(|l| l.contains("WARN")).collect();
+        assert_eq!(warns.len(), 2, "{lines:#?}");
+        assert!(warns[0].contains("GitLab's host name cannot be resolved: no such host"));
+        assert!(warns[1].contains("GitLab refused the connection"));
+        let infos: Vec<_> = lines
+            .iter()
+            .filter(|l| l.contains("reachable again"))
+            .collect();
+        assert_eq!(infos.len(), 1, "{lines:#?}");
+        assert!(infos[0].contains("was: refused"), "{}", infos[0]);
+    }
+
+    #[test]
+    fn the_report_keeps_the_last_outcome_and_the_last_error_per_system() {
+        let health = Dependencies::default();
+        let before = health.report();
+        assert_eq!(before.len(), 3);
+        assert!(before.iter().all(|d| d.last_call_succeeded.is_none()));
+
+        health.unreachable(
+            System::Approval,
+            "approvals",
+            Unreachable::UntrustedCertificate,
+            "x",
+        );
+        health.failed(System::GitLab, "answered HTTP 502");
+        health.succeeded(System::GitLab, "gitlab");
+
+        let report = health.report();
+        let gitlab = &report[0];
+        assert_eq!(gitlab.system, "gitlab");
+        assert_eq!(gitlab.last_call_succeeded, Some(true));
+        assert_eq!(gitlab.last_call_at, gitlab.last_success_at);
+        assert_eq!(gitlab.last_error.as_deref(), Some("answered HTTP 502"));
+        let approval = &report[1];
+        assert_eq!(approval.last_call_succeeded, Some(false));
+        assert_eq!(approval.last_error_reason, Some("untrusted_certificate"));
+        assert_eq!(
+            approval.last_error.as_deref(),
+            Some("the approval system's certificate is not trusted")
+        );
+        assert!(approval.last_success_at.is_none());
+        assert_eq!(report[2].system, "authz");
+        assert!(report[2].last_call_succeeded.is_none());
+    }
+}

@@ -175,6 +175,9 @@ impl SystemClient {
 /// credentials in its query).
 fn error_chain(err: &reqwest::Error) -> String {
     let mut text = err.to_string();
+    if let Some(url) = err.url() {
+        text = text.replace(&format!(" for url ({url})"), "");
+    }
     let mut cause = std::error::Error::source(err);
     while let Some(next) = cause {
         let part = next.to_string();
@@ -183,9 +186,6 @@ fn error_chain(err: &reqwest::Error) -> String {
             text.push_str(&part);
         }
         cause = next.source();
-    }
-    if let Some(url) = err.url() {
-        text = text.replace(url.as_str(), url.host_str().unwrap_or_default());
     }
     text
 }

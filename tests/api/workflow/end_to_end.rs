@@ -6,6 +6,7 @@ use changegate_sim::deploy::{DeploySim, DeploySimHandle, DeploySimOptions};
 use changegate_sim::gitlab::{
     AccessLevel, GitLabSim, GitLabSimHandle, GitLabSimOptions, PipelineOutcome, ProjectId, UserId,
 };
+use changegate_sim::tls::ServerTls;
 
 use super::*;
 
@@ -32,6 +33,8 @@ pub struct WorldOptions {
     pub policy: DecisionPolicy,
     /// The GitLab simulator's options.
     pub gitlab: GitLabSimOptions,
+    /// The identity the approval and deploy simulators serve HTTPS with.
+    pub tls: Option<ServerTls>,
 }
 
 impl Default for WorldOptions {
@@ -45,6 +48,7 @@ impl Default for WorldOptions {
                 delay: Duration::ZERO,
             },
             gitlab: GitLabSimOptions::default(),
+            tls: None,
         }
     }
 }
@@ -77,11 +81,20 @@ pub async fn world_with(db_url: &str, options: WorldOptions) -> World {
             .unwrap();
         users.push(user);
     }
-    let approval = approval_sim(options.policy).await;
+    let approval = ApprovalSim::start(ApprovalSimOptions {
+        secret: generate_secret(),
+        policy: options.policy,
+        lost_response_hold: Duration::from_secs(3),
+        tls: options.tls.clone(),
+        ..ApprovalSimOptions::default()
+    })
+    .await
+    .unwrap();
     let deploy = DeploySim::start(
         gitlab.observer(),
         DeploySimOptions {
             secret: generate_secret(),
+            tls: options.tls,
             ..DeploySimOptions::default()
         },
     )

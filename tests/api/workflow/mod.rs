@@ -207,3 +207,4 @@ async fn with_the_builtin_provider_the_request_waits_for_an_operator() {
 mod batched;
 mod end_to_end;
 mod gitlab_faults;
+mod https;
