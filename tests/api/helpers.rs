@@ -329,3 +329,41 @@ pub fn plain_client() -> reqwest::ClientBuilder {
     install_crypto_provider();
     reqwest::Client::builder().no_proxy()
 }
+
+/// Log lines at info and above, captured while [`Logs::capture`]'s guard
+/// lives, on the test's thread (where a current-thread test runs the app too).
+#[derive(Clone, Default)]
+pub struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    /// Starts capturing; stops when the guard is dropped.
+    pub fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        let logs = Self::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    /// The lines holding every one of `words`.
+    pub fn lines_with(&self, words: &[&str]) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|line| words.iter().all(|word| line.contains(word)))
+            .map(str::to_owned)
+            .collect()
+    }
+}

@@ -2,9 +2,7 @@
 //! and after `Retry-After`, 3xx as failure, the last attempt, redelivery,
 //! 410 disabling the endpoint, the circuit breaker, and silent mode.
 
-use std::io::Write;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use changegate::db::Db;
@@ -14,7 +12,7 @@ use changegate::webhooks::relay;
 use changegate::webhooks::worker::Deliverer;
 use serde_json::json;
 
-use crate::helpers::{REQUESTER_CONFIG, each_backend, spawn_app};
+use crate::helpers::{Logs, REQUESTER_CONFIG, each_backend, spawn_app};
 use crate::webhooks::{
     Receiver, add_endpoint, add_events, count_status, deliverer, drain, hooks_config,
 };
@@ -121,40 +119,9 @@ async fn gone_disables_the_endpoint_and_its_other_deliveries_wait() {
     }
 }
 
-/// Collects log lines written while it is the default subscriber.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Logs {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn lines_with(&self, word: &str) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .filter(|line| line.contains(word))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
 #[tokio::test]
 async fn the_breaker_opens_on_a_dead_endpoint_half_opens_and_closes_on_recovery() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = Logs::capture();
     for test_db in each_backend().await {
         let db = &test_db.db;
         let receiver = Receiver::start().await;
@@ -166,7 +133,7 @@ async fn the_breaker_opens_on_a_dead_endpoint_half_opens_and_closes_on_recovery(
                  breaker_failures = 3\nbreaker_open_for = \"400ms\"\nconcurrency = 4\n",
             ),
         );
-        let before = logs.lines_with("breaker").len();
+        let before = logs.lines_with(&["breaker"]).len();
         receiver.seen.default_status.store(500, Ordering::SeqCst);
         add_events(db, 20).await;
         relay_all(db, false).await;
@@ -197,7 +164,7 @@ async fn the_breaker_opens_on_a_dead_endpoint_half_opens_and_closes_on_recovery(
         assert_eq!(state.breaker_state, "closed");
 
         // One line per state change, none per delivery held back.
-        let lines = logs.lines_with("breaker");
+        let lines = logs.lines_with(&["breaker"]);
         let lines = &lines[before..];
         let opened = lines.iter().filter(|l| l.contains("breaker open")).count();
         let half = lines.iter().filter(|l| l.contains("half-open")).count();

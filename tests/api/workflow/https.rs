@@ -4,8 +4,6 @@
 //! and in the dependency health. Each kind of connection failure is told
 //! apart by the client.
 
-use std::sync::{Arc, Mutex};
-
 use changegate::clients::health::{Dependencies, System};
 use changegate::clients::http::{
     CallError, Outbound, ProxyRules, SystemClient, Trust, Unreachable,
@@ -15,30 +13,7 @@ use changegate_sim::tls::{ServerTls, TestCa};
 
 use super::end_to_end::{WorldOptions, world_with};
 use super::*;
-
-/// Log lines, captured for the test's thread (the app runs on it too).
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn lines_with(&self, words: &[&str]) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .filter(|line| words.iter().all(|word| line.contains(word)))
-            .map(str::to_owned)
-            .collect()
-    }
-}
+use crate::helpers::Logs;
 
 fn ca_file(ca: &TestCa) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
@@ -125,14 +100,7 @@ async fn with_the_ca_in_tls_ca_file_the_whole_flow_runs_on_https_to_validated() 
 
 #[tokio::test(flavor = "current_thread")]
 async fn without_the_ca_the_request_waits_saying_the_certificate_is_not_trusted() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = Logs::capture();
     let ca = TestCa::new();
     let db = crate::helpers::sqlite_db().await;
     // Only GitLab is on HTTPS: the approval goes through, the MR cannot.
