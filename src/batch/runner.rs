@@ -182,6 +182,11 @@ impl MergeQueue {
                         let merged = gitlab.merge_request(token, &batch.project, iid).await.ok();
                         self.succeed(db, &batch, merged.as_ref()).await
                     }
+                    // The merge's answer was lost: the next round reads the
+                    // MR again (merged → done), as for an unanswered write.
+                    Ok(Round::Finished(outcome)) if outcome.step == StepStatus::MergePending => {
+                        self.poll(db, &batch, None).await
+                    }
                     Ok(Round::Finished(outcome)) => {
                         let message = outcome
                             .message

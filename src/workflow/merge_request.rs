@@ -8,9 +8,11 @@ use std::time::Duration;
 use secrecy::SecretString;
 
 use super::Workflow;
+use super::open::ChangeSet;
 use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest};
 use crate::config::Settings;
 use crate::config::resolve::FlowOrder;
+
 use crate::db::Db;
 use crate::db::callbacks::deployed_since;
 use crate::db::operations::{OperationRow, record_merge_request, set_operation_obstacle};
@@ -46,20 +48,6 @@ impl Outcome {
             message: Some(err.to_string()),
         }
     }
-}
-
-/// What one MR writes: a branch, one commit of file actions, and the MR's
-/// title and description (whose `Changegate-Operation:` trailers name the
-/// operations it carries, for the deploy pipeline).
-pub(crate) struct ChangeSet {
-    /// The source branch.
-    pub branch: String,
-    /// Commit message and MR title.
-    pub title: String,
-    /// The MR's description.
-    pub description: String,
-    /// The files written or deleted.
-    pub actions: Vec<FileAction>,
 }
 
 fn commit_title(operation: &OperationRow) -> String {
@@ -227,58 +215,6 @@ impl Workflow {
             actions: vec![file_action(settings, operation)],
         };
         self.open_change(settings, project_of(settings, operation), &change)
-            .await
-    }
-
-    /// Branch, one commit of `change`'s files, and the MR, as the bot. Each
-    /// part an earlier run already made is found and reused, so this may run
-    /// any number of times for one change.
-    pub(crate) async fn open_change(
-        &self,
-        settings: &Settings,
-        project: &str,
-        change: &ChangeSet,
-    ) -> Result<MergeRequest, GitLabError> {
-        let token = bot(settings)?;
-        let (branch, base) = (&change.branch, &settings.gitlab.target_branch);
-        // An MR from an earlier run of this step is the one to use.
-        if let Some(mr) = self
-            .gitlab
-            .open_merge_requests_from(token, project, branch)
-            .await?
-            .into_iter()
-            .next()
-        {
-            return Ok(mr);
-        }
-        match self
-            .gitlab
-            .create_branch(token, project, branch, base)
-            .await
-        {
-            Err(err) if err.status().is_some_and(|s| s.as_u16() == 400) => {} // exists from an earlier run
-            other => other?,
-        }
-        match self
-            .gitlab
-            .commit(token, project, branch, &change.title, &change.actions)
-            .await
-        {
-            // Written by an earlier run of this step (the content is deterministic).
-            Err(err) if err.status().is_some_and(|s| s.as_u16() == 400) => {}
-            other => {
-                other?;
-            }
-        }
-        self.gitlab
-            .create_merge_request(
-                token,
-                project,
-                branch,
-                base,
-                &change.title,
-                &change.description,
-            )
             .await
     }
 

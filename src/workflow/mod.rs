@@ -4,8 +4,10 @@
 mod approval;
 mod executor;
 mod merge_request;
+mod open;
 
-pub(crate) use merge_request::{ChangeSet, Round, bot, file_action};
+pub(crate) use merge_request::{Round, bot, file_action};
+pub(crate) use open::ChangeSet;
 
 pub use executor::{Busy, Executor, Reservation, Steps};
 

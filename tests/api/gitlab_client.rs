@@ -177,7 +177,7 @@ async fn gitlab_refusals_keep_their_real_status() {
 }
 
 #[tokio::test]
-async fn rate_limits_and_server_errors_are_retried() {
+async fn rate_limits_are_retried_and_a_5xx_only_for_reads() {
     let fx = fixture(Duration::from_secs(5)).await;
     fx.sim.inject(
         Fault::new(
@@ -188,22 +188,38 @@ async fn rate_limits_and_server_errors_are_retried() {
         )
         .times(1),
     );
-    fx.sim
-        .inject(Fault::new(Endpoint::CreateCommit, FaultKind::Status(503)).times(2));
     let started = std::time::Instant::now();
-    let iid = fx.open_mr("cg-3").await;
+    fx.client
+        .create_branch(&fx.bot, PROJECT, "cg-3", "main")
+        .await
+        .unwrap();
     assert!(
         started.elapsed() >= Duration::from_secs(1),
         "Retry-After was honoured"
     );
-    assert!(iid > 0);
-    assert_eq!(fx.sim.calls(Endpoint::CreateCommit), 3);
+    assert_eq!(fx.sim.calls(Endpoint::CreateBranch), 2);
+
+    // A write answered 5xx may have been applied: not sent again here.
+    fx.sim
+        .inject(Fault::new(Endpoint::CreateCommit, FaultKind::Status(503)).times(1));
+    let actions = [FileAction {
+        action: "create",
+        file_path: "a.json".to_owned(),
+        content: Some("{}\n".to_owned()),
+    }];
+    let unknown = fx
+        .client
+        .commit(&fx.bot, PROJECT, "cg-3", "one", &actions)
+        .await
+        .unwrap_err();
+    assert!(unknown.outcome_unknown(), "{unknown:?}");
+    assert_eq!(fx.sim.calls(Endpoint::CreateCommit), 1);
 
     fx.sim
         .inject(Fault::new(Endpoint::GetMergeRequest, FaultKind::Status(500)).times(10));
     let gave_up = fx
         .client
-        .merge_request(&fx.bot, PROJECT, iid)
+        .merge_request(&fx.bot, PROJECT, 1)
         .await
         .unwrap_err();
     assert_eq!(gave_up.status().map(|s| s.as_u16()), Some(500));
@@ -212,6 +228,34 @@ async fn rate_limits_and_server_errors_are_retried() {
         fx.sim.calls(Endpoint::GetMergeRequest),
         4,
         "one attempt and three retries"
+    );
+}
+
+#[tokio::test]
+async fn a_file_is_read_at_a_branch_and_a_missing_one_is_none() {
+    let fx = fixture(Duration::from_secs(5)).await;
+    let iid = fx.open_mr("cg-5").await;
+    assert!(iid > 0);
+    let on_branch = fx
+        .client
+        .file_at(&fx.bot, PROJECT, "bindings/cg-5.json", "cg-5")
+        .await
+        .unwrap();
+    assert!(on_branch.is_some(), "the MR's file is on its branch");
+    assert_eq!(
+        fx.client
+            .file_at(&fx.bot, PROJECT, "bindings/cg-5.json", "main")
+            .await
+            .unwrap(),
+        None
+    );
+    let no_ref = fx
+        .client
+        .file_at(&fx.bot, PROJECT, "bindings/cg-5.json", "no-such-branch")
+        .await;
+    assert!(
+        no_ref.is_err(),
+        "a missing ref is not a missing file: {no_ref:?}"
     );
 }
 

@@ -54,6 +54,20 @@ fn project_ref(project: &str) -> String {
     project.replace('%', "%25").replace('/', "%2F")
 }
 
+/// A path segment or query value, percent-encoded byte by byte except for
+/// the unreserved characters.
+fn query_value(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
+}
+
 impl GitLabClient {
     /// A client for `base_url` (the REST root is `{base_url}/api/v4`).
     pub fn new(http: SystemClient, base_url: &str, timeout: Duration, retry: RetryPolicy) -> Self {
@@ -66,10 +80,13 @@ impl GitLabClient {
         }
     }
 
-    /// Sends one request, retrying 429 and 5xx answers (GitLab did not apply
-    /// them, or a proxy in front failed); a timeout is not retried here,
-    /// because the request may have been applied. Any other answer is
-    /// returned as it is.
+    /// Sends one request. A 429 is retried (GitLab's rate limiter answers
+    /// before the request is processed), honouring `Retry-After`; a 5xx is
+    /// retried only for a read. A write answered 5xx, like one that timed
+    /// out, may have been applied (GitLab's front proxy can answer 502/504
+    /// after GitLab finished): it is returned as outcome-unknown, and the
+    /// caller re-reads GitLab's state before writing again. Any other answer
+    /// is returned as it is.
     async fn exchange(
         &self,
         token: &SecretString,
@@ -95,7 +112,8 @@ impl GitLabClient {
                 CallError::Failed(detail) => GitLabError::Transport(detail),
             })?;
             let status = response.status();
-            let retryable = status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error();
+            let retryable = status == StatusCode::TOO_MANY_REQUESTS
+                || (status.is_server_error() && method == Method::GET);
             if !retryable || attempt >= self.retry.retries {
                 return Ok(response);
             }
@@ -167,6 +185,39 @@ impl GitLabClient {
         let path = format!("/projects/{}/repository/commits", project_ref(project));
         let body = json!({ "branch": branch, "commit_message": message, "actions": actions });
         self.call(token, Method::POST, &path, Some(&body)).await
+    }
+
+    /// The content of `file_path` at `reference` (a branch or a commit), or
+    /// `None` when the file is not there. GitLab's raw file endpoint
+    /// (doc/api/repository_files.md, "Get raw file from repository")
+    /// answers 404 `File Not Found` for a missing file; any other 404 (no
+    /// such project or ref) is an error.
+    pub async fn file_at(
+        &self,
+        token: &SecretString,
+        project: &str,
+        file_path: &str,
+        reference: &str,
+    ) -> Result<Option<String>, GitLabError> {
+        let path = format!(
+            "/projects/{}/repository/files/{}/raw?ref={}",
+            project_ref(project),
+            query_value(file_path),
+            query_value(reference)
+        );
+        match self.send(token, Method::GET, &path, None).await {
+            Ok(response) => response
+                .text()
+                .await
+                .map(Some)
+                .map_err(|err| GitLabError::Decode(err.without_url().to_string())),
+            Err(GitLabError::Status { status, message })
+                if status == StatusCode::NOT_FOUND && message.contains("File Not Found") =>
+            {
+                Ok(None)
+            }
+            Err(err) => Err(err),
+        }
     }
 
     /// Opens an MR from `source` into `target`.

@@ -1,0 +1,216 @@
+//! Opening a change as an MR: the branch, one commit that makes the
+//! branch's files what they should be (judged by what is there, not by
+//! status codes), and the MR, each adopted when an earlier attempt made it.
+
+use reqwest::StatusCode;
+use secrecy::SecretString;
+
+use super::Workflow;
+use super::merge_request::bot;
+use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest};
+use crate::config::Settings;
+
+/// What one MR writes: a branch, one commit of file actions, and the MR's
+/// title and description (whose `Changegate-Operation:` trailers name the
+/// operations it carries, for the deploy pipeline).
+pub(crate) struct ChangeSet {
+    /// The source branch.
+    pub branch: String,
+    /// Commit message and MR title.
+    pub title: String,
+    /// The MR's description.
+    pub description: String,
+    /// The files written or deleted.
+    pub actions: Vec<FileAction>,
+}
+
+impl Workflow {
+    /// Branch, one commit of `change`'s files, and the MR, as the bot. Each
+    /// part an earlier run already made is found and reused, so this may run
+    /// any number of times for one change.
+    pub(crate) async fn open_change(
+        &self,
+        settings: &Settings,
+        project: &str,
+        change: &ChangeSet,
+    ) -> Result<MergeRequest, GitLabError> {
+        let token = bot(settings)?;
+        let (branch, base) = (&change.branch, &settings.gitlab.target_branch);
+        // An MR from an earlier run of this step is the one to use.
+        if let Some(mr) = self
+            .gitlab
+            .open_merge_requests_from(token, project, branch)
+            .await?
+            .into_iter()
+            .next()
+        {
+            return Ok(mr);
+        }
+        match self
+            .gitlab
+            .create_branch(token, project, branch, base)
+            .await
+        {
+            // From an earlier run (GitLab: 400 "Branch already exists").
+            Err(GitLabError::Status { status, message })
+                if status == StatusCode::BAD_REQUEST && message.contains("already exists") => {}
+            other => other?,
+        }
+        match self
+            .gitlab
+            .commit(token, project, branch, &change.title, &change.actions)
+            .await
+        {
+            Ok(_) => {}
+            // The branch is not as the commit expected (a file the commit
+            // creates is there already, one it updates or deletes is not),
+            // or an earlier attempt may have been applied: write what the
+            // branch still lacks, judged by the files' content.
+            Err(err) if err.outcome_unknown() || is_file_state_refusal(&err) => {
+                let missing = self
+                    .still_missing(token, project, branch, &change.actions)
+                    .await?;
+                if !missing.is_empty() {
+                    self.gitlab
+                        .commit(token, project, branch, &change.title, &missing)
+                        .await?;
+                }
+            }
+            // Anything else GitLab refuses is a failure, with its message.
+            Err(err) => return Err(err),
+        }
+        let created = self
+            .gitlab
+            .create_merge_request(
+                token,
+                project,
+                branch,
+                base,
+                &change.title,
+                &change.description,
+            )
+            .await;
+        match created {
+            // GitLab answers 409 when the source branch has an open MR
+            // already (`conflict!` on `validate_branches` in
+            // lib/api/merge_requests.rb): ours, from an attempt whose answer
+            // was lost. So is one found after an answer that never came or
+            // was a 5xx. Either way it is adopted, never a second MR.
+            Err(err)
+                if err.outcome_unknown()
+                    || err.status().is_some_and(|s| s == StatusCode::CONFLICT) =>
+            {
+                let open = self
+                    .gitlab
+                    .open_merge_requests_from(token, project, branch)
+                    .await?;
+                match open.into_iter().next() {
+                    Some(mr) => {
+                        tracing::info!(
+                            iid = mr.iid,
+                            branch,
+                            "adopted the MR an unanswered create opened"
+                        );
+                        Ok(mr)
+                    }
+                    None => Err(err),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// The actions that make `branch` hold what `wanted` says, from what it
+    /// holds now: a file already exactly as rendered needs nothing, one that
+    /// is there with other content is updated, one that is missing is
+    /// created, and a deletion of a missing file is dropped.
+    async fn still_missing(
+        &self,
+        token: &SecretString,
+        project: &str,
+        branch: &str,
+        wanted: &[FileAction],
+    ) -> Result<Vec<FileAction>, GitLabError> {
+        let mut missing = Vec::new();
+        for action in wanted {
+            let now = self
+                .gitlab
+                .file_at(token, project, &action.file_path, branch)
+                .await?;
+            let needed = match (&action.content, now) {
+                (Some(content), Some(now)) if *content == now => None,
+                (Some(_), Some(_)) => Some("update"),
+                (Some(_), None) => Some("create"),
+                (None, Some(_)) => Some("delete"),
+                (None, None) => None,
+            };
+            if let Some(verb) = needed {
+                missing.push(FileAction {
+                    action: verb,
+                    ..action.clone()
+                });
+            }
+        }
+        Ok(missing)
+    }
+}
+
+/// Whether GitLab refused a commit because a file is not as an action
+/// expects. Its wording changed across versions (`Files::MultiService` in
+/// app/services/files/multi_service.rb: "a file with the name `…` already
+/// exists", "File to be updated `…` does not exist", "… has changed since
+/// you started editing it"; Gitaly's "A file with this name already exists"
+/// and "A file with this name doesn't exist"), so the message is matched
+/// loosely, and only on a 400.
+fn is_file_state_refusal(err: &GitLabError) -> bool {
+    let GitLabError::Status { status, message } = err else {
+        return false;
+    };
+    let message = message.to_lowercase();
+    *status == StatusCode::BAD_REQUEST
+        && message.contains("file")
+        && [
+            "already exists",
+            "does not exist",
+            "doesn't exist",
+            "has changed since",
+        ]
+        .iter()
+        .any(|phrase| message.contains(phrase))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(status: u16, message: &str) -> GitLabError {
+        GitLabError::Status {
+            status: StatusCode::from_u16(status).expect("a status"),
+            message: message.to_owned(),
+        }
+    }
+
+    #[test]
+    fn file_state_refusals_are_told_by_gitlabs_words_in_each_version() {
+        for message in [
+            "A file with this name already exists",
+            "A file with this name doesn't exist",
+            "Your changes could not be committed because a file with the name `a.json` already exists.",
+            "File to be updated `a.json` does not exist.",
+            "You are attempting to update a file `a.json` that has changed since you started editing it.",
+        ] {
+            assert!(is_file_state_refusal(&refusal(400, message)), "{message}");
+        }
+        for other in [
+            refusal(400, "400 Bad Request"),
+            refusal(
+                400,
+                "Your changes could not be committed, because the file name, `../a` can contain only...",
+            ),
+            refusal(403, "A file with this name already exists"),
+            GitLabError::Timeout,
+        ] {
+            assert!(!is_file_state_refusal(&other), "{other:?}");
+        }
+    }
+}

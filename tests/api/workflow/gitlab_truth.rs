@@ -1,0 +1,105 @@
+//! What GitLab really has decides what changegate writes and reports: a
+//! file already on the target branch with other content is updated, not
+//! taken as written; a commit GitLab refuses for another reason fails the
+//! step with GitLab's message; a write answered 5xx is not sent twice.
+
+use changegate_sim::gitlab::{Endpoint, Fault, FaultKind};
+
+use super::end_to_end::{World, world};
+use super::*;
+
+const FILE: &str = "bindings/demo.feature-flags/alice.json";
+
+async fn finished(w: &World, id: &str) -> Value {
+    wait_for(&w.app, id, |v| {
+        v["status"] == "VALIDATED" || v["next"] == "CONTACT_TEAM"
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_file_already_on_main_with_other_content_ends_validated_with_the_rendered_content() {
+    for test_db in each_backend().await {
+        let w = world(&test_db.url, "").await;
+        w.gitlab
+            .push(
+                w.project,
+                w.users[0],
+                "main",
+                &[(FILE, Some("{\"by\": \"hand\"}\n"))],
+            )
+            .unwrap();
+
+        let id = apply(&w.app).await;
+        let view = finished(&w, &id).await;
+
+        assert_eq!(view["status"], "VALIDATED", "{}: {view}", test_db.name);
+        let on_main = w.gitlab.file(w.project, "main", FILE).unwrap();
+        assert!(
+            on_main.contains(&format!("\"operationId\": \"{id}\"")),
+            "{}: main holds the rendered file, not the old one: {on_main}",
+            test_db.name
+        );
+        assert_eq!(
+            w.gitlab.calls(Endpoint::CreateMergeRequest),
+            1,
+            "{}",
+            test_db.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_commit_gitlab_refuses_for_another_reason_fails_with_its_message() {
+    let db = crate::helpers::sqlite_db().await;
+    let w = world(&db.url, "").await;
+    w.gitlab
+        .inject(Fault::new(Endpoint::CreateCommit, FaultKind::Status(400)));
+
+    let id = apply(&w.app).await;
+    let view = finished(&w, &id).await;
+
+    assert_eq!(
+        (view["status"].as_str(), view["next"].as_str()),
+        (Some("CREATE_FAILED"), Some("CONTACT_TEAM")),
+        "{view}"
+    );
+    assert!(
+        view["message"].as_str().unwrap().contains("400"),
+        "GitLab's answer is in the message: {view}"
+    );
+    assert_eq!(
+        w.gitlab.calls(Endpoint::CreateMergeRequest),
+        0,
+        "no MR without its commit"
+    );
+    assert!(w.gitlab.file(w.project, "main", FILE).is_none());
+}
+
+#[tokio::test]
+async fn a_write_answered_5xx_is_not_sent_again_blindly_and_the_request_still_lands() {
+    let db = crate::helpers::sqlite_db().await;
+    let w = world(&db.url, "").await;
+    // Unapplied 503s: each is left for the next round, which re-reads.
+    w.gitlab
+        .inject(Fault::new(Endpoint::CreateCommit, FaultKind::Status(503)).times(2));
+    w.gitlab
+        .inject(Fault::new(Endpoint::CreateMergeRequest, FaultKind::Status(502)).times(1));
+
+    let id = apply(&w.app).await;
+    let view = finished(&w, &id).await;
+
+    assert_eq!(view["status"], "VALIDATED", "{view}");
+    let creates = w
+        .gitlab
+        .requests()
+        .into_iter()
+        .filter(|r| r.endpoint == Endpoint::CreateMergeRequest)
+        .count();
+    assert_eq!(creates, 2, "the 502 and one create after re-reading");
+    assert_eq!(
+        w.gitlab.merge_request(w.project, 2).map(|mr| mr.iid),
+        None,
+        "exactly one MR"
+    );
+}
