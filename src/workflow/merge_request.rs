@@ -424,6 +424,10 @@ impl Workflow {
             })),
             ("need_rebase", _) => match self.gitlab.rebase(token, project, iid).await {
                 Ok(()) => Ok(Round::Rebasing),
+                // No clear answer: GitLab may well be rebasing. Waiting as for
+                // a started rebase is right either way: the next round reads
+                // `rebase_in_progress` and the head, and asks again if needed.
+                Err(err) if err.outcome_unknown() => Ok(Round::Rebasing),
                 // A rebase is running or could not be enqueued right now.
                 Err(err) if err.status().is_some_and(|s| s.as_u16() == 409) => Ok(Round::NotYet),
                 Err(err) => Err(err),

@@ -121,6 +121,51 @@ async fn an_mr_behind_its_target_is_rebased_then_merged() {
 }
 
 #[tokio::test]
+async fn a_rebase_whose_answer_was_lost_is_waited_for_not_failed() {
+    let db = sqlite_db().await;
+    let w = world_with(
+        &db.url,
+        WorldOptions {
+            gitlab_keys: "timeout = \"500ms\"".to_owned(),
+            gitlab: GitLabSimOptions {
+                lost_response_hold: Duration::from_secs(2),
+                ..GitLabSimOptions::default()
+            },
+            ..mr_first_held()
+        },
+    )
+    .await;
+    let id = apply(&w.app).await;
+    waiting_for_approval(&w, &id).await;
+    w.gitlab
+        .push(
+            w.project,
+            w.users[0],
+            "main",
+            &[("docs/other.md", Some("moved on\n"))],
+        )
+        .unwrap();
+    // GitLab rebases; its answer never arrives.
+    w.gitlab
+        .inject(Fault::new(Endpoint::Rebase, FaultKind::LostResponse).times(1));
+    approve(&w, &id).await;
+    let view = settled(&w, &id).await;
+    assert_eq!(view["status"], "VALIDATED", "{view}");
+    assert_eq!(
+        w.gitlab.calls(Endpoint::Rebase),
+        1,
+        "the rebase GitLab did is not asked for again"
+    );
+    let steps = timeline(&w, &id).await;
+    assert!(
+        steps
+            .iter()
+            .any(|(step, message)| step == "HANDLE_STARTED" && message.contains("rebasing")),
+        "the unanswered rebase counts as started (its wait starts afresh): {steps:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_rebase_conflict_is_its_own_failure_and_says_contact_the_team() {
     let db = sqlite_db().await;
     let w = world_with(&db.url, mr_first_held()).await;
