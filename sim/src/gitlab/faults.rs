@@ -26,6 +26,8 @@ pub enum Endpoint {
     CreateBranch,
     /// `DELETE …/repository/branches/:branch`
     DeleteBranch,
+    /// `GET …/repository/tree`
+    GetTree,
     /// `GET …/repository/files/:file_path`
     GetFile,
     /// `GET …/repository/files/:file_path/raw`

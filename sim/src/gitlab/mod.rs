@@ -43,6 +43,7 @@ mod rebase;
 mod repo;
 mod router;
 mod state;
+mod tree;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::ops::Deref;

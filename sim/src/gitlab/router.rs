@@ -12,7 +12,7 @@ use super::faults::Endpoint;
 use super::intercept::intercept;
 use super::{
     GitLabControl, SimContext, approvals, branches, checklist, commits, control_http, merge,
-    merge_requests, pipelines, projects, rebase,
+    merge_requests, pipelines, projects, rebase, tree,
 };
 
 /// Builds the application for one simulator instance.
@@ -42,6 +42,11 @@ pub fn build(ctx: SimContext, control: GitLabControl) -> Router {
             "/projects/{id}/repository/branches/{branch}",
             Endpoint::DeleteBranch,
             delete(branches::delete_branch),
+        ),
+        (
+            "/projects/{id}/repository/tree",
+            Endpoint::GetTree,
+            get(tree::list_tree),
         ),
         (
             "/projects/{id}/repository/files/{path}",

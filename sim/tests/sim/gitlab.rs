@@ -8,6 +8,7 @@ mod merge_requests;
 mod merging;
 mod repository;
 pub(crate) mod support;
+mod tree;
 
 use self::support::{BOT, Fixture, OUTSIDER};
 use reqwest::Method;
