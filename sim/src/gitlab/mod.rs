@@ -44,6 +44,7 @@ mod repo;
 mod router;
 mod state;
 mod tree;
+mod web;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::ops::Deref;

@@ -9,6 +9,7 @@ mod merging;
 mod repository;
 pub(crate) mod support;
 mod tree;
+mod web;
 
 use self::support::{BOT, Fixture, OUTSIDER};
 use reqwest::Method;
