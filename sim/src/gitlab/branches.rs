@@ -1,7 +1,7 @@
 //! Branches API: list, get, create (with `Branches::CreateService`'s checks) and delete.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
@@ -40,7 +40,7 @@ pub async fn list_branches(
     State(ctx): State<SimContext>,
     Caller(user): Caller,
     Path(project): Path<String>,
-    Query(page): Query<PageQuery>,
+    page: PageQuery,
 ) -> ApiResult<Response> {
     let mut state = ctx.lock();
     let scope = state.scope(&project)?;

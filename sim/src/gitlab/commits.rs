@@ -13,7 +13,8 @@ use super::error::{ApiError, ApiResult};
 use super::merge_requests::on_push;
 use super::params::JsonBody;
 use super::repo::{Change, apply, line_stats};
-use super::state::{Scope, UserId, hex_id};
+use super::state::{Scope, UserId};
+use super::tree::blob_id;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
@@ -232,7 +233,7 @@ pub async fn get_file(
         "encoding": "base64",
         "content": BASE64.encode(content.as_bytes()),
         "ref": reference,
-        "blob_id": hex_id(&content),
+        "blob_id": blob_id(&content),
         "commit_id": commit_id,
         "last_commit_id": commit_id,
         "execute_filemode": false,

@@ -1,7 +1,7 @@
-//! The faults the GitLab simulator can inject (error statuses, 429s with and without
-//! rate-limit headers, slow or lost responses, merge refusals, rebase conflicts, checklist
-//! 422s), their queue, the call counters and the log of requests received. The middleware
-//! that applies them is in `intercept.rs`.
+//! The faults the GitLab simulator can inject (error statuses before or after applying
+//! the request, 429s with and without rate-limit headers, slow or lost responses, merge
+//! refusals, rebase conflicts, checklist 422s), their queue, the call counters and the log
+//! of requests received. The middleware that applies them is in `intercept.rs`.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -26,6 +26,8 @@ pub enum Endpoint {
     CreateBranch,
     /// `DELETE …/repository/branches/:branch`
     DeleteBranch,
+    /// `GET …/repository/tree`
+    GetTree,
     /// `GET …/repository/files/:file_path`
     GetFile,
     /// `GET …/repository/files/:file_path/raw`
@@ -64,6 +66,10 @@ pub enum FaultKind {
     /// Answers this status without applying the request: 502/503/504 with the HTML page
     /// GitLab's front proxy serves, any other code with `{"message": "<code> <reason>"}`.
     Status(u16),
+    /// Applies the request, then answers this status as [`FaultKind::Status`] does: what
+    /// a client sees when GitLab finished the change but its front proxy gave up waiting
+    /// (502/503/504 with the proxy's HTML page).
+    AppliedThenStatus(u16),
     /// 429 `Retry later` with `RateLimit-*` and `Retry-After`, as GitLab's throttles send.
     RateLimited {
         /// The `Retry-After` value; `RateLimit-Reset` is now plus this, as an epoch.
@@ -93,6 +99,7 @@ pub enum FaultKind {
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum FaultKindJson {
     Status { status: u16 },
+    AppliedThenStatus { status: u16 },
     RateLimited { retry_after_secs: u64 },
     RateLimitedBare,
     Slow { delay_ms: u64 },
@@ -106,6 +113,7 @@ impl From<FaultKindJson> for FaultKind {
     fn from(json: FaultKindJson) -> Self {
         match json {
             FaultKindJson::Status { status } => Self::Status(status),
+            FaultKindJson::AppliedThenStatus { status } => Self::AppliedThenStatus(status),
             FaultKindJson::RateLimited { retry_after_secs } => Self::RateLimited {
                 retry_after: Duration::from_secs(retry_after_secs),
             },
@@ -123,6 +131,7 @@ impl From<&FaultKind> for FaultKindJson {
     fn from(kind: &FaultKind) -> Self {
         match *kind {
             FaultKind::Status(status) => Self::Status { status },
+            FaultKind::AppliedThenStatus(status) => Self::AppliedThenStatus { status },
             FaultKind::RateLimited { retry_after } => Self::RateLimited {
                 retry_after_secs: retry_after.as_secs(),
             },

@@ -49,6 +49,11 @@ pub async fn intercept(
     }
     let response = match &fault {
         Some(FaultKind::Status(code)) => status_response(*code),
+        Some(FaultKind::AppliedThenStatus(code)) => {
+            // The handler's own answer is what the proxy dropped; only its effect remains.
+            next.run(request).await;
+            status_response(*code)
+        }
         Some(FaultKind::RateLimited { retry_after }) => rate_limited(Some(*retry_after)),
         Some(FaultKind::RateLimitedBare) => rate_limited(None),
         Some(FaultKind::MergeRefused(405)) => ApiError::MethodNotAllowed.into_response(),

@@ -201,7 +201,7 @@ pub async fn list_mrs(
     _caller: Caller,
     Path(project): Path<String>,
     Query(query): Query<ListQuery>,
-    Query(page): Query<PageQuery>,
+    page: PageQuery,
 ) -> ApiResult<Response> {
     let wanted = match query.state.as_deref().unwrap_or("all") {
         "all" => None,

@@ -40,6 +40,17 @@ pub fn git_state(project: &Project, mr: &MergeRequest) -> GitState {
     }
 }
 
+/// Whether the source head brings no commit the target lacks (it is the target's head or
+/// one of its ancestors). `CheckCommitsStatusService`
+/// (`app/services/merge_requests/mergeability/check_commits_status_service.rb`) fails
+/// `commits_status` then, as for a missing branch: "The source branch must exist and
+/// contain commits."
+fn has_no_commits(project: &Project, mr: &MergeRequest) -> bool {
+    let repo = &project.repo;
+    repo.head(&mr.target_branch)
+        .is_some_and(|target| repo.is_ancestor(&mr.sha, &target.id))
+}
+
 /// GitLab's draft markers at the start of a title.
 pub fn is_draft(title: &str) -> bool {
     let title = title.trim_start().to_ascii_lowercase();
@@ -57,7 +68,7 @@ pub fn state_failure(project: &Project, mr: &MergeRequest, skip_ci: bool) -> Opt
     if is_draft(&mr.title) {
         return Some("draft_status");
     }
-    if git_state(project, mr) == GitState::BranchMissing {
+    if git_state(project, mr) == GitState::BranchMissing || has_no_commits(project, mr) {
         return Some("commits_status");
     }
     if !skip_ci {

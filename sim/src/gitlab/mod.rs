@@ -43,6 +43,8 @@ mod rebase;
 mod repo;
 mod router;
 mod state;
+mod tree;
+mod web;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::ops::Deref;

@@ -2,7 +2,7 @@
 //! outcome once per poll (or on command), plus the two pipeline endpoints.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::response::Response;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -278,7 +278,7 @@ pub async fn list_mr_pipelines(
     State(ctx): State<SimContext>,
     _caller: Caller,
     Path((project, iid)): Path<(String, u64)>,
-    Query(page): Query<PageQuery>,
+    page: PageQuery,
 ) -> ApiResult<Response> {
     let mut state = ctx.lock();
     let mut scope = state.scope(&project)?;

@@ -115,7 +115,7 @@ pub fn apply(tree: &Tree, changes: &[Change]) -> Result<Tree, String> {
 }
 
 /// path → new content (`None`: deleted) for every path that differs from `base` to `head`.
-fn diff<'a>(base: &'a Tree, head: &'a Tree) -> BTreeMap<&'a str, Option<&'a str>> {
+pub fn diff<'a>(base: &'a Tree, head: &'a Tree) -> BTreeMap<&'a str, Option<&'a str>> {
     let mut changes = BTreeMap::new();
     for (path, content) in head {
         if base.get(path) != Some(content) {

@@ -1,18 +1,16 @@
 //! The route table: every simulated endpoint under `/api/v4`, each wrapped in the fault
-//! middleware under its [`Endpoint`] name, and the control API under `/_sim`, outside it.
+//! middleware under its [`Endpoint`] name, the control API under `/_sim`, outside it, and
+//! the web pages of `web_url`s for everything else.
 
-use axum::http::StatusCode;
+use axum::Router;
 use axum::middleware::from_fn_with_state;
-use axum::response::IntoResponse;
 use axum::routing::{MethodRouter, delete, get, post, put};
-use axum::{Json, Router};
-use serde_json::json;
 
 use super::faults::Endpoint;
 use super::intercept::intercept;
 use super::{
     GitLabControl, SimContext, approvals, branches, checklist, commits, control_http, merge,
-    merge_requests, pipelines, projects, rebase,
+    merge_requests, pipelines, projects, rebase, tree, web,
 };
 
 /// Builds the application for one simulator instance.
@@ -42,6 +40,11 @@ pub fn build(ctx: SimContext, control: GitLabControl) -> Router {
             "/projects/{id}/repository/branches/{branch}",
             Endpoint::DeleteBranch,
             delete(branches::delete_branch),
+        ),
+        (
+            "/projects/{id}/repository/tree",
+            Endpoint::GetTree,
+            get(tree::list_tree),
         ),
         (
             "/projects/{id}/repository/files/{path}",
@@ -129,14 +132,6 @@ pub fn build(ctx: SimContext, control: GitLabControl) -> Router {
     Router::new()
         .nest("/api/v4", api)
         .nest_service("/_sim", control_http::router(control))
-        .fallback(not_found)
+        .fallback(web::page)
         .with_state(ctx)
-}
-
-/// GitLab's answer to an unknown route.
-async fn not_found() -> impl IntoResponse {
-    (
-        StatusCode::NOT_FOUND,
-        Json(json!({ "error": "404 Not Found" })),
-    )
 }

@@ -260,9 +260,9 @@ impl Ids {
     }
 }
 
-/// 40 hex digits derived from `content`, shaped like a git object id. Real SHA-1 would
-/// need a new dependency and buys nothing here: chained `DefaultHasher` digests are
-/// deterministic within a run and spread well enough for a simulator.
+/// 40 hex digits derived from `content`, shaped like a git object id. Commit ids need not
+/// be git's (no client recomputes one), so chained `DefaultHasher` digests do: deterministic
+/// within a run and spread well enough. Blob and tree ids are git's own (`tree.rs`).
 pub fn hex_id(content: impl Hash) -> String {
     let mut digits = String::with_capacity(48);
     let mut seed = 0u64;

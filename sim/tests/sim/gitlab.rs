@@ -8,6 +8,8 @@ mod merge_requests;
 mod merging;
 mod repository;
 pub(crate) mod support;
+mod tree;
+mod web;
 
 use self::support::{BOT, Fixture, OUTSIDER};
 use reqwest::Method;

@@ -6,7 +6,8 @@ use changegate_sim::gitlab::{ChecklistItem, Endpoint, Fault, FaultKind, MrState}
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::support::{ALICE, BOT, Fixture};
+use super::support::{ALICE, BOT, Fixture, Reply};
+use crate::control_client::call;
 
 #[tokio::test]
 async fn status_faults_hit_the_next_n_calls_without_applying_them() {
@@ -255,4 +256,88 @@ async fn checklist_fault_answers_422_with_the_current_list_without_approving() {
             .is_empty()
     );
     assert_eq!(fx.post(ALICE, &approve, json!({})).await.status, 201);
+}
+
+#[tokio::test]
+async fn applied_then_status_makes_the_change_but_answers_the_proxy_page() {
+    let fx = Fixture::start().await;
+    let is_proxy_page = |reply: &Reply, code: u16| {
+        reply.status == code
+            && reply.body == Value::Null
+            && reply.headers["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html")
+    };
+    // Over the control API, with its spelling.
+    let fault =
+        json!({ "endpoint": "create_branch", "kind": "applied_then_status", "status": 504 });
+    let injected = call(
+        Method::POST,
+        &format!("{}/_sim/faults", fx.sim.base_url()),
+        Some(fault),
+    )
+    .await;
+    assert_eq!(injected.status, 204, "{:?}", injected.body);
+    let branches = format!("{}/repository/branches", fx.root);
+    let created = fx
+        .post(
+            BOT,
+            &branches,
+            json!({ "branch": "bot/one", "ref": "main" }),
+        )
+        .await;
+    assert!(is_proxy_page(&created, 504), "{}", created.text);
+    assert!(fx.sim.branch_head(fx.project, "bot/one").is_some());
+
+    fx.sim.inject(Fault::new(
+        Endpoint::CreateCommit,
+        FaultKind::AppliedThenStatus(502),
+    ));
+    let actions = json!([{ "action": "create", "file_path": "a", "content": "a" }]);
+    let commit = json!({ "branch": "bot/one", "commit_message": "add a", "actions": actions });
+    let commits = format!("{}/repository/commits", fx.root);
+    let committed = fx.post(BOT, &commits, commit.clone()).await;
+    assert!(is_proxy_page(&committed, 502), "{}", committed.text);
+    assert_eq!(
+        fx.sim.file(fx.project, "bot/one", "a").as_deref(),
+        Some("a")
+    );
+    // A blind retry of the commit meets the file it already wrote.
+    let retried = fx.post(BOT, &commits, commit).await;
+    assert_eq!(retried.status, 400);
+    assert_eq!(
+        retried.body,
+        json!({ "message": "A file with this name already exists" })
+    );
+
+    fx.sim.inject(Fault::new(
+        Endpoint::CreateMergeRequest,
+        FaultKind::AppliedThenStatus(502),
+    ));
+    let mrs = format!("{}/merge_requests", fx.root);
+    let body = json!({ "source_branch": "bot/one", "target_branch": "main", "title": "bot: a" });
+    let opened = fx.post(BOT, &mrs, body.clone()).await;
+    assert!(is_proxy_page(&opened, 502), "{}", opened.text);
+    let mr = fx.sim.merge_request(fx.project, 1).unwrap();
+    assert_eq!(mr.state, MrState::Opened);
+    assert_eq!(fx.post(BOT, &mrs, body).await.status, 409);
+
+    fx.poll_pipeline(1, "success").await;
+    fx.sim.inject(Fault::new(
+        Endpoint::Approve,
+        FaultKind::AppliedThenStatus(503),
+    ));
+    let approved = fx.post(ALICE, &fx.mr_path(1, "/approve"), json!({})).await;
+    assert!(is_proxy_page(&approved, 503), "{}", approved.text);
+    assert_eq!(
+        fx.sim.merge_request(fx.project, 1).unwrap().approved_by,
+        ["rev-alice"]
+    );
+
+    let logged = fx.sim.requests();
+    let last = logged.last().unwrap();
+    assert_eq!(last.endpoint, Endpoint::Approve);
+    assert_eq!(last.status, 503);
+    assert_eq!(last.fault, Some(FaultKind::AppliedThenStatus(503)));
 }

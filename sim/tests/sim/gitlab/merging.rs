@@ -302,3 +302,44 @@ async fn pipelines_can_be_driven_only_by_the_control_api() {
     }
     assert!(fx.sim.advance_pipeline(fx.project, 1).is_err());
 }
+
+#[tokio::test]
+async fn a_source_branch_without_commits_reports_commits_status_and_does_not_merge() {
+    let fx = Fixture::start().await;
+    let created = fx
+        .post(
+            BOT,
+            &format!("{}/repository/branches", fx.root),
+            json!({ "branch": "bot/empty", "ref": "main" }),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let body = json!({ "source_branch": "bot/empty", "target_branch": "main", "title": "nothing" });
+    let mr = fx
+        .post(BOT, &format!("{}/merge_requests", fx.root), body)
+        .await;
+    assert_eq!(mr.status, 201, "{}", mr.text);
+    let iid = mr.body["iid"].as_u64().unwrap();
+    fx.approve_both(iid).await;
+    // Once the asynchronous check settles, and still when main moves on past the branch.
+    let mut detailed = Value::Null;
+    for _ in 0..10 {
+        detailed = fx.get(BOT, &fx.mr_path(iid, "")).await.body["detailed_merge_status"].clone();
+    }
+    assert_eq!(detailed, "commits_status");
+    fx.sim
+        .push(fx.project, fx.bot, "main", &[("b", Some("b"))])
+        .unwrap();
+    for _ in 0..10 {
+        detailed = fx.get(BOT, &fx.mr_path(iid, "")).await.body["detailed_merge_status"].clone();
+    }
+    assert_eq!(detailed, "commits_status");
+
+    let refused = fx.put(BOT, &fx.mr_path(iid, "/merge"), json!({})).await;
+    assert_eq!(refused.status, 405);
+    assert_eq!(refused.body, json!({ "message": "405 Method Not Allowed" }));
+    assert_eq!(
+        fx.sim.merge_request(fx.project, iid).unwrap().state,
+        MrState::Opened
+    );
+}

@@ -235,3 +235,51 @@ async fn commit_branch_rules_follow_commits_create_service() {
     let empty = fx.send(Method::POST, Some(BOT), &commits, None).await;
     assert_eq!(empty.str("message"), "400 Bad request - branch is required");
 }
+
+#[tokio::test]
+async fn files_are_read_at_a_merge_commit_and_at_an_older_commit() {
+    let fx = Fixture::start().await;
+    let initial = fx.sim.branch_head(fx.project, "main").unwrap();
+    let iid = fx.ready_mr("bot/one", &[("a.json", "{\"a\":1}\n")]).await;
+    let merged = fx.put(BOT, &fx.mr_path(iid, "/merge"), json!({})).await;
+    assert_eq!(merged.status, 200, "{}", merged.text);
+    let merge_sha = merged.str("merge_commit_sha").to_owned();
+    // A later push leaves the merge commit behind main's head.
+    fx.sim
+        .push(
+            fx.project,
+            fx.bot,
+            "main",
+            &[("a.json", Some("{\"a\":2}\n"))],
+        )
+        .unwrap();
+    let file = |reference: &str| format!("{}/repository/files/a.json?ref={reference}", fx.root);
+
+    let at_merge = fx.get(BOT, &file(&merge_sha)).await;
+    assert_eq!(at_merge.status, 200, "{}", at_merge.text);
+    assert_eq!(at_merge.body["ref"], merge_sha.as_str());
+    assert_eq!(at_merge.body["commit_id"], merge_sha.as_str());
+    assert_eq!(at_merge.body["content"], "eyJhIjoxfQo=");
+    let raw = fx
+        .get(
+            BOT,
+            &format!("{}/repository/files/a.json/raw?ref={merge_sha}", fx.root),
+        )
+        .await;
+    assert_eq!(raw.text, "{\"a\":1}\n");
+    assert_eq!(
+        fx.get(BOT, &file("main")).await.body["content"],
+        "eyJhIjoyfQo="
+    );
+
+    let before = fx.get(BOT, &file(&initial)).await;
+    assert_eq!(before.status, 404);
+    assert_eq!(before.body, json!({ "message": "404 File Not Found" }));
+    let readme = fx
+        .get(
+            BOT,
+            &format!("{}/repository/files/README.md/raw?ref={initial}", fx.root),
+        )
+        .await;
+    assert_eq!(readme.text, "# repo\n");
+}
