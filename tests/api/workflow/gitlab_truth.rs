@@ -103,3 +103,32 @@ async fn a_write_answered_5xx_is_not_sent_again_blindly_and_the_request_still_la
         "exactly one MR"
     );
 }
+
+#[tokio::test]
+async fn a_create_gitlab_applied_but_answered_502_is_adopted_one_mr_and_validated() {
+    for test_db in each_backend().await {
+        let w = world(&test_db.url, "").await;
+        w.gitlab.inject(
+            Fault::new(
+                Endpoint::CreateMergeRequest,
+                FaultKind::AppliedThenStatus(502),
+            )
+            .times(1),
+        );
+        w.gitlab
+            .inject(Fault::new(Endpoint::CreateCommit, FaultKind::AppliedThenStatus(504)).times(1));
+
+        let id = apply(&w.app).await;
+        let view = finished(&w, &id).await;
+
+        assert_eq!(view["status"], "VALIDATED", "{}: {view}", test_db.name);
+        assert_eq!(view["mergeRequest"]["iid"], 1, "{}: {view}", test_db.name);
+        assert!(
+            w.gitlab.merge_request(w.project, 2).is_none(),
+            "{}: exactly one MR",
+            test_db.name
+        );
+        let on_main = w.gitlab.file(w.project, "main", FILE).unwrap();
+        assert!(on_main.contains(&id), "{}: {on_main}", test_db.name);
+    }
+}
