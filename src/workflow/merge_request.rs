@@ -432,6 +432,22 @@ impl Workflow {
                 Err(err) if err.status().is_some_and(|s| s.as_u16() == 409) => Ok(Round::NotYet),
                 Err(err) => Err(err),
             },
+            // States waiting cannot change (doc/api/merge_requests.md,
+            // "Merge status"; GitLab's check services under
+            // app/services/merge_requests/mergeability/): the team must act,
+            // so the step fails now instead of at its deadline.
+            ("commits_status" | "draft_status" | "discussions_not_resolved", _) => {
+                let why = match detailed {
+                    "commits_status" => "has no commits: there is nothing to merge",
+                    "draft_status" => "is marked as a draft",
+                    _ => "has unresolved discussions",
+                };
+                Ok(Round::Finished(Outcome {
+                    status: Some(BindingStatus::HandleFailed),
+                    step: StepStatus::HandleMergeRefused,
+                    message: Some(format!("MR !{iid} {why}")),
+                }))
+            }
             (_, Some("failed" | "canceled")) => Ok(Round::Finished(Outcome {
                 status: Some(BindingStatus::HandleFailed),
                 step: StepStatus::CreatePipelineFailed,

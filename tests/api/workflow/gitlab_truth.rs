@@ -132,3 +132,41 @@ async fn a_create_gitlab_applied_but_answered_502_is_adopted_one_mr_and_validate
         assert!(on_main.contains(&id), "{}: {on_main}", test_db.name);
     }
 }
+
+#[tokio::test]
+async fn an_mr_without_commits_fails_at_once_instead_of_waiting_for_its_deadline() {
+    let db = crate::helpers::sqlite_db().await;
+    let w = world(&db.url, "").await;
+    let id = apply(&w.app).await;
+    assert_eq!(finished(&w, &id).await["status"], "VALIDATED");
+    // Removed by hand: the removal's commit has nothing to delete, so its MR
+    // has no commits, which GitLab will not merge.
+    w.gitlab
+        .push(w.project, w.users[0], "main", &[(FILE, None)])
+        .unwrap();
+    let close = serde_json::json!({ "reason": "no longer needed" });
+    let answer: Value = w
+        .app
+        .post_as("alice", "/api/v1/bindings/demo.feature-flags/close", &close)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let close_id = answer["operationId"].as_str().unwrap().to_owned();
+
+    let view = wait_for(&w.app, &close_id, |v| {
+        v["next"] == "CONTACT_TEAM" || v["status"] == "CLOSED"
+    })
+    .await;
+
+    assert_eq!(view["next"], "CONTACT_TEAM", "{view}");
+    assert!(
+        view["message"].as_str().unwrap().contains("has no commits"),
+        "{view}"
+    );
+    assert_eq!(
+        w.gitlab.calls(Endpoint::Merge),
+        1,
+        "only the apply's MR was merged"
+    );
+}
