@@ -1,16 +1,17 @@
 //! How a batch ends: merged (every member MERGED together) or failed (its
 //! members split in halves for later rounds, or failed on their own).
 
-use crate::clients::gitlab::MergeRequest;
+use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest};
 use crate::db::Db;
 use crate::db::batches::{
     BatchChange, BatchRow, append_membership, get_batch, members, record_merged_sha,
     release_members, update_batch,
 };
 use crate::db::callbacks::deployed_since;
+use crate::db::operations::operations_by_ids;
 use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, StoreError, StoreTx, move_members};
-use crate::workflow::bot;
+use crate::workflow::{bot, file_action};
 
 use super::runner::{ACTOR, IN_FLIGHT, MergeQueue};
 
@@ -24,7 +25,39 @@ impl MergeQueue {
         merged: Option<&MergeRequest>,
     ) -> Result<(), StoreError> {
         let sha = merged.and_then(|mr| mr.sha.as_deref());
-        let ids = members(db, batch.id).await?;
+        let all = members(db, batch.id).await?;
+        let settings = self.config.current();
+        let changes: Vec<(String, FileAction)> = operations_by_ids(db, &all)
+            .await?
+            .iter()
+            .map(|o| (o.operation_id.clone(), file_action(&settings, o)))
+            .collect();
+        // What the merge put on the target branch: the merge commit, or the
+        // head itself for a fast-forward merge.
+        let landed_at = merged.and_then(|mr| mr.merge_commit_sha.as_deref().or(sha));
+        let not_landed = match landed_at {
+            Some(at) => {
+                self.workflow
+                    .not_landed(&settings, &batch.project, at, &changes)
+                    .await
+            }
+            None => Err(GitLabError::Decode(
+                "the merged MR names no commit".to_owned(),
+            )),
+        };
+        let not_landed: Vec<String> = match not_landed {
+            Ok(ids) => ids.into_iter().map(str::to_owned).collect(),
+            // Checked again next round: merged is merged.
+            Err(err) => {
+                tracing::warn!(batch = batch.id, "cannot check the merged files yet: {err}");
+                return self.poll(db, batch, err.obstacle()).await;
+            }
+        };
+        let ids: Vec<String> = all
+            .iter()
+            .filter(|id| !not_landed.contains(id))
+            .cloned()
+            .collect();
         let mut tx = StoreTx::begin(db).await?;
         let done = BatchChange {
             status: Some("SUCCEEDED"),
@@ -54,6 +87,27 @@ impl MergeQueue {
             record_merged_sha(tx.db(), batch.id, sha).await?;
         }
         append_membership(tx.db(), batch.id, &ids, "MERGED", sha).await?;
+        if !not_landed.is_empty() {
+            let message = format!(
+                "batch MR !{} merged, but this request's file on the target branch is not what was rendered",
+                batch.mr_iid.unwrap_or_default()
+            );
+            let change = Change {
+                step: StepStatus::HandleFailed,
+                message: Some(&message),
+                actor: ACTOR,
+            };
+            move_members(
+                &mut tx,
+                &not_landed,
+                IN_FLIGHT,
+                Some(BindingStatus::HandleFailed),
+                change,
+                None,
+            )
+            .await?;
+            tracing::warn!(batch = batch.id, members = ?not_landed, "merged, but files on the target branch are not as rendered");
+        }
         tx.commit().await?;
         tracing::info!(batch = batch.id, members = ids.len(), "merge batch merged");
         let Some(iid) = batch.mr_iid else {

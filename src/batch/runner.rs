@@ -359,7 +359,7 @@ impl MergeQueue {
     /// Not ready yet: counted, so the deadline can be told.
     /// Counts one more poll; `obstacle` says what kept this round from
     /// getting an answer, and none clears what an earlier round said.
-    async fn poll(
+    pub(super) async fn poll(
         &self,
         db: &Db,
         batch: &BatchRow,

@@ -3,6 +3,7 @@
 
 mod approval;
 mod executor;
+mod landed;
 mod merge_request;
 mod open;
 

@@ -54,6 +54,20 @@ fn project_ref(project: &str) -> String {
     project.replace('%', "%25").replace('/', "%2F")
 }
 
+/// Git's id of a blob holding `content`: the SHA-1 of `blob <len>\0`
+/// followed by the bytes, as the repository tree reports it.
+pub fn git_blob_id(content: &str) -> String {
+    use sha1::Digest;
+    let mut hasher = sha1::Sha1::new();
+    hasher.update(format!("blob {}\0", content.len()).as_bytes());
+    hasher.update(content.as_bytes());
+    hasher
+        .finalize()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
 /// A path segment or query value, percent-encoded byte by byte except for
 /// the unreserved characters.
 fn query_value(text: &str) -> String {
@@ -217,6 +231,65 @@ impl GitLabClient {
                 Ok(None)
             }
             Err(err) => Err(err),
+        }
+    }
+
+    /// The files directly in `directory` at `reference`, path → git blob
+    /// id, every page read (`GET repository/tree`, doc/api/repositories.md;
+    /// offset pagination with `x-next-page`, 100 entries a page at most). A
+    /// directory that does not exist there holds nothing: GitLab answers it
+    /// 404 (`invalid revision or path`, `Tree Not Found`).
+    pub async fn blobs_in(
+        &self,
+        token: &SecretString,
+        project: &str,
+        directory: &str,
+        reference: &str,
+    ) -> Result<std::collections::HashMap<String, String>, GitLabError> {
+        #[derive(serde::Deserialize)]
+        struct Entry {
+            id: String,
+            path: String,
+            #[serde(rename = "type")]
+            kind: String,
+        }
+        let mut blobs = std::collections::HashMap::new();
+        let mut page = String::from("1");
+        loop {
+            let path = format!(
+                "/projects/{}/repository/tree?ref={}&path={}&per_page=100&page={page}",
+                project_ref(project),
+                query_value(reference),
+                query_value(directory)
+            );
+            let response = match self.send(token, Method::GET, &path, None).await {
+                Ok(response) => response,
+                Err(GitLabError::Status { status, .. }) if status == StatusCode::NOT_FOUND => {
+                    return Ok(blobs);
+                }
+                Err(err) => return Err(err),
+            };
+            let next = response
+                .headers()
+                .get("x-next-page")
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned);
+            let entries: Vec<Entry> = response
+                .json()
+                .await
+                .map_err(|err| GitLabError::Decode(err.without_url().to_string()))?;
+            blobs.extend(
+                entries
+                    .into_iter()
+                    .filter(|e| e.kind == "blob")
+                    .map(|e| (e.path, e.id)),
+            );
+            match next {
+                Some(next) if next != page => page = next,
+                _ => return Ok(blobs),
+            }
         }
     }
 

@@ -3,7 +3,7 @@
 //! taken as written; a commit GitLab refuses for another reason fails the
 //! step with GitLab's message; a write answered 5xx is not sent twice.
 
-use changegate_sim::gitlab::{Endpoint, Fault, FaultKind};
+use changegate_sim::gitlab::{Endpoint, Fault, FaultKind, PipelineOutcome};
 
 use super::end_to_end::{World, world};
 use super::*;
@@ -169,4 +169,54 @@ async fn an_mr_without_commits_fails_at_once_instead_of_waiting_for_its_deadline
         1,
         "only the apply's MR was merged"
     );
+}
+
+#[tokio::test]
+async fn a_merge_that_did_not_put_the_rendered_file_on_main_is_not_reported_merged() {
+    for test_db in each_backend().await {
+        let w = world(&test_db.url, "").await;
+        w.gitlab
+            .script_pipelines(w.project, [PipelineOutcome::StuckRunning])
+            .unwrap();
+        let id = apply(&w.app).await;
+        let opened = wait_for(&w.app, &id, |v| v["status"] == "MR_CREATED").await;
+        let iid = opened["mergeRequest"]["iid"].as_i64().unwrap();
+        let branch = w
+            .gitlab
+            .merge_request(w.project, u64::try_from(iid).unwrap())
+            .unwrap()
+            .source_branch;
+        // Someone edits the MR's branch; its new pipeline passes and it merges.
+        w.gitlab
+            .push(
+                w.project,
+                w.users[1],
+                &branch,
+                &[(FILE, Some("{\"edited\": true}\n"))],
+            )
+            .unwrap();
+
+        let view = finished(&w, &id).await;
+
+        assert_eq!(
+            (view["status"].as_str(), view["next"].as_str()),
+            (Some("HANDLE_FAILED"), Some("CONTACT_TEAM")),
+            "{}: {view}",
+            test_db.name
+        );
+        assert!(
+            view["message"]
+                .as_str()
+                .unwrap()
+                .contains("not what was rendered"),
+            "{}: {view}",
+            test_db.name
+        );
+        assert_eq!(
+            w.gitlab.file(w.project, "main", FILE).as_deref(),
+            Some("{\"edited\": true}\n"),
+            "{}: the merge did happen",
+            test_db.name
+        );
+    }
 }
