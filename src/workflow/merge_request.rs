@@ -321,6 +321,28 @@ impl Workflow {
                 &err,
             ),
         };
+        let outcome = if outcome.status == Some(BindingStatus::Merged) {
+            match self
+                .check_landed(&settings, token, project, iid, operation)
+                .await
+            {
+                Ok(true) => outcome,
+                Ok(false) => Outcome {
+                    status: Some(BindingStatus::HandleFailed),
+                    step: StepStatus::HandleFailed,
+                    message: Some(format!(
+                        "MR !{iid} merged, but the file on the target branch is not what was rendered"
+                    )),
+                },
+                // Checked again next round: merged is merged.
+                Err(err) => {
+                    tracing::warn!(iid, "cannot check the merged file yet: {err}");
+                    return self.note_obstacle(db, operation, err.obstacle()).await;
+                }
+            }
+        } else {
+            outcome
+        };
         let merged = outcome.status == Some(BindingStatus::Merged);
         self.settle(db, operation, operation.version, outcome)
             .await?;
@@ -328,6 +350,31 @@ impl Workflow {
             self.confirm_early_deploy(db, operation, iid).await?;
         }
         Ok(())
+    }
+
+    /// Whether the operation's file is on the target branch as rendered, at
+    /// the commit the merge of MR `iid` made (the head for a fast-forward).
+    async fn check_landed(
+        &self,
+        settings: &Settings,
+        token: &SecretString,
+        project: &str,
+        iid: i64,
+        operation: &OperationRow,
+    ) -> Result<bool, GitLabError> {
+        let mr = self.gitlab.merge_request(token, project, iid).await?;
+        let at = mr
+            .merge_commit_sha
+            .or(mr.sha)
+            .ok_or_else(|| GitLabError::Decode(format!("merged MR !{iid} names no commit")))?;
+        let change = [(
+            operation.operation_id.clone(),
+            file_action(settings, operation),
+        )];
+        Ok(self
+            .not_landed(settings, project, &at, &change)
+            .await?
+            .is_empty())
     }
 
     /// The deploy pipeline may report the merge before the MERGED write (it
@@ -453,6 +500,15 @@ impl Workflow {
                 step: StepStatus::CreatePipelineFailed,
                 message: Some(format!("the pipeline of MR !{iid} failed")),
             })),
+            // Only what passed CI is merged, whether or not the project
+            // requires it: without "Pipelines must succeed" GitLab reports
+            // `mergeable` while the pipeline still runs (doc/api/merge_requests.md,
+            // `detailed_merge_status`). The pipeline must be the head's own,
+            // or a merged-results pipeline of this MR (its `sha` is the merge
+            // ref's, doc/ci/pipelines/merged_results_pipelines.md).
+            ("mergeable", pipeline) if !passed_for_head(&mr, iid) => {
+                Ok(stuck(pipeline.unwrap_or("no pipeline")))
+            }
             ("mergeable", _) => {
                 let sha = mr.sha.unwrap_or_default();
                 match self.gitlab.merge(token, project, iid, &sha).await {
@@ -528,6 +584,19 @@ impl Workflow {
     }
 }
 
+/// Whether `mr`'s head pipeline succeeded for the head that would merge.
+fn passed_for_head(mr: &MergeRequest, iid: i64) -> bool {
+    let Some(pipeline) = &mr.head_pipeline else {
+        return false;
+    };
+    let merged_results = pipeline
+        .reference
+        .as_deref()
+        .is_some_and(|r| r == format!("refs/merge-requests/{iid}/merge"));
+    pipeline.status == "success"
+        && (merged_results || pipeline.sha.is_none() || pipeline.sha == mr.sha)
+}
+
 /// What one merge round found.
 pub(crate) enum Round {
     /// The step ends here.
@@ -541,5 +610,44 @@ pub(crate) enum Round {
 impl Round {
     fn merged() -> Self {
         Self::Finished(Outcome::to(BindingStatus::Merged, StepStatus::HandleMerged))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mr(head: &str, pipeline: serde_json::Value) -> MergeRequest {
+        serde_json::from_value(serde_json::json!({
+            "iid": 7, "state": "opened", "sha": head, "head_pipeline": pipeline,
+        }))
+        .expect("an MR body")
+    }
+
+    #[test]
+    fn only_a_passed_pipeline_of_the_head_or_of_the_merge_ref_lets_an_mr_merge() {
+        let passed = |sha: &str, reference: &str| serde_json::json!({"id": 1, "sha": sha, "ref": reference, "status": "success"});
+        assert!(passed_for_head(&mr("abc", passed("abc", "cg-1")), 7));
+        assert!(
+            !passed_for_head(&mr("abc", passed("old", "cg-1")), 7),
+            "an old head's pipeline"
+        );
+        assert!(
+            passed_for_head(
+                &mr(
+                    "abc",
+                    passed("merge-ref-sha", "refs/merge-requests/7/merge")
+                ),
+                7
+            ),
+            "a merged-results pipeline runs on the merge ref's commit"
+        );
+        assert!(!passed_for_head(
+            &mr("abc", passed("x", "refs/merge-requests/8/merge")),
+            7
+        ));
+        let running = serde_json::json!({"id": 1, "sha": "abc", "status": "running"});
+        assert!(!passed_for_head(&mr("abc", running), 7));
+        assert!(!passed_for_head(&mr("abc", serde_json::Value::Null), 7));
     }
 }

@@ -71,7 +71,7 @@ pub fn state_failure(project: &Project, mr: &MergeRequest, skip_ci: bool) -> Opt
     if git_state(project, mr) == GitState::BranchMissing || has_no_commits(project, mr) {
         return Some("commits_status");
     }
-    if !skip_ci {
+    if !skip_ci && project.settings.pipelines_must_succeed {
         match head_pipeline(project, mr).map(|p| p.status) {
             Some(PipelineStatus::Success) => {}
             Some(status) if status.is_active() => return Some("ci_still_running"),

@@ -62,7 +62,7 @@ pub async fn get_project(
         "http_url_to_repo": format!("{}.git", project.web_url),
         "created_at": timestamp(project.created_at),
         "merge_method": "rebase_merge",
-        "only_allow_merge_if_pipeline_succeeds": true,
+        "only_allow_merge_if_pipeline_succeeds": project.settings.pipelines_must_succeed,
         "approvals_before_merge": project.settings.approvals_required,
         "_links": { "self": format!("{base_url}/api/v4/projects/{}", project.id) },
     })))

@@ -72,6 +72,9 @@ pub struct ProjectSettings {
     pub approval_checklist_required: bool,
     /// The current checklist served by `GET /projects/:id/approval_checklist`.
     pub approval_checklist: Vec<ChecklistItem>,
+    /// "Pipelines must succeed" (`only_allow_merge_if_pipeline_succeeds`):
+    /// off, an MR is mergeable whatever its pipeline, as on GitLab.
+    pub pipelines_must_succeed: bool,
     /// A poisoned change: a pipeline whose head has a file containing this
     /// text fails, whatever the pipeline script says (so a batch fails while
     /// it carries the poisoned file, and passes without it).
@@ -86,6 +89,7 @@ impl Default for ProjectSettings {
             approval_checklist_required: false,
             approval_checklist: Vec::new(),
             failing_content: None,
+            pipelines_must_succeed: true,
         }
     }
 }

@@ -56,6 +56,10 @@ pub struct Pipeline {
     pub id: i64,
     /// The commit it runs for.
     pub sha: Option<String>,
+    /// The ref it ran on: a branch, or `refs/merge-requests/<iid>/merge`
+    /// for a merged-results pipeline (whose `sha` is that ref's commit).
+    #[serde(rename = "ref", default)]
+    pub reference: Option<String>,
     /// `created`, `pending`, `running`, `success`, `failed`, ...
     pub status: String,
 }

@@ -166,6 +166,54 @@ async fn a_rebase_whose_answer_was_lost_is_waited_for_not_failed() {
 }
 
 #[tokio::test]
+async fn without_pipelines_must_succeed_a_rebased_mr_waits_for_its_new_heads_pipeline() {
+    let db = sqlite_db().await;
+    let w = world_with(&db.url, mr_first_held()).await;
+    w.gitlab
+        .update_settings(w.project, |s| s.pipelines_must_succeed = false)
+        .unwrap();
+    // The MR's first pipeline passes; the rebased head's keeps running.
+    w.gitlab
+        .script_pipelines(
+            w.project,
+            [PipelineOutcome::Success, PipelineOutcome::StuckRunning],
+        )
+        .unwrap();
+    let id = apply(&w.app).await;
+    let iid = waiting_for_approval(&w, &id).await;
+    w.gitlab
+        .push(
+            w.project,
+            w.users[0],
+            "main",
+            &[("docs/other.md", Some("moved on\n"))],
+        )
+        .unwrap();
+    approve(&w, &id).await;
+    let iid = u64::try_from(iid).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while w.gitlab.calls(Endpoint::Rebase) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no rebase");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mr = w.gitlab.merge_request(w.project, iid).unwrap();
+    assert_eq!(
+        format!("{:?}", mr.state),
+        "Opened",
+        "not merged while CI runs: {mr:?}"
+    );
+    assert_eq!(w.gitlab.calls(Endpoint::Merge), 0);
+
+    let (pipeline, _) = mr.head_pipeline.unwrap();
+    w.gitlab
+        .force_pipeline(w.project, pipeline, PipelineOutcome::Success)
+        .unwrap();
+    let view = settled(&w, &id).await;
+    assert_eq!(view["status"], "VALIDATED", "{view}");
+}
+
+#[tokio::test]
 async fn a_rebase_conflict_is_its_own_failure_and_says_contact_the_team() {
     let db = sqlite_db().await;
     let w = world_with(&db.url, mr_first_held()).await;

@@ -5,7 +5,7 @@
 
 use changegate_sim::gitlab::{Endpoint, Fault, FaultKind, PipelineOutcome};
 
-use super::end_to_end::{World, world};
+use super::end_to_end::{World, WorldOptions, world, world_with};
 use super::*;
 
 const FILE: &str = "bindings/demo.feature-flags/alice.json";
@@ -171,10 +171,18 @@ async fn an_mr_without_commits_fails_at_once_instead_of_waiting_for_its_deadline
     );
 }
 
-#[tokio::test]
-async fn a_merge_that_did_not_put_the_rendered_file_on_main_is_not_reported_merged() {
+/// A request whose MR branch someone edits before it merges, batched or
+/// not: the merge happens, and the request says its file did not land.
+async fn an_edited_branch_is_caught_after_the_merge(batch_keys: &str) {
     for test_db in each_backend().await {
-        let w = world(&test_db.url, "").await;
+        let w = world_with(
+            &test_db.url,
+            WorldOptions {
+                batch_keys: batch_keys.to_owned(),
+                ..WorldOptions::default()
+            },
+        )
+        .await;
         w.gitlab
             .script_pipelines(w.project, [PipelineOutcome::StuckRunning])
             .unwrap();
@@ -219,4 +227,14 @@ async fn a_merge_that_did_not_put_the_rendered_file_on_main_is_not_reported_merg
             test_db.name
         );
     }
+}
+
+#[tokio::test]
+async fn a_batch_merge_that_did_not_put_the_rendered_file_on_main_is_not_reported_merged() {
+    an_edited_branch_is_caught_after_the_merge("interval = \"200ms\"").await;
+}
+
+#[tokio::test]
+async fn an_unbatched_merge_that_did_not_put_the_rendered_file_on_main_is_not_reported_merged() {
+    an_edited_branch_is_caught_after_the_merge("enabled = false").await;
 }
