@@ -24,6 +24,33 @@ pub(crate) struct ChangeSet {
     pub actions: Vec<FileAction>,
 }
 
+/// GitLab's limits on an MR: a title of at most 255 characters
+/// (app/models/concerns/issuable.rb validates its length) and a description
+/// of at most 1 MiB (`issuable_description_limit`'s default).
+const MAX_TITLE_CHARS: usize = 255;
+const MAX_DESCRIPTION_BYTES: usize = 1 << 20;
+
+/// `text` cut to at most `limit` characters, ending in `…` when cut.
+fn cut_chars(text: &str, limit: usize) -> String {
+    match text.char_indices().nth(limit) {
+        None => text.to_owned(),
+        Some(_) => text.chars().take(limit - 1).chain(['…']).collect(),
+    }
+}
+
+/// `text` cut to at most `limit` bytes on a character boundary, ending in
+/// `…` when cut.
+fn cut_bytes(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_owned();
+    }
+    let mut end = limit - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
 impl Workflow {
     /// Branch, one commit of `change`'s files, and the MR, as the bot. Each
     /// part an earlier run already made is found and reused, so this may run
@@ -86,8 +113,8 @@ impl Workflow {
                 project,
                 branch,
                 base,
-                &change.title,
-                &change.description,
+                &cut_chars(&change.title, MAX_TITLE_CHARS),
+                &cut_bytes(&change.description, MAX_DESCRIPTION_BYTES),
             )
             .await;
         match created {
@@ -188,6 +215,24 @@ mod tests {
             status: StatusCode::from_u16(status).expect("a status"),
             message: message.to_owned(),
         }
+    }
+
+    #[test]
+    fn titles_and_descriptions_are_cut_to_gitlabs_limits_on_a_character_boundary() {
+        let title = "é".repeat(342);
+        let cut = cut_chars(&title, MAX_TITLE_CHARS);
+        assert_eq!(cut.chars().count(), 255);
+        assert!(cut.ends_with('…'));
+        let description = "ü".repeat(MAX_DESCRIPTION_BYTES);
+        let cut = cut_bytes(&description, MAX_DESCRIPTION_BYTES);
+        assert!(cut.len() <= MAX_DESCRIPTION_BYTES && cut.len() > MAX_DESCRIPTION_BYTES - 8);
+        assert_eq!(cut_chars("short", 255), "short");
+        assert_eq!(cut_bytes("short", 255), "short");
+        assert_eq!(
+            cut_chars(&"x".repeat(255), 255).len(),
+            255,
+            "at the limit: not cut"
+        );
     }
 
     #[test]

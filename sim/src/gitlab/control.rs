@@ -41,6 +41,8 @@ pub struct MergeRequestSnapshot {
     pub iid: u64,
     /// `opened`, `closed` or `merged`.
     pub state: MrState,
+    /// Its title.
+    pub title: String,
     /// Branch the changes come from.
     pub source_branch: String,
     /// Branch the changes go to.
@@ -193,6 +195,7 @@ impl GitLabControl {
         Some(MergeRequestSnapshot {
             iid,
             state: mr.state,
+            title: mr.title.clone(),
             source_branch: mr.source_branch.clone(),
             target_branch: mr.target_branch.clone(),
             sha: mr.sha.clone(),

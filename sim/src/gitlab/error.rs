@@ -36,6 +36,11 @@ pub enum ApiError {
     /// `render_api_error!(errors[:key], status)`: the message is an array.
     #[error("{}", .1.join(", "))]
     MessageList(StatusCode, Vec<String>),
+    /// A model validation (`render_api_error!(errors, 400)` in
+    /// `handle_merge_request_errors!`, lib/api/merge_requests.rb): the
+    /// message is an object of field → errors.
+    #[error("400 {0}: {1}")]
+    FieldError(&'static str, String),
     /// Grape's parameter validation, which answers `{"error": ...}`.
     #[error("{0}")]
     InvalidParam(String),
@@ -80,7 +85,9 @@ impl ApiError {
             Self::CannotBeMerged(status)
             | Self::Message(status, _)
             | Self::MessageList(status, _) => *status,
-            Self::InvalidParam(_) | Self::InvalidJson => StatusCode::BAD_REQUEST,
+            Self::InvalidParam(_) | Self::InvalidJson | Self::FieldError(..) => {
+                StatusCode::BAD_REQUEST
+            }
             Self::ChecklistMismatch(_) => StatusCode::UNPROCESSABLE_ENTITY,
         }
     }
@@ -91,6 +98,7 @@ impl IntoResponse for ApiError {
         let body = match &self {
             Self::MessageList(_, messages) => json!({ "message": messages }),
             Self::InvalidParam(error) => json!({ "error": error }),
+            Self::FieldError(field, error) => json!({ "message": { *field: [error] } }),
             Self::InvalidJson => json!({ "message": "Invalid json", "error": "Invalid json" }),
             Self::ChecklistMismatch(checklist) => {
                 json!({ "message": self.to_string(), "checklist": checklist })

@@ -83,6 +83,7 @@ pub async fn create_mr(
     let source = required(&params.source_branch, "source_branch")?;
     let target = required(&params.target_branch, "target_branch")?;
     let title = required(&params.title, "title")?;
+    check_title(title)?;
     let mut state = ctx.lock();
     let mut scope = state.scope(&project)?;
     if !scope.project.can_write(user) {
@@ -300,6 +301,7 @@ pub async fn update_mr(
     }
     let mr = &mut scope.project.merge_requests[index];
     if let Some(title) = params.title {
+        check_title(&title)?;
         mr.title = title;
     }
     if let Some(description) = params.description {
@@ -347,6 +349,18 @@ fn reopen(scope: &mut Scope, index: usize, user: UserId) -> ApiResult<()> {
         mr.sha.clone_from(&head);
         let iid = mr.iid;
         pipelines::create(scope, &head, iid, user);
+    }
+    Ok(())
+}
+
+/// GitLab's limit on issuable titles (`validates :title, length: { maximum:
+/// 255 }` in app/models/concerns/issuable.rb), counted in characters.
+fn check_title(title: &str) -> Result<(), ApiError> {
+    if title.chars().count() > 255 {
+        return Err(ApiError::FieldError(
+            "title",
+            "is too long (maximum is 255 characters)".to_owned(),
+        ));
     }
     Ok(())
 }

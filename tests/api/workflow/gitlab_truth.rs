@@ -238,3 +238,40 @@ async fn a_batch_merge_that_did_not_put_the_rendered_file_on_main_is_not_reporte
 async fn an_unbatched_merge_that_did_not_put_the_rendered_file_on_main_is_not_reported_merged() {
     an_edited_branch_is_caught_after_the_merge("enabled = false").await;
 }
+
+#[tokio::test]
+async fn a_title_longer_than_gitlab_allows_is_cut_to_255_characters() {
+    let db = crate::helpers::sqlite_db().await;
+    let target = format!("team.{}", "t".repeat(115));
+    // Unbatched: a request's own MR is titled after its target and subject.
+    let w = world_with(
+        &db.url,
+        WorldOptions {
+            extra: format!("[targets.\"{target}\"]\nself_only = false\n"),
+            batch_keys: "enabled = false".to_owned(),
+            ..WorldOptions::default()
+        },
+    )
+    .await;
+    let subject = "s".repeat(128);
+    let body =
+        serde_json::json!({ "targetKey": target, "subjectId": subject, "reason": "long names" });
+    let answer: Value = w
+        .app
+        .post_as("alice", "/api/v1/applications", &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id = answer["operationId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_owned();
+
+    let view = finished(&w, &id).await;
+
+    assert_eq!(view["status"], "VALIDATED", "{view}");
+    let mr = w.gitlab.merge_request(w.project, 1).unwrap();
+    assert_eq!(mr.title.chars().count(), 255, "{}", mr.title);
+    assert!(mr.title.ends_with('…'), "{}", mr.title);
+}
