@@ -35,6 +35,10 @@ pub struct MergeRequest {
     /// Mergeability (15.6+); unknown values mean "not yet".
     #[serde(default)]
     pub detailed_merge_status: Option<String>,
+    /// Mergeability before 15.6 (`can_be_merged`, `cannot_be_merged`,
+    /// `unchecked`, `checking`, `cannot_be_merged_recheck`).
+    #[serde(default)]
+    pub merge_status: Option<String>,
     /// The head pipeline, once there is one.
     #[serde(default)]
     pub head_pipeline: Option<Pipeline>,
