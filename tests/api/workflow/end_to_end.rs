@@ -172,15 +172,7 @@ async fn a_live_binding_can_be_closed_and_its_file_is_deleted() {
     let path = "bindings/demo.feature-flags/alice.json";
     assert!(w.gitlab.file(w.project, "main", path).is_some());
 
-    let close = serde_json::json!({ "reason": "no longer needed" });
-    let answer: Value = w
-        .app
-        .post_as("alice", "/api/v1/bindings/demo.feature-flags/close", &close)
-        .await
-        .json()
-        .await
-        .unwrap();
-    let close_id = answer["operationId"].as_str().unwrap().to_owned();
+    let close_id = close(&w.app).await;
     let view = wait_for(&w.app, &close_id, |v| {
         v["status"] == "CLOSED" || v["next"] == "CONTACT_TEAM"
     })

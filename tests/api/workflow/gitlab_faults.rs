@@ -35,6 +35,18 @@ async fn waiting_for_approval(w: &World, id: &str) -> i64 {
     view["mergeRequest"]["iid"].as_i64().unwrap()
 }
 
+/// Someone pushes to `main`, so an open MR is behind its target.
+fn move_main_on(w: &World) {
+    w.gitlab
+        .push(
+            w.project,
+            w.users[0],
+            "main",
+            &[("docs/other.md", Some("moved on\n"))],
+        )
+        .unwrap();
+}
+
 async fn approve(w: &World, id: &str) {
     w.approval
         .decide(Uuid::parse_str(id).unwrap(), Decision::Approved)
@@ -99,14 +111,7 @@ async fn an_mr_behind_its_target_is_rebased_then_merged() {
     let w = world_with(&db.url, mr_first_held()).await;
     let id = apply(&w.app).await;
     waiting_for_approval(&w, &id).await;
-    w.gitlab
-        .push(
-            w.project,
-            w.users[0],
-            "main",
-            &[("docs/other.md", Some("moved on\n"))],
-        )
-        .unwrap();
+    move_main_on(&w);
     approve(&w, &id).await;
     let view = settled(&w, &id).await;
     assert_eq!(view["status"], "VALIDATED", "{view}");
@@ -137,14 +142,7 @@ async fn a_rebase_whose_answer_was_lost_is_waited_for_not_failed() {
     .await;
     let id = apply(&w.app).await;
     waiting_for_approval(&w, &id).await;
-    w.gitlab
-        .push(
-            w.project,
-            w.users[0],
-            "main",
-            &[("docs/other.md", Some("moved on\n"))],
-        )
-        .unwrap();
+    move_main_on(&w);
     // GitLab rebases; its answer never arrives.
     w.gitlab
         .inject(Fault::new(Endpoint::Rebase, FaultKind::LostResponse).times(1));
@@ -181,14 +179,7 @@ async fn without_pipelines_must_succeed_a_rebased_mr_waits_for_its_new_heads_pip
         .unwrap();
     let id = apply(&w.app).await;
     let iid = waiting_for_approval(&w, &id).await;
-    w.gitlab
-        .push(
-            w.project,
-            w.users[0],
-            "main",
-            &[("docs/other.md", Some("moved on\n"))],
-        )
-        .unwrap();
+    move_main_on(&w);
     approve(&w, &id).await;
     let iid = u64::try_from(iid).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -219,14 +210,7 @@ async fn a_rebase_conflict_is_its_own_failure_and_says_contact_the_team() {
     let w = world_with(&db.url, mr_first_held()).await;
     let id = apply(&w.app).await;
     waiting_for_approval(&w, &id).await;
-    w.gitlab
-        .push(
-            w.project,
-            w.users[0],
-            "main",
-            &[("docs/other.md", Some("moved on\n"))],
-        )
-        .unwrap();
+    move_main_on(&w);
     w.gitlab
         .inject(Fault::new(Endpoint::Rebase, FaultKind::RebaseConflict));
     approve(&w, &id).await;

@@ -144,15 +144,7 @@ async fn an_mr_without_commits_fails_at_once_instead_of_waiting_for_its_deadline
     w.gitlab
         .push(w.project, w.users[0], "main", &[(FILE, None)])
         .unwrap();
-    let close = serde_json::json!({ "reason": "no longer needed" });
-    let answer: Value = w
-        .app
-        .post_as("alice", "/api/v1/bindings/demo.feature-flags/close", &close)
-        .await
-        .json()
-        .await
-        .unwrap();
-    let close_id = answer["operationId"].as_str().unwrap().to_owned();
+    let close_id = close(&w.app).await;
 
     let view = wait_for(&w.app, &close_id, |v| {
         v["next"] == "CONTACT_TEAM" || v["status"] == "CLOSED"

@@ -73,6 +73,18 @@ pub async fn apply(app: &TestApp) -> String {
     answer["operationId"].as_str().unwrap().to_owned()
 }
 
+/// Alice asks to remove her `demo.feature-flags` binding; the removal's id.
+pub async fn close(app: &TestApp) -> String {
+    let close = serde_json::json!({ "reason": "no longer needed" });
+    let answer: Value = app
+        .post_as("alice", "/api/v1/bindings/demo.feature-flags/close", &close)
+        .await
+        .json()
+        .await
+        .unwrap();
+    answer["operationId"].as_str().unwrap().to_owned()
+}
+
 #[tokio::test]
 async fn an_approved_request_moves_on_to_its_merge_request() {
     for test_db in each_backend().await {
