@@ -6,6 +6,8 @@ use crate::helpers::system_client;
 use changegate::clients::health::System;
 use std::time::Duration;
 
+use axum::response::IntoResponse;
+
 use changegate::clients::gitlab::{FileAction, GitLabClient, GitLabError, RetryPolicy};
 use changegate_sim::gitlab::{
     AccessLevel, Endpoint, Fault, FaultKind, GitLabSim, GitLabSimHandle, GitLabSimOptions,
@@ -275,4 +277,79 @@ async fn a_lost_answer_is_a_timeout_although_gitlab_applied_it() {
         fx.sim.branch_head(fx.project, "cg-4").is_some(),
         "the branch exists: re-read before acting again"
     );
+}
+
+#[tokio::test]
+async fn a_long_retry_after_is_handed_back_at_once_instead_of_slept() {
+    let fx = fixture(Duration::from_secs(5)).await;
+    fx.sim.inject(
+        Fault::new(
+            Endpoint::GetMergeRequest,
+            FaultKind::RateLimited {
+                retry_after: Duration::from_secs(120),
+            },
+        )
+        .times(1),
+    );
+    let started = std::time::Instant::now();
+    let throttled = fx
+        .client
+        .merge_request(&fx.bot, PROJECT, 1)
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(throttled.status().map(|s| s.as_u16()), Some(429));
+    assert!(throttled.is_transient(), "the step waits and polls again");
+    assert_eq!(fx.sim.calls(Endpoint::GetMergeRequest), 1);
+}
+
+#[tokio::test]
+async fn without_retry_after_the_rate_limit_reset_is_honoured() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = answered.clone();
+    let app = axum::Router::new().fallback(move || {
+        let count = count.clone();
+        async move {
+            if count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                let reset = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs()
+                    + 2;
+                (
+                    axum::http::StatusCode::TOO_MANY_REQUESTS,
+                    [("ratelimit-reset", reset.to_string())],
+                    "Retry later",
+                )
+                    .into_response()
+            } else {
+                axum::Json(serde_json::json!([])).into_response()
+            }
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let client = GitLabClient::new(
+        system_client(System::GitLab),
+        &format!("http://{address}"),
+        Duration::from_secs(5),
+        RetryPolicy::default(),
+    );
+    let started = std::time::Instant::now();
+    let open = client
+        .open_merge_requests_from(&SecretString::from("t".to_owned()), PROJECT, "b")
+        .await
+        .unwrap();
+    assert!(open.is_empty());
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "waited for the reset: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 2);
 }

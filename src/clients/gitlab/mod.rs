@@ -131,9 +131,13 @@ impl GitLabClient {
             if !retryable || attempt >= self.retry.retries {
                 return Ok(response);
             }
-            let wait = retry_after(&response)
-                .unwrap_or(pause)
-                .min(self.retry.max_backoff);
+            let asked = retry_after(&response);
+            // A long wait is not spent holding a worker: the 429 goes back
+            // to the step, which is polled again later (a durable wait).
+            if asked.is_some_and(|wait| wait > self.retry.max_backoff) {
+                return Ok(response);
+            }
+            let wait = asked.unwrap_or(pause).min(self.retry.max_backoff);
             tracing::debug!(%status, attempt, ?wait, path, "GitLab asked to retry");
             tokio::time::sleep(wait).await;
             pause = (pause * 2).min(self.retry.max_backoff);
@@ -422,16 +426,29 @@ impl GitLabClient {
 }
 
 /// `Retry-After` in seconds, when present and sane.
+/// How long GitLab asks to wait: `Retry-After` in seconds, else
+/// `RateLimit-Reset` (the epoch second the window resets), as its rate
+/// limiter sends them (doc/security/rate_limits.md, "Response headers").
 fn retry_after(response: &Response) -> Option<Duration> {
-    response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)?
-        .to_str()
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)?
+            .to_str()
+            .ok()?
+            .trim()
+            .parse::<u64>()
+            .ok()
+    };
+    if let Some(seconds) = header("retry-after") {
+        return Some(Duration::from_secs(seconds));
+    }
+    let reset = header("ratelimit-reset")?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
         .ok()?
-        .trim()
-        .parse::<u64>()
-        .ok()
-        .map(Duration::from_secs)
+        .as_secs();
+    Some(Duration::from_secs(reset.saturating_sub(now)))
 }
 
 /// The body of an unsuccessful answer, as JSON when it is JSON.
