@@ -2,7 +2,9 @@
 //! back at the merge, one tree listing per directory (not one read per
 //! file), and compared with the rendering by git blob id.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeSet, HashMap};
+
+use secrecy::SecretString;
 
 use super::Workflow;
 use super::merge_request::bot;
@@ -21,32 +23,42 @@ impl Workflow {
         changes: &'a [(String, FileAction)],
     ) -> Result<Vec<&'a str>, GitLabError> {
         let token = bot(settings)?;
-        let mut by_directory: BTreeMap<&str, Vec<&'a (String, FileAction)>> = BTreeMap::new();
-        for change in changes {
-            let directory = change
-                .1
-                .file_path
-                .rsplit_once('/')
-                .map_or("", |(dir, _)| dir);
-            by_directory.entry(directory).or_default().push(change);
-        }
-        let mut missing = Vec::new();
-        for (directory, changes) in by_directory {
-            let blobs = self
-                .gitlab
-                .blobs_in(token, project, directory, reference)
-                .await?;
-            for (id, action) in changes {
+        let actions: Vec<&FileAction> = changes.iter().map(|(_, action)| action).collect();
+        let blobs = self.blobs_of(token, project, reference, &actions).await?;
+        Ok(changes
+            .iter()
+            .filter(|(_, action)| {
                 let there = blobs.get(&action.file_path);
-                let landed = match &action.content {
-                    Some(content) => there.is_some_and(|blob| *blob == git_blob_id(content)),
-                    None => there.is_none(),
-                };
-                if !landed {
-                    missing.push(id.as_str());
+                match &action.content {
+                    Some(content) => there.is_none_or(|blob| *blob != git_blob_id(content)),
+                    None => there.is_some(),
                 }
-            }
+            })
+            .map(|(id, _)| id.as_str())
+            .collect())
+    }
+
+    /// The git blob id of every file at `reference` in the directories the
+    /// `actions` touch: one tree listing per directory, however many files.
+    pub(crate) async fn blobs_of(
+        &self,
+        token: &SecretString,
+        project: &str,
+        reference: &str,
+        actions: &[&FileAction],
+    ) -> Result<HashMap<String, String>, GitLabError> {
+        let directories: BTreeSet<&str> = actions
+            .iter()
+            .map(|action| action.file_path.rsplit_once('/').map_or("", |(dir, _)| dir))
+            .collect();
+        let mut blobs = HashMap::new();
+        for directory in directories {
+            blobs.extend(
+                self.gitlab
+                    .blobs_in(token, project, directory, reference)
+                    .await?,
+            );
         }
-        Ok(missing)
+        Ok(blobs)
     }
 }

@@ -7,7 +7,7 @@ use secrecy::SecretString;
 
 use super::Workflow;
 use super::merge_request::bot;
-use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest};
+use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest, git_blob_id};
 use crate::config::Settings;
 
 /// What one MR writes: a branch, one commit of file actions, and the MR's
@@ -148,7 +148,7 @@ impl Workflow {
     }
 
     /// The actions that make `branch` hold what `wanted` says, from what it
-    /// holds now: a file already exactly as rendered needs nothing, one that
+    /// holds now (one tree listing per directory, compared by blob id): a file already exactly as rendered needs nothing, one that
     /// is there with other content is updated, one that is missing is
     /// created, and a deletion of a missing file is dropped.
     async fn still_missing(
@@ -158,14 +158,13 @@ impl Workflow {
         branch: &str,
         wanted: &[FileAction],
     ) -> Result<Vec<FileAction>, GitLabError> {
+        let actions: Vec<&FileAction> = wanted.iter().collect();
+        let blobs = self.blobs_of(token, project, branch, &actions).await?;
         let mut missing = Vec::new();
         for action in wanted {
-            let now = self
-                .gitlab
-                .file_at(token, project, &action.file_path, branch)
-                .await?;
+            let now = blobs.get(&action.file_path);
             let needed = match (&action.content, now) {
-                (Some(content), Some(now)) if *content == now => None,
+                (Some(content), Some(now)) if git_blob_id(content) == *now => None,
                 (Some(_), Some(_)) => Some("update"),
                 (Some(_), None) => Some("create"),
                 (None, Some(_)) => Some("delete"),

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use axum::response::IntoResponse;
 
-use changegate::clients::gitlab::{FileAction, GitLabClient, GitLabError, RetryPolicy};
+use changegate::clients::gitlab::{
+    FileAction, GitLabClient, GitLabError, RetryPolicy, git_blob_id,
+};
 use changegate_sim::gitlab::{
     AccessLevel, Endpoint, Fault, FaultKind, GitLabSim, GitLabSimHandle, GitLabSimOptions,
     ProjectId,
@@ -234,31 +236,36 @@ async fn rate_limits_are_retried_and_a_5xx_only_for_reads() {
 }
 
 #[tokio::test]
-async fn a_file_is_read_at_a_branch_and_a_missing_one_is_none() {
+async fn a_directory_is_listed_with_git_blob_ids_at_a_branch() {
     let fx = fixture(Duration::from_secs(5)).await;
-    let iid = fx.open_mr("cg-5").await;
-    assert!(iid > 0);
+    fx.open_mr("cg-5").await;
     let on_branch = fx
         .client
-        .file_at(&fx.bot, PROJECT, "bindings/cg-5.json", "cg-5")
+        .blobs_in(&fx.bot, PROJECT, "bindings", "cg-5")
         .await
         .unwrap();
-    assert!(on_branch.is_some(), "the MR's file is on its branch");
     assert_eq!(
-        fx.client
-            .file_at(&fx.bot, PROJECT, "bindings/cg-5.json", "main")
-            .await
-            .unwrap(),
-        None
+        on_branch.get("bindings/cg-5.json").map(String::as_str),
+        Some(git_blob_id("{}\n").as_str()),
+        "{on_branch:?}"
     );
+    // git hash-object of "{}\n"
+    assert_eq!(
+        git_blob_id("{}\n"),
+        "0967ef424bce6791893e9a57bb952f80fd536e93"
+    );
+    let on_main = fx
+        .client
+        .blobs_in(&fx.bot, PROJECT, "bindings", "main")
+        .await
+        .unwrap();
+    assert!(on_main.is_empty(), "no such directory on main: {on_main:?}");
     let no_ref = fx
         .client
-        .file_at(&fx.bot, PROJECT, "bindings/cg-5.json", "no-such-branch")
-        .await;
-    assert!(
-        no_ref.is_err(),
-        "a missing ref is not a missing file: {no_ref:?}"
-    );
+        .blobs_in(&fx.bot, PROJECT, "bindings", "no-such-branch")
+        .await
+        .unwrap();
+    assert!(no_ref.is_empty(), "{no_ref:?}");
 }
 
 #[tokio::test]

@@ -205,39 +205,6 @@ impl GitLabClient {
         self.call(token, Method::POST, &path, Some(&body)).await
     }
 
-    /// The content of `file_path` at `reference` (a branch or a commit), or
-    /// `None` when the file is not there. GitLab's raw file endpoint
-    /// (doc/api/repository_files.md, "Get raw file from repository")
-    /// answers 404 `File Not Found` for a missing file; any other 404 (no
-    /// such project or ref) is an error.
-    pub async fn file_at(
-        &self,
-        token: &SecretString,
-        project: &str,
-        file_path: &str,
-        reference: &str,
-    ) -> Result<Option<String>, GitLabError> {
-        let path = format!(
-            "/projects/{}/repository/files/{}/raw?ref={}",
-            project_ref(project),
-            query_value(file_path),
-            query_value(reference)
-        );
-        match self.send(token, Method::GET, &path, None).await {
-            Ok(response) => response
-                .text()
-                .await
-                .map(Some)
-                .map_err(|err| GitLabError::Decode(err.without_url().to_string())),
-            Err(GitLabError::Status { status, message })
-                if status == StatusCode::NOT_FOUND && message.contains("File Not Found") =>
-            {
-                Ok(None)
-            }
-            Err(err) => Err(err),
-        }
-    }
-
     /// The files directly in `directory` at `reference`, path → git blob
     /// id, every page read (`GET repository/tree`, doc/api/repositories.md;
     /// offset pagination with `x-next-page`, 100 entries a page at most). A

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use changegate_sim::approval::{Decision, DecisionPolicy};
-use changegate_sim::gitlab::MrState;
+use changegate_sim::gitlab::{Endpoint, MrState};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -158,6 +158,52 @@ async fn approved_requests_are_merged_together_in_one_mr() {
         w.app.get_as("alice", "/admin/v1/batches").await.status(),
         403
     );
+}
+
+#[tokio::test]
+async fn members_whose_files_exist_on_main_are_rewritten_with_tree_reads_not_one_read_each() {
+    let db = sqlite_db().await;
+    let w = world_with(&db.url, manual_rounds()).await;
+    let old: Vec<(String, Option<&str>)> = (0..10)
+        .map(|n| {
+            (
+                format!("bindings/team.access/member{n}.json"),
+                Some("{\"old\": true}\n"),
+            )
+        })
+        .collect();
+    let changes: Vec<(&str, Option<&str>)> = old.iter().map(|(p, c)| (p.as_str(), *c)).collect();
+    w.gitlab
+        .push(w.project, w.users[0], "main", &changes)
+        .unwrap();
+    let mut ids = Vec::new();
+    for n in 0..10 {
+        ids.push(apply_for(&w, &format!("member{n}"), "read").await);
+    }
+    approve_all(&w, &ids).await;
+
+    let views = rounds_until_settled(&w, &ids).await;
+
+    for v in &views {
+        assert_eq!(v["status"], "VALIDATED", "{v}");
+    }
+    let files = w.gitlab.files(w.project, "main").unwrap();
+    for (n, id) in ids.iter().enumerate() {
+        let file = &files[&format!("bindings/team.access/member{n}.json")];
+        assert!(
+            file.contains(id.as_str()),
+            "member{n} is rendered on main: {file}"
+        );
+    }
+    // The refused commit's re-read and the check after the merge each list
+    // the one directory once, whatever the number of members.
+    assert_eq!(
+        w.gitlab.calls(Endpoint::CreateCommit),
+        2,
+        "refused, then the updates"
+    );
+    assert_eq!(w.gitlab.calls(Endpoint::GetTree), 2);
+    assert_eq!(w.gitlab.calls(Endpoint::GetRawFile), 0);
 }
 
 #[tokio::test]
