@@ -104,7 +104,12 @@ impl Dependencies {
             let record = inner.records.entry(system).or_default();
             record.last_succeeded = Some(true);
             record.last_success_at = Some(Utc::now());
-            inner.failing_hosts.remove(&(system, host.to_owned()))
+            // Nearly always empty: no key is built for the common case.
+            if inner.failing_hosts.is_empty() {
+                None
+            } else {
+                inner.failing_hosts.remove(&(system, host.to_owned()))
+            }
         });
         if let Some(was) = recovered {
             tracing::info!(
