@@ -32,9 +32,7 @@ impl MergeQueue {
             .iter()
             .map(|o| (o.operation_id.clone(), file_action(&settings, o)))
             .collect();
-        // What the merge put on the target branch: the merge commit, or the
-        // head itself for a fast-forward merge.
-        let landed_at = merged.and_then(|mr| mr.merge_commit_sha.as_deref().or(sha));
+        let landed_at = merged.and_then(MergeRequest::landed_at);
         let not_landed = match landed_at {
             Some(at) => {
                 self.workflow

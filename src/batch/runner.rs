@@ -176,12 +176,7 @@ impl MergeQueue {
                     .merge_round(settings, token, &batch.project, iid, batch.polls)
                     .await
                 {
-                    Ok(Round::Finished(outcome))
-                        if outcome.status == Some(BindingStatus::Merged) =>
-                    {
-                        let merged = gitlab.merge_request(token, &batch.project, iid).await.ok();
-                        self.succeed(db, &batch, merged.as_ref()).await
-                    }
+                    Ok(Round::Merged(mr)) => self.succeed(db, &batch, Some(&mr)).await,
                     // The merge's answer was lost: the next round reads the
                     // MR again (merged → done), as for an unanswered write.
                     Ok(Round::Finished(outcome)) if outcome.step == StepStatus::MergePending => {

@@ -302,6 +302,23 @@ impl Workflow {
             .merge_round(&settings, token, project, iid, operation.attempts)
             .await
         {
+            Ok(Round::Merged(mr)) => {
+                match self.check_landed(&settings, project, &mr, operation).await {
+                    Ok(true) => Outcome::to(BindingStatus::Merged, StepStatus::HandleMerged),
+                    Ok(false) => Outcome {
+                        status: Some(BindingStatus::HandleFailed),
+                        step: StepStatus::HandleFailed,
+                        message: Some(format!(
+                            "MR !{iid} merged, but the file on the target branch is not what was rendered"
+                        )),
+                    },
+                    // Checked again next round: merged is merged.
+                    Err(err) => {
+                        tracing::warn!(iid, "cannot check the merged file yet: {err}");
+                        return self.note_obstacle(db, operation, err.obstacle()).await;
+                    }
+                }
+            }
             Ok(Round::Finished(outcome)) => outcome,
             Ok(Round::Rebasing) => Outcome {
                 status: None,
@@ -321,28 +338,6 @@ impl Workflow {
                 &err,
             ),
         };
-        let outcome = if outcome.status == Some(BindingStatus::Merged) {
-            match self
-                .check_landed(&settings, token, project, iid, operation)
-                .await
-            {
-                Ok(true) => outcome,
-                Ok(false) => Outcome {
-                    status: Some(BindingStatus::HandleFailed),
-                    step: StepStatus::HandleFailed,
-                    message: Some(format!(
-                        "MR !{iid} merged, but the file on the target branch is not what was rendered"
-                    )),
-                },
-                // Checked again next round: merged is merged.
-                Err(err) => {
-                    tracing::warn!(iid, "cannot check the merged file yet: {err}");
-                    return self.note_obstacle(db, operation, err.obstacle()).await;
-                }
-            }
-        } else {
-            outcome
-        };
         let merged = outcome.status == Some(BindingStatus::Merged);
         self.settle(db, operation, operation.version, outcome)
             .await?;
@@ -353,26 +348,23 @@ impl Workflow {
     }
 
     /// Whether the operation's file is on the target branch as rendered, at
-    /// the commit the merge of MR `iid` made (the head for a fast-forward).
+    /// the commit the merge of `mr` put there.
     async fn check_landed(
         &self,
         settings: &Settings,
-        token: &SecretString,
         project: &str,
-        iid: i64,
+        mr: &MergeRequest,
         operation: &OperationRow,
     ) -> Result<bool, GitLabError> {
-        let mr = self.gitlab.merge_request(token, project, iid).await?;
         let at = mr
-            .merge_commit_sha
-            .or(mr.sha)
-            .ok_or_else(|| GitLabError::Decode(format!("merged MR !{iid} names no commit")))?;
+            .landed_at()
+            .ok_or_else(|| GitLabError::Decode(format!("merged MR !{} names no commit", mr.iid)))?;
         let change = [(
             operation.operation_id.clone(),
             file_action(settings, operation),
         )];
         Ok(self
-            .not_landed(settings, project, &at, &change)
+            .not_landed(settings, project, at, &change)
             .await?
             .is_empty())
     }
@@ -417,7 +409,7 @@ impl Workflow {
         let mr = self.gitlab.merge_request(token, project, iid).await?;
         // Read remote state first: an MR already merged is finished, not approved again.
         match mr.state.as_str() {
-            "merged" => return Ok(Round::merged()),
+            "merged" => return Ok(Round::Merged(Box::new(mr))),
             "closed" => {
                 return Ok(Round::Finished(Outcome {
                     status: Some(BindingStatus::HandleFailed),
@@ -463,7 +455,7 @@ impl Workflow {
             }
         };
         match (detailed, pipeline) {
-            ("merged", _) => Ok(Round::merged()),
+            ("merged", _) => Ok(Round::Merged(Box::new(mr.clone()))),
             ("conflict", _) => Ok(Round::Finished(Outcome {
                 status: Some(BindingStatus::HandleFailed),
                 step: StepStatus::HandleRebaseConflict,
@@ -512,7 +504,7 @@ impl Workflow {
             ("mergeable", _) => {
                 let sha = mr.sha.unwrap_or_default();
                 match self.gitlab.merge(token, project, iid, &sha).await {
-                    Ok(_) => Ok(Round::merged()),
+                    Ok(merged) => Ok(Round::Merged(Box::new(merged))),
                     Err(err) if err.outcome_unknown() => {
                         tracing::warn!(iid, "merge answer unclear, will re-read: {err}");
                         Ok(Round::Finished(Outcome {
@@ -658,18 +650,14 @@ fn passed_for_head(mr: &MergeRequest, iid: i64) -> bool {
 
 /// What one merge round found.
 pub(crate) enum Round {
+    /// Merged (by this round or before it): the MR as GitLab last gave it.
+    Merged(Box<MergeRequest>),
     /// The step ends here.
     Finished(Outcome),
     /// A rebase was asked for: recorded, and its polls count from zero.
     Rebasing,
     /// Not mergeable yet: polled again later.
     NotYet,
-}
-
-impl Round {
-    fn merged() -> Self {
-        Self::Finished(Outcome::to(BindingStatus::Merged, StepStatus::HandleMerged))
-    }
 }
 
 #[cfg(test)]

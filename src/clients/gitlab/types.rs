@@ -53,6 +53,14 @@ pub struct MergeRequest {
     pub merge_commit_sha: Option<String>,
 }
 
+impl MergeRequest {
+    /// The commit a merge of it put on the target branch: the merge (or
+    /// squash) commit, or, for a fast-forward merge, the head itself.
+    pub fn landed_at(&self) -> Option<&str> {
+        self.merge_commit_sha.as_deref().or(self.sha.as_deref())
+    }
+}
+
 /// A pipeline.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Pipeline {
