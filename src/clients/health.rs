@@ -221,7 +221,12 @@ mod tests {
             .with_ansi(false)
             .with_writer(move || writer.clone())
             .finish();
-        tracing::subscriber::with_default(subscriber, work);
+        tracing::subscriber::with_default(subscriber, || {
+            // Another test's thread may have cached "no interest" for these
+            // callsites while no subscriber was listening.
+            tracing::callsite::rebuild_interest_cache();
+            work();
+        });
         let bytes = captured
             .0
             .lock()
