@@ -91,7 +91,7 @@ impl MergeQueue {
                 batch.mr_iid.unwrap_or_default()
             );
             let change = Change {
-                step: StepStatus::HandleFailed,
+                step: StepStatus::HandleNotLanded,
                 message: Some(&message),
                 actor: ACTOR,
             };

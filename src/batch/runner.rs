@@ -7,16 +7,17 @@
 
 use std::sync::Arc;
 
+use crate::clients::gitlab::GitLabError;
 use crate::config::{LiveConfig, Settings};
 use crate::db::batches::{
-    BatchChange, BatchRow, acquire_batch_lease, frozen_by_operator, get_batch, members,
-    release_batch_lease, runnable, stuck, update_batch, waiting_partitions,
+    BatchChange, BatchRow, acquire_batch_lease, append_membership, frozen_by_operator, get_batch,
+    members, release_batch_lease, runnable, stuck, update_batch, waiting_partitions,
 };
 use crate::db::operations::operations_by_ids;
 use crate::db::{Db, DbSlot};
 use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, MergeRequestRef, StoreError, StoreTx, move_members};
-use crate::workflow::{ChangeSet, Round, Workflow, bot, file_action};
+use crate::workflow::{ChangeSet, Opened, Round, Workflow, bot, file_action};
 
 use super::claim::{Claimed, claim_batch};
 
@@ -100,6 +101,10 @@ impl MergeQueue {
             );
             self.settle(batch_id, "ran past batch.timeout").await?;
         }
+        // While GitLab's rate limiter asks for quiet, no round calls it.
+        if self.workflow.gitlab.quiet_for().is_some() {
+            return Ok(0);
+        }
         let mut driven = 0;
         for batch_id in runnable(db).await? {
             let lease = settings.executor.lease;
@@ -164,7 +169,7 @@ impl MergeQueue {
                     }
                     _ => self.poll(db, &batch, None).await,
                 },
-                Err(err) if err.is_transient() => self.poll(db, &batch, err.obstacle()).await,
+                Err(err) if err.is_transient() => self.wait_out(db, &batch, &err).await,
                 Err(err) => {
                     self.fail(db, &batch, StepStatus::CreateFailed, &err.to_string())
                         .await
@@ -202,7 +207,7 @@ impl MergeQueue {
                         .await
                     }
                     Ok(Round::NotYet) => self.poll(db, &batch, None).await,
-                    Err(err) if err.is_transient() => self.poll(db, &batch, err.obstacle()).await,
+                    Err(err) if err.is_transient() => self.wait_out(db, &batch, &err).await,
                     Err(err) => {
                         self.fail(db, &batch, StepStatus::HandleMergeRefused, &err.to_string())
                             .await
@@ -239,7 +244,8 @@ impl MergeQueue {
             .open_change(settings, &batch.project, &change)
             .await
         {
-            Ok(mr) => {
+            Ok(Opened::AlreadyInPlace) => self.already_in_place(db, batch, &ids).await,
+            Ok(Opened::MergeRequest(mr)) => {
                 let url = mr.web_url.as_deref();
                 let opened = BatchChange {
                     phase: Some("PIPELINE"),
@@ -268,12 +274,58 @@ impl MergeQueue {
                 .await?;
                 tx.commit().await.map_err(Into::into)
             }
-            Err(err) if err.is_transient() => self.poll(db, batch, err.obstacle()).await,
+            Err(err) if err.is_transient() => self.wait_out(db, batch, &err).await,
             Err(err) => {
                 self.fail(db, batch, StepStatus::CreateRefused, &err.to_string())
                     .await
             }
         }
+    }
+
+    /// The target branch already holds every member's file as rendered: the
+    /// batch SUCCEEDED without an MR, and its members are VALIDATED, since
+    /// nothing is left to merge or deploy.
+    async fn already_in_place(
+        &self,
+        db: &Db,
+        batch: &BatchRow,
+        ids: &[String],
+    ) -> Result<(), StoreError> {
+        let message = format!(
+            "merge batch #{}: the target branch already holds this file as requested: nothing to merge",
+            batch.id
+        );
+        let mut tx = StoreTx::begin(db).await?;
+        let done = BatchChange {
+            status: Some("SUCCEEDED"),
+            message: Some(&message),
+            ..BatchChange::default()
+        };
+        if update_batch(tx.db(), batch.id, batch.version, &done).await? != 1 {
+            return tx.rollback().await.map_err(Into::into);
+        }
+        let change = Change {
+            step: StepStatus::AlreadyInPlace,
+            message: Some(&message),
+            actor: ACTOR,
+        };
+        move_members(
+            &mut tx,
+            ids,
+            &[BindingStatus::MrCreating],
+            Some(BindingStatus::Validated),
+            change,
+            None,
+        )
+        .await?;
+        append_membership(tx.db(), batch.id, ids, "IN_PLACE", None).await?;
+        tx.commit().await?;
+        tracing::info!(
+            batch = batch.id,
+            members = ids.len(),
+            "merge batch had nothing to merge"
+        );
+        Ok(())
     }
 
     /// A guarded batch write with the members' move, in one transaction.
@@ -349,6 +401,26 @@ impl MergeQueue {
         )
         .await?;
         tx.commit().await.map_err(Into::into)
+    }
+
+    /// A round GitLab did not answer: counted as a poll, except a pause its
+    /// rate limiter asked for, which is not the batch's own slowness.
+    async fn wait_out(
+        &self,
+        db: &Db,
+        batch: &BatchRow,
+        err: &GitLabError,
+    ) -> Result<(), StoreError> {
+        self.write(
+            db,
+            batch,
+            &BatchChange {
+                polled: err.throttled_for().is_none(),
+                obstacle: err.obstacle().as_deref(),
+                ..BatchChange::default()
+            },
+        )
+        .await
     }
 
     /// Not ready yet: counted, so the deadline can be told.

@@ -78,6 +78,7 @@ steps! {
     CreateFailed = 10010, "CREATE_FAILED", "Unexpected failure while creating the MR.";
     CreatePipelineFailed = 10011, "CREATE_PIPELINE_FAILED", "The MR pipeline failed.";
     CreateRefused = 10012, "CREATE_REFUSED", "GitLab refused the branch, commit or MR.";
+    AlreadyInPlace = 10013, "ALREADY_IN_PLACE", "The target branch already held the file as requested; nothing had to be merged.";
     HandleStarted = 10101, "HANDLE_STARTED", "Reviewer bots are approving.";
     HandleApproved = 10102, "HANDLE_APPROVED", "Both reviewer bots approved.";
     HandleMerging = 10103, "HANDLE_MERGING", "Merging the MR.";
@@ -88,6 +89,7 @@ steps! {
     HandleMrClosed = 10108, "HANDLE_MR_CLOSED", "The MR was closed outside changegate.";
     HandleFailed = 10109, "HANDLE_FAILED", "Unexpected failure while approving or merging.";
     HandleBatchRetry = 10110, "HANDLE_BATCH_RETRY", "Its batch failed; it will be merged in a smaller batch.";
+    HandleNotLanded = 10111, "HANDLE_NOT_LANDED", "The MR merged, but the file on the target branch is not what was rendered.";
     CloseRequested = 10201, "CLOSE_REQUESTED", "Removal requested.";
     CloseExpired = 10202, "CLOSE_EXPIRED", "Expired; removal started by changegate.";
     CloseMrCreated = 10203, "CLOSE_MR_CREATED", "The removal MR is open.";
@@ -118,6 +120,7 @@ pub const DETERMINISTIC_FAILURES: &[StepStatus] = &[
     StepStatus::HandleMergeRefused,
     StepStatus::HandleMrClosed,
     StepStatus::HandleFailed,
+    StepStatus::HandleNotLanded,
     StepStatus::CloseFailed,
     StepStatus::DeployFailed,
 ];

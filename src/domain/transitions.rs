@@ -27,7 +27,14 @@ pub const LEGAL_TRANSITIONS: &[(BindingStatus, &[BindingStatus])] = &[
     ),
     (
         MrCreating,
-        &[MrCreated, CreateFailed, BusyRejected, Abandoned],
+        &[
+            MrCreated,
+            // the target branch already holds the file as rendered
+            Validated,
+            CreateFailed,
+            BusyRejected,
+            Abandoned,
+        ],
     ),
     (
         MrCreated,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 
 use super::Workflow;
-use super::open::ChangeSet;
+use super::open::{ChangeSet, Opened};
 use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest};
 use crate::config::Settings;
 use crate::config::resolve::FlowOrder;
@@ -126,6 +126,7 @@ impl Outcome {
             }
             (Some(BindingStatus::Merging), step) => (None, step),
             (Some(BindingStatus::Merged), _) => (Some(BindingStatus::Closed), StepStatus::Closed),
+            (Some(BindingStatus::Validated), step) => (Some(BindingStatus::Closed), step),
             (Some(BindingStatus::CreateFailed | BindingStatus::HandleFailed), step) => {
                 (Some(BindingStatus::CloseFailed), step)
             }
@@ -168,7 +169,22 @@ impl Workflow {
     ) -> Result<(), StoreError> {
         let settings = self.config.current();
         let outcome = match self.create_mr(&settings, operation).await {
-            Ok(mr) => {
+            Ok(Opened::AlreadyInPlace) => Outcome {
+                status: Some(BindingStatus::Validated),
+                step: StepStatus::AlreadyInPlace,
+                message: Some(
+                    match operation.kind {
+                        OperationKind::Apply => {
+                            "the target branch already holds this file as requested: nothing to merge"
+                        }
+                        OperationKind::Close => {
+                            "the file is already absent from the target branch: nothing to merge"
+                        }
+                    }
+                    .to_owned(),
+                ),
+            },
+            Ok(Opened::MergeRequest(mr)) => {
                 let recorded = record_merge_request(
                     db,
                     &operation.operation_id,
@@ -204,7 +220,7 @@ impl Workflow {
         &self,
         settings: &Settings,
         operation: &OperationRow,
-    ) -> Result<MergeRequest, GitLabError> {
+    ) -> Result<Opened, GitLabError> {
         let change = ChangeSet {
             branch: branch_of(operation),
             title: commit_title(operation),
@@ -307,7 +323,7 @@ impl Workflow {
                     Ok(true) => Outcome::to(BindingStatus::Merged, StepStatus::HandleMerged),
                     Ok(false) => Outcome {
                         status: Some(BindingStatus::HandleFailed),
-                        step: StepStatus::HandleFailed,
+                        step: StepStatus::HandleNotLanded,
                         message: Some(format!(
                             "MR !{iid} merged, but the file on the target branch is not what was rendered"
                         )),
@@ -431,12 +447,17 @@ impl Workflow {
                 message: Some(format!("MR !{iid} cannot be rebased: {error}")),
             }));
         }
-        if let Err(err) = self.approve_as_reviewers(settings, project, iid).await {
-            return Ok(Round::Finished(Outcome::failed(
-                BindingStatus::HandleFailed,
-                StepStatus::HandleApproveFailed,
-                &err,
-            )));
+        // GitLab unavailable or throttling is waited out, never a failure.
+        match self.approve_as_reviewers(settings, project, iid).await {
+            Err(err) if err.is_transient() => return Err(err),
+            Err(err) => {
+                return Ok(Round::Finished(Outcome::failed(
+                    BindingStatus::HandleFailed,
+                    StepStatus::HandleApproveFailed,
+                    &err,
+                )));
+            }
+            Ok(()) => {}
         }
         let mr = self.gitlab.merge_request(token, project, iid).await?;
         let detailed = merge_state(&mr);

@@ -8,7 +8,7 @@ mod merge_request;
 mod open;
 
 pub(crate) use merge_request::{Round, bot, file_action};
-pub(crate) use open::ChangeSet;
+pub(crate) use open::{ChangeSet, Opened};
 
 pub use executor::{Busy, Executor, Reservation, Steps};
 
@@ -247,12 +247,16 @@ impl Workflow {
                 return Progress::Idle;
             }
         };
+        // A pause GitLab's rate limiter asked for is kept: the step is due
+        // again only after it (stored as its due time, so also after a restart).
+        let pause = poll_pause(
+            &self.config.current().polling,
+            operation.step,
+            operation.attempts,
+        )
+        .max(self.gitlab.quiet_for().unwrap_or_default());
         let retry = Progress::Retry {
-            pause: poll_pause(
-                &self.config.current().polling,
-                operation.step,
-                operation.attempts,
-            ),
+            pause,
             version: operation.version,
         };
         if let Err(err) = outcome {

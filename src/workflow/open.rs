@@ -24,6 +24,15 @@ pub(crate) struct ChangeSet {
     pub actions: Vec<FileAction>,
 }
 
+/// What opening a change came to.
+pub(crate) enum Opened {
+    /// The MR that carries the change, opened now or by an earlier run.
+    MergeRequest(Box<MergeRequest>),
+    /// The target branch already holds every file as the change would
+    /// write it: there is nothing to merge.
+    AlreadyInPlace,
+}
+
 /// GitLab's limits on an MR: a title of at most 255 characters
 /// (app/models/concerns/issuable.rb validates its length) and a description
 /// of at most 1 MiB (`issuable_description_limit`'s default).
@@ -54,13 +63,16 @@ fn cut_bytes(text: &str, limit: usize) -> String {
 impl Workflow {
     /// Branch, one commit of `change`'s files, and the MR, as the bot. Each
     /// part an earlier run already made is found and reused, so this may run
-    /// any number of times for one change.
+    /// any number of times for one change. What the commit writes is judged
+    /// from what the target branch holds: a file already as rendered needs
+    /// nothing, and when every file is, no branch or MR is made at all (an
+    /// MR without commits can never merge: `commits_status`).
     pub(crate) async fn open_change(
         &self,
         settings: &Settings,
         project: &str,
         change: &ChangeSet,
-    ) -> Result<MergeRequest, GitLabError> {
+    ) -> Result<Opened, GitLabError> {
         let token = bot(settings)?;
         let (branch, base) = (&change.branch, &settings.gitlab.target_branch);
         // An MR from an earlier run of this step is the one to use.
@@ -71,40 +83,33 @@ impl Workflow {
             .into_iter()
             .next()
         {
-            return Ok(mr);
+            return Ok(Opened::MergeRequest(Box::new(mr)));
         }
-        match self
+        let needed = self
+            .still_missing(token, project, base, &change.actions)
+            .await?;
+        if needed.is_empty() {
+            return Ok(Opened::AlreadyInPlace);
+        }
+        let actions = match self
             .gitlab
             .create_branch(token, project, branch, base)
             .await
         {
-            // From an earlier run (GitLab: 400 "Branch already exists").
+            Ok(()) => needed,
+            // From an earlier run (GitLab: 400 "Branch already exists"),
+            // which may have committed some or all of the files.
             Err(GitLabError::Status { status, message })
-                if status == StatusCode::BAD_REQUEST && message.contains("already exists") => {}
-            other => other?,
-        }
-        match self
-            .gitlab
-            .commit(token, project, branch, &change.title, &change.actions)
-            .await
-        {
-            Ok(_) => {}
-            // The branch is not as the commit expected (a file the commit
-            // creates is there already, one it updates or deletes is not),
-            // or an earlier attempt may have been applied: write what the
-            // branch still lacks, judged by the files' content.
-            Err(err) if err.outcome_unknown() || is_file_state_refusal(&err) => {
-                let missing = self
-                    .still_missing(token, project, branch, &change.actions)
-                    .await?;
-                if !missing.is_empty() {
-                    self.gitlab
-                        .commit(token, project, branch, &change.title, &missing)
-                        .await?;
-                }
+                if status == StatusCode::BAD_REQUEST && message.contains("already exists") =>
+            {
+                self.still_missing(token, project, branch, &change.actions)
+                    .await?
             }
-            // Anything else GitLab refuses is a failure, with its message.
             Err(err) => return Err(err),
+        };
+        if !actions.is_empty() {
+            self.commit_missing(token, project, change, &actions)
+                .await?;
         }
         let created = self
             .gitlab
@@ -138,17 +143,52 @@ impl Workflow {
                             branch,
                             "adopted the MR an unanswered create opened"
                         );
-                        Ok(mr)
+                        Ok(Opened::MergeRequest(Box::new(mr)))
                     }
                     None => Err(err),
                 }
             }
-            other => other,
+            other => other.map(|mr| Opened::MergeRequest(Box::new(mr))),
+        }
+    }
+
+    /// One commit of `actions` on the change's branch. When GitLab finds the
+    /// branch other than the actions expect (a file created meanwhile, one
+    /// deleted), or the answer is lost (the commit may be there), what the
+    /// branch still lacks is read again and only that is committed.
+    async fn commit_missing(
+        &self,
+        token: &SecretString,
+        project: &str,
+        change: &ChangeSet,
+        actions: &[FileAction],
+    ) -> Result<(), GitLabError> {
+        let branch = &change.branch;
+        match self
+            .gitlab
+            .commit(token, project, branch, &change.title, actions)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(err) if err.outcome_unknown() || is_file_state_refusal(&err) => {
+                let missing = self
+                    .still_missing(token, project, branch, &change.actions)
+                    .await?;
+                if !missing.is_empty() {
+                    self.gitlab
+                        .commit(token, project, branch, &change.title, &missing)
+                        .await?;
+                }
+                Ok(())
+            }
+            // Anything else GitLab refuses is a failure, with its message.
+            Err(err) => Err(err),
         }
     }
 
     /// The actions that make `branch` hold what `wanted` says, from what it
-    /// holds now (one tree listing per directory, compared by blob id): a file already exactly as rendered needs nothing, one that
+    /// holds now (one tree listing per directory, compared by blob id): a
+    /// file already exactly as rendered needs nothing, one that
     /// is there with other content is updated, one that is missing is
     /// created, and a deletion of a missing file is dropped.
     async fn still_missing(

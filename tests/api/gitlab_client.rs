@@ -309,9 +309,20 @@ async fn a_long_retry_after_is_handed_back_at_once_instead_of_slept() {
         "{:?}",
         started.elapsed()
     );
-    assert_eq!(throttled.status().map(|s| s.as_u16()), Some(429));
+    let wait = throttled
+        .throttled_for()
+        .expect("the pause GitLab asked for");
+    assert!(
+        wait > Duration::from_secs(110) && wait <= Duration::from_secs(120),
+        "{wait:?}"
+    );
     assert!(throttled.is_transient(), "the step waits and polls again");
+    // Until the pause is over, no call goes out, whichever account asks.
+    let again = fx.client.approvals(&fx.bot, PROJECT, 1).await.unwrap_err();
+    assert!(again.throttled_for().is_some(), "{again:?}");
+    assert!(fx.client.quiet_for().is_some());
     assert_eq!(fx.sim.calls(Endpoint::GetMergeRequest), 1);
+    assert_eq!(fx.sim.calls(Endpoint::GetApprovals), 0);
 }
 
 #[tokio::test]

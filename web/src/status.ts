@@ -16,11 +16,11 @@ export const STEPS: [number, string][] = [
   [10001, "ACCEPTED"], [10002, "BUSY_REJECTED"], [10003, "APPROVAL_SENDING"],
   [10004, "APPROVAL_SENT"], [10005, "APPROVAL_SEND_UNKNOWN"], [10006, "APPROVAL_SEND_FAILED"],
   [10007, "QUEUED"], [10008, "MR_CREATING"], [10009, "MR_CREATED"], [10010, "CREATE_FAILED"],
-  [10011, "CREATE_PIPELINE_FAILED"], [10012, "CREATE_REFUSED"], [10101, "HANDLE_STARTED"],
+  [10011, "CREATE_PIPELINE_FAILED"], [10012, "CREATE_REFUSED"], [10013, "ALREADY_IN_PLACE"], [10101, "HANDLE_STARTED"],
   [10102, "HANDLE_APPROVED"], [10103, "HANDLE_MERGING"], [10104, "HANDLE_MERGED"],
   [10105, "HANDLE_REBASE_CONFLICT"], [10106, "HANDLE_APPROVE_FAILED"],
   [10107, "HANDLE_MERGE_REFUSED"], [10108, "HANDLE_MR_CLOSED"], [10109, "HANDLE_FAILED"],
-  [10110, "HANDLE_BATCH_RETRY"], [10201, "CLOSE_REQUESTED"], [10202, "CLOSE_EXPIRED"],
+  [10110, "HANDLE_BATCH_RETRY"], [10111, "HANDLE_NOT_LANDED"], [10201, "CLOSE_REQUESTED"], [10202, "CLOSE_EXPIRED"],
   [10203, "CLOSE_MR_CREATED"], [10204, "CLOSED"], [10205, "CLOSE_FAILED"],
   [10301, "CALLED_BACK_APPROVED"], [10302, "CALLED_BACK_REJECTED"],
   [10303, "CALLED_BACK_WITHDRAWN"], [10304, "DEPLOY_CONFIRMED"], [10305, "DEPLOY_RECONCILED"],
@@ -103,7 +103,7 @@ function mrStageOf(code: number): string | null {
       return "pipeline";
     case 10101: case 10106:
       return "reviews";
-    case 10102: case 10103: case 10104: case 10105: case 10107: case 10108: case 10502: case 10503:
+    case 10102: case 10103: case 10104: case 10105: case 10107: case 10108: case 10111: case 10502: case 10503:
       return "merge";
     default:
       return null;
@@ -119,6 +119,14 @@ export function timeline(op: Operation): Stage[] {
   const closing = CLOSE_STATUSES.includes(op.status) || (op.step.code >= 10201 && op.step.code < 10300);
   let stages = closing ? CLOSE_STAGES : APPLY_STAGES;
   const code = op.step.code;
+  // The target branch already held the change: no MR, pipeline or merge
+  // happened, and the timeline must not show them done.
+  if (code === 10013) {
+    return [
+      { key: stages[0][0], label: stages[0][1], state: "done" },
+      { key: "in-place", label: "Already on the target branch", state: "done" },
+    ];
+  }
   let at: string;
   let failed = false;
   switch (op.status) {

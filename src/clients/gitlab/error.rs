@@ -15,6 +15,14 @@ pub enum GitLabError {
         /// GitLab's `message` (or `error`) text, flattened.
         message: String,
     },
+    /// GitLab's rate limiter asked for a pause longer than the client waits
+    /// in a call (or an earlier answer's pause is still running): nothing
+    /// was done, and nothing should be asked before the pause is over.
+    #[error("GitLab's rate limit asks changegate to wait {}s before calling again", .wait.as_secs())]
+    Throttled {
+        /// What is left of the pause.
+        wait: std::time::Duration,
+    },
     /// No answer within the timeout. The request may have been applied.
     #[error("GitLab did not answer in time; the request may or may not have been applied")]
     Timeout,
@@ -51,10 +59,23 @@ impl GitLabError {
     /// connection that cannot be made, which waiting alone may not cure.
     pub fn obstacle(&self) -> Option<String> {
         match self {
+            Self::Throttled { wait } => Some(format!(
+                "GitLab's rate limit asks changegate to wait {}s; it resumes then by itself",
+                wait.as_secs().max(1)
+            )),
             Self::Unreachable(failure) => Some(format!(
                 "{}; changegate keeps trying: please tell the team",
                 failure.describe("GitLab")
             )),
+            _ => None,
+        }
+    }
+
+    /// The pause GitLab's rate limiter asked for, when it asked for one
+    /// longer than a call waits.
+    pub fn throttled_for(&self) -> Option<std::time::Duration> {
+        match self {
+            Self::Throttled { wait } => Some(*wait),
             _ => None,
         }
     }
@@ -64,7 +85,10 @@ impl GitLabError {
     /// answer about the request itself.
     pub fn is_transient(&self) -> bool {
         self.outcome_unknown()
-            || matches!(self, Self::Transport(_) | Self::Unreachable(_))
+            || matches!(
+                self,
+                Self::Transport(_) | Self::Unreachable(_) | Self::Throttled { .. }
+            )
             || self
                 .status()
                 .is_some_and(|s| s == reqwest::StatusCode::TOO_MANY_REQUESTS)

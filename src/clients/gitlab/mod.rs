@@ -6,7 +6,8 @@ mod checklist;
 mod error;
 mod types;
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use secrecy::{ExposeSecret, SecretString};
@@ -47,6 +48,9 @@ pub struct GitLabClient {
     timeout: Duration,
     retry: RetryPolicy,
     checklists: checklist::ChecklistCache,
+    /// Until when GitLab's rate limiter asked every call to wait, shared by
+    /// the clones (the bot and the reviewers are limited alike).
+    quiet_until: Arc<Mutex<Option<Instant>>>,
 }
 
 /// Encodes a project path (`config/repo` → `config%2Frepo`) or passes an id.
@@ -91,6 +95,29 @@ impl GitLabClient {
             timeout,
             retry,
             checklists: checklist::ChecklistCache::default(),
+            quiet_until: Arc::default(),
+        }
+    }
+
+    /// What is left of the pause GitLab's rate limiter asked for, if any.
+    pub fn quiet_for(&self) -> Option<Duration> {
+        let until = (*self
+            .quiet_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner))?;
+        until
+            .checked_duration_since(Instant::now())
+            .filter(|left| !left.is_zero())
+    }
+
+    fn keep_quiet_for(&self, wait: Duration) {
+        let until = Instant::now() + wait;
+        let mut quiet = self
+            .quiet_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if quiet.is_none_or(|current| current < until) {
+            *quiet = Some(until);
         }
     }
 
@@ -108,6 +135,9 @@ impl GitLabClient {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Response, GitLabError> {
+        if let Some(wait) = self.quiet_for() {
+            return Err(GitLabError::Throttled { wait });
+        }
         let url = format!("{}{path}", self.api);
         let mut pause = self.retry.backoff;
         let mut attempt = 0;
@@ -126,15 +156,29 @@ impl GitLabClient {
                 CallError::Failed(detail) => GitLabError::Transport(detail),
             })?;
             let status = response.status();
-            let retryable = status == StatusCode::TOO_MANY_REQUESTS
-                || (status.is_server_error() && method == Method::GET);
-            if !retryable || attempt >= self.retry.retries {
+            let throttled = status == StatusCode::TOO_MANY_REQUESTS;
+            let retryable = throttled || (status.is_server_error() && method == Method::GET);
+            if !retryable {
                 return Ok(response);
             }
             let asked = retry_after(&response);
-            // A long wait is not spent holding a worker: the 429 goes back
-            // to the step, which is polled again later (a durable wait).
-            if asked.is_some_and(|wait| wait > self.retry.max_backoff) {
+            // A long wait is not spent holding a worker: the step is told how
+            // long to wait, and its next run is due then (a durable wait);
+            // meanwhile no call goes out.
+            let long_wait = asked.filter(|wait| *wait > self.retry.max_backoff);
+            if long_wait.is_some() && !throttled {
+                return Ok(response);
+            }
+            if let Some(wait) = long_wait {
+                tracing::warn!(
+                    path,
+                    wait_secs = wait.as_secs(),
+                    "GitLab's rate limit asks to wait; no GitLab call goes out until then"
+                );
+                self.keep_quiet_for(wait);
+                return Err(GitLabError::Throttled { wait });
+            }
+            if attempt >= self.retry.retries {
                 return Ok(response);
             }
             let wait = asked.unwrap_or(pause).min(self.retry.max_backoff);

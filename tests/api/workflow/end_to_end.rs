@@ -19,6 +19,8 @@ pub struct World {
     pub approval: ApprovalSimHandle,
     pub deploy: DeploySimHandle,
     pub app: TestApp,
+    /// changegate's configuration, to start it again on the same database.
+    pub config: String,
 }
 
 /// How a [`World`] differs from the default one.
@@ -29,6 +31,8 @@ pub struct WorldOptions {
     pub gitlab_keys: String,
     /// Lines inside the `[batch]` section.
     pub batch_keys: String,
+    /// Lines inside the `[executor]` section.
+    pub executor_keys: String,
     /// How the approval simulator decides.
     pub policy: DecisionPolicy,
     /// The GitLab simulator's options.
@@ -43,6 +47,7 @@ impl Default for WorldOptions {
             extra: String::new(),
             gitlab_keys: String::new(),
             batch_keys: "interval = \"200ms\"".to_owned(),
+            executor_keys: String::new(),
             policy: DecisionPolicy::Auto {
                 result: Decision::Approved,
                 delay: Duration::ZERO,
@@ -103,11 +108,12 @@ pub async fn world_with(db_url: &str, options: WorldOptions) -> World {
     let config = format!(
         "{REQUESTER_CONFIG}\
          [gitlab]\nbase_url = {:?}\nproject = \"config/repo\"\nbot_token = \"bot-token\"\nreviewer_tokens = [\"alice-token\", \"bob-token\"]\n{}\n\
-         [executor]\npoll_interval = \"100ms\"\n[batch]\n{}\n\
+         [executor]\npoll_interval = \"100ms\"\n{}\n[batch]\n{}\n\
          [approval]\nprovider = \"http\"\nurl = \"{}/approvals\"\ncallback_secret = {:?}\n\
          [deploy]\ncallback_secret = {:?}\n",
         gitlab.base_url(),
         options.gitlab_keys,
+        options.executor_keys,
         options.batch_keys,
         approval.base_url(),
         approval.secret(),
@@ -124,6 +130,7 @@ pub async fn world_with(db_url: &str, options: WorldOptions) -> World {
         approval,
         deploy,
         app,
+        config,
     }
 }
 

@@ -136,31 +136,131 @@ async fn a_create_gitlab_applied_but_answered_502_is_adopted_one_mr_and_validate
 #[tokio::test]
 async fn an_mr_without_commits_fails_at_once_instead_of_waiting_for_its_deadline() {
     let db = crate::helpers::sqlite_db().await;
-    let w = world(&db.url, "").await;
-    let id = apply(&w.app).await;
-    assert_eq!(finished(&w, &id).await["status"], "VALIDATED");
-    // Removed by hand: the removal's commit has nothing to delete, so its MR
-    // has no commits, which GitLab will not merge.
-    w.gitlab
-        .push(w.project, w.users[0], "main", &[(FILE, None)])
-        .unwrap();
-    let close_id = close(&w.app).await;
-
-    let view = wait_for(&w.app, &close_id, |v| {
-        v["next"] == "CONTACT_TEAM" || v["status"] == "CLOSED"
-    })
+    let w = world_with(
+        &db.url,
+        WorldOptions {
+            batch_keys: "enabled = false".to_owned(),
+            ..WorldOptions::default()
+        },
+    )
     .await;
+    w.gitlab
+        .script_pipelines(w.project, [PipelineOutcome::StuckRunning])
+        .unwrap();
+    let id = apply(&w.app).await;
+    let opened = wait_for(&w.app, &id, |v| v["status"] == "MR_CREATED").await;
+    let iid = u64::try_from(opened["mergeRequest"]["iid"].as_i64().unwrap()).unwrap();
+    let mr = w.gitlab.merge_request(w.project, iid).unwrap();
+    // Someone deletes the MR's branch: the MR has no commits now, which
+    // GitLab will not merge, however long changegate waits.
+    let deleted = reqwest::Client::new()
+        .delete(format!(
+            "{}/projects/{}/repository/branches/{}",
+            w.gitlab.api_url(),
+            w.project,
+            mr.source_branch.replace('/', "%2F")
+        ))
+        .header("PRIVATE-TOKEN", "alice-token")
+        .send()
+        .await
+        .unwrap();
+    assert!(deleted.status().is_success(), "{}", deleted.status());
+    let (pipeline, _) = mr.head_pipeline.unwrap();
+    w.gitlab
+        .force_pipeline(w.project, pipeline, PipelineOutcome::Success)
+        .unwrap();
+
+    let view = finished(&w, &id).await;
 
     assert_eq!(view["next"], "CONTACT_TEAM", "{view}");
     assert!(
         view["message"].as_str().unwrap().contains("has no commits"),
         "{view}"
     );
-    assert_eq!(
-        w.gitlab.calls(Endpoint::Merge),
-        1,
-        "only the apply's MR was merged"
-    );
+    assert_eq!(w.gitlab.calls(Endpoint::Merge), 0, "{view}");
+}
+
+/// A request whose file the target branch already holds exactly as it
+/// would be rendered, batched or not: VALIDATED, with no MR at all.
+async fn a_file_already_in_place_needs_no_merge_request(batch_keys: &str) {
+    for test_db in each_backend().await {
+        let w = world_with(
+            &test_db.url,
+            WorldOptions {
+                batch_keys: batch_keys.to_owned(),
+                ..WorldOptions::default()
+            },
+        )
+        .await;
+        let id = apply(&w.app).await;
+        assert_eq!(finished(&w, &id).await["status"], "VALIDATED");
+        let rendered = w.gitlab.file(w.project, "main", FILE).unwrap();
+        // Removed by hand, then the same removal is asked for: nothing to do.
+        w.gitlab
+            .push(w.project, w.users[0], "main", &[(FILE, None)])
+            .unwrap();
+        let close_id = close(&w.app).await;
+        let closed = wait_for(&w.app, &close_id, |v| {
+            v["status"] == "CLOSED" || v["next"] == "CONTACT_TEAM"
+        })
+        .await;
+        assert_eq!(
+            (closed["status"].as_str(), closed["step"]["name"].as_str()),
+            (Some("CLOSED"), Some("ALREADY_IN_PLACE")),
+            "{}: {closed}",
+            test_db.name
+        );
+        // The file put back by hand exactly as the next apply renders it.
+        let again = uuid::Uuid::new_v4().to_string();
+        let in_place = rendered.replace(&id, &again);
+        w.gitlab
+            .push(w.project, w.users[0], "main", &[(FILE, Some(&in_place))])
+            .unwrap();
+        let body = serde_json::json!({
+            "operationId": again,
+            "targetKey": "demo.feature-flags",
+            "reason": "try it"
+        });
+        let answer = w.app.post_as("alice", "/api/v1/applications", &body).await;
+        assert_eq!(answer.status(), 202, "{}", test_db.name);
+
+        let view = finished(&w, &again).await;
+
+        assert_eq!(
+            (view["status"].as_str(), view["step"]["name"].as_str()),
+            (Some("VALIDATED"), Some("ALREADY_IN_PLACE")),
+            "{}: {view}",
+            test_db.name
+        );
+        assert_eq!(
+            w.gitlab.calls(Endpoint::CreateMergeRequest),
+            1,
+            "{}: only the first apply opened an MR",
+            test_db.name
+        );
+        assert_eq!(
+            w.gitlab.calls(Endpoint::CreateBranch),
+            1,
+            "{}",
+            test_db.name
+        );
+        assert_eq!(
+            w.gitlab.file(w.project, "main", FILE).as_deref(),
+            Some(in_place.as_str()),
+            "{}",
+            test_db.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_batched_request_whose_file_is_already_in_place_is_validated_without_an_mr() {
+    a_file_already_in_place_needs_no_merge_request("interval = \"200ms\"").await;
+}
+
+#[tokio::test]
+async fn an_unbatched_request_whose_file_is_already_in_place_is_validated_without_an_mr() {
+    a_file_already_in_place_needs_no_merge_request("enabled = false").await;
 }
 
 /// A request whose MR branch someone edits before it merges, batched or
@@ -199,8 +299,16 @@ async fn an_edited_branch_is_caught_after_the_merge(batch_keys: &str) {
         let view = finished(&w, &id).await;
 
         assert_eq!(
-            (view["status"].as_str(), view["next"].as_str()),
-            (Some("HANDLE_FAILED"), Some("CONTACT_TEAM")),
+            (
+                view["status"].as_str(),
+                view["step"]["name"].as_str(),
+                view["next"].as_str()
+            ),
+            (
+                Some("HANDLE_FAILED"),
+                Some("HANDLE_NOT_LANDED"),
+                Some("CONTACT_TEAM")
+            ),
             "{}: {view}",
             test_db.name
         );
