@@ -2,6 +2,7 @@
 //! with dynamic settings hot-reloaded from the watched file (SPEC §4).
 
 pub mod effective;
+mod git_ref;
 mod live;
 mod reader;
 pub mod resolve;
@@ -138,6 +139,16 @@ mod tests {
         assert_eq!(settings.batch.max_requests, 500);
         assert_eq!(settings.approval.retries, 3);
         assert_eq!(settings.approval.provider, ApprovalProvider::Builtin);
+    }
+
+    #[test]
+    fn a_target_branch_gitlab_would_refuse_is_an_error_at_load() {
+        let (_, problems) = from("[gitlab]\ntarget_branch = \"release 1\"\n");
+        assert_eq!(errors(&problems), ["gitlab.target_branch"]);
+        assert!(problems[0].message.contains("a space"), "{problems:?}");
+        let (settings, problems) = from("[gitlab]\ntarget_branch = \"release/1.2\"\n");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(settings.gitlab.target_branch, "release/1.2");
     }
 
     #[test]

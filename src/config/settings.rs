@@ -412,13 +412,20 @@ impl Settings {
             ),
         );
 
+        let target_branch = r.string("gitlab", "target_branch", "main");
+        if let Some(problem) = super::git_ref::branch_name_problem(&target_branch) {
+            r.error(
+                "gitlab.target_branch",
+                format!("{target_branch:?} cannot be a branch name: it {problem}"),
+            );
+        }
         let gitlab = GitLabSettings {
             base_url: r
                 .string("gitlab", "base_url", "")
                 .trim_end_matches('/')
                 .to_owned(),
             project: r.string("gitlab", "project", ""),
-            target_branch: r.string("gitlab", "target_branch", "main"),
+            target_branch,
             bot_token: secrets::secret(&mut r, &mut secret_files, &["gitlab", "bot_token"]),
             reviewer_tokens: secrets::reviewer_tokens(&mut r, &mut secret_files),
             approve_impl: r.resolved(
