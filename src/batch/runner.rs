@@ -11,13 +11,16 @@ use crate::clients::gitlab::GitLabError;
 use crate::config::{LiveConfig, Settings};
 use crate::db::batches::{
     BatchChange, BatchRow, acquire_batch_lease, append_membership, frozen_by_operator, get_batch,
-    members, release_batch_lease, runnable, stuck, update_batch, waiting_partitions,
+    members, release_batch_lease, release_members, runnable, stuck, update_batch,
+    waiting_partitions,
 };
 use crate::db::operations::operations_by_ids;
 use crate::db::{Db, DbSlot};
 use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, MergeRequestRef, StoreError, StoreTx, move_members};
-use crate::workflow::{ChangeSet, Opened, Round, Workflow, bot, file_action};
+use crate::workflow::{
+    ChangeSet, MAX_DESCRIPTION_BYTES, Opened, Round, Workflow, bot, file_action,
+};
 
 use super::claim::{Claimed, claim_batch};
 
@@ -218,14 +221,26 @@ impl MergeQueue {
         }
     }
 
-    /// Branch, one commit of every member's file, and the MR.
+    /// Branch, one commit of every member's file, and the MR. A batch whose
+    /// trailers would not fit in one MR description first sends the members
+    /// that do not fit back to wait for the next round, so no trailer is
+    /// ever cut off (the deploy pipeline reads them).
     async fn open(&self, db: &Db, settings: &Settings, batch: &BatchRow) -> Result<(), StoreError> {
         let ids = members(db, batch.id).await?;
         let operations = operations_by_ids(db, &ids).await?;
+        let header = format!("Merge batch #{}.\n\n", batch.id);
         let trailers: Vec<String> = operations
             .iter()
             .map(|o| format!("Changegate-Operation: {}", o.operation_id))
             .collect();
+        let fit = members_that_fit(header.len(), &trailers, MAX_DESCRIPTION_BYTES).max(1);
+        if fit < trailers.len() {
+            let overflow: Vec<String> = operations[fit..]
+                .iter()
+                .map(|o| o.operation_id.clone())
+                .collect();
+            return self.shed(db, batch, &overflow).await;
+        }
         let change = ChangeSet {
             branch: format!("changegate/batch-{}", batch.id),
             title: format!(
@@ -233,7 +248,7 @@ impl MergeQueue {
                 batch.id,
                 operations.len()
             ),
-            description: format!("Merge batch #{}.\n\n{}", batch.id, trailers.join("\n")),
+            description: format!("{header}{}", trailers.join("\n")),
             actions: operations
                 .iter()
                 .map(|o| file_action(settings, o))
@@ -280,6 +295,47 @@ impl MergeQueue {
                     .await
             }
         }
+    }
+
+    /// Sends `overflow` back to the waiting set (in the batch's own split
+    /// group), before anything of the batch is written to GitLab.
+    async fn shed(&self, db: &Db, batch: &BatchRow, overflow: &[String]) -> Result<(), StoreError> {
+        let message = format!(
+            "merge batch #{}: {} requests do not fit in one MR description and wait for the next round",
+            batch.id,
+            overflow.len()
+        );
+        let mut tx = StoreTx::begin(db).await?;
+        let noted = BatchChange {
+            message: Some(&message),
+            ..BatchChange::default()
+        };
+        if update_batch(tx.db(), batch.id, batch.version, &noted).await? != 1 {
+            return tx.rollback().await.map_err(Into::into);
+        }
+        let change = Change {
+            step: StepStatus::Queued,
+            message: Some(&message),
+            actor: ACTOR,
+        };
+        move_members(
+            &mut tx,
+            overflow,
+            &[BindingStatus::MrCreating],
+            None,
+            change,
+            None,
+        )
+        .await?;
+        release_members(tx.db(), &[(batch.split_group.as_str(), overflow)]).await?;
+        append_membership(tx.db(), batch.id, overflow, "SHED", None).await?;
+        tx.commit().await?;
+        tracing::info!(
+            batch = batch.id,
+            shed = overflow.len(),
+            "merge batch too big for one MR description"
+        );
+        Ok(())
     }
 
     /// The target branch already holds every member's file as rendered: the
@@ -454,4 +510,33 @@ pub enum ClaimError {
     /// The database failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// How many of `trailers` (one per line) fit after a header of
+/// `header_len` bytes in a description of at most `limit` bytes.
+fn members_that_fit(header_len: usize, trailers: &[String], limit: usize) -> usize {
+    let mut used = header_len;
+    for (fitted, trailer) in trailers.iter().enumerate() {
+        let separator = usize::from(fitted > 0);
+        used += separator + trailer.len();
+        if used > limit {
+            return fitted;
+        }
+    }
+    trailers.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::members_that_fit;
+
+    #[test]
+    fn only_whole_trailers_that_fit_the_description_are_kept() {
+        let trailers: Vec<String> = (0..5).map(|n| format!("trailer-{n}")).collect();
+        // "header" + "trailer-0\ntrailer-1" is 6 + 9 + 1 + 9 = 25 bytes.
+        assert_eq!(members_that_fit(6, &trailers, 25), 2);
+        assert_eq!(members_that_fit(6, &trailers, 24), 1);
+        assert_eq!(members_that_fit(6, &trailers, 1 << 20), 5);
+        assert_eq!(members_that_fit(6, &trailers, 6), 0);
+    }
 }

@@ -37,7 +37,7 @@ pub(crate) enum Opened {
 /// (app/models/concerns/issuable.rb validates its length) and a description
 /// of at most 1 MiB (`issuable_description_limit`'s default).
 const MAX_TITLE_CHARS: usize = 255;
-const MAX_DESCRIPTION_BYTES: usize = 1 << 20;
+pub(crate) const MAX_DESCRIPTION_BYTES: usize = 1 << 20;
 
 /// `text` cut to at most `limit` characters, ending in `…` when cut.
 fn cut_chars(text: &str, limit: usize) -> String {
