@@ -48,6 +48,15 @@ pub fn retry(
             S::ApprovalSending,
             StepStatus::ApprovalSending,
         )),
+        // A failed pipeline fails again when only re-read: it is run again
+        // (the MR's pipeline step re-runs it, or opens a new MR when its MR
+        // was closed), whichever step found it failed.
+        S::CreateFailed | S::HandleFailed if step == StepStatus::CreatePipelineFailed => {
+            Ok(Retry::Rewind(S::MrCreated, StepStatus::PipelineRetrying))
+        }
+        S::CloseFailed if step == StepStatus::CreatePipelineFailed => {
+            Ok(Retry::Rewind(S::Closing, StepStatus::PipelineRetrying))
+        }
         // The create step finds the branch, commit or MR an earlier run left.
         S::CreateFailed => Ok(Retry::Rewind(S::MrCreating, StepStatus::MrCreating)),
         S::HandleFailed => Ok(Retry::Rewind(S::Merging, StepStatus::HandleStarted)),

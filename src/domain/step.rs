@@ -79,6 +79,7 @@ steps! {
     CreatePipelineFailed = 10011, "CREATE_PIPELINE_FAILED", "The MR pipeline failed.";
     CreateRefused = 10012, "CREATE_REFUSED", "GitLab refused the branch, commit or MR.";
     AlreadyInPlace = 10013, "ALREADY_IN_PLACE", "The target branch already held the file as requested; nothing had to be merged.";
+    PipelineRetrying = 10014, "PIPELINE_RETRYING", "An operator asked for the failed pipeline to run again.";
     HandleStarted = 10101, "HANDLE_STARTED", "Reviewer bots are approving.";
     HandleApproved = 10102, "HANDLE_APPROVED", "Both reviewer bots approved.";
     HandleMerging = 10103, "HANDLE_MERGING", "Merging the MR.";
@@ -156,7 +157,8 @@ impl StepStatus {
             | Self::HandleStarted
             | Self::CloseRequested
             | Self::CloseExpired
-            | Self::CloseMrCreated => Some(Duration::ZERO),
+            | Self::CloseMrCreated
+            | Self::PipelineRetrying => Some(Duration::ZERO),
             // Asking twice may open a second ticket: give the callback time.
             Self::ApprovalSendUnknown => Some(Duration::from_secs(300)),
             Self::PipelinePending => Some(Duration::from_secs(60)),

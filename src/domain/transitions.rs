@@ -53,8 +53,15 @@ pub const LEGAL_TRANSITIONS: &[(BindingStatus, &[BindingStatus])] = &[
     (Merging, &[Merged, MrCreating, HandleFailed, Abandoned]),
     (Merged, &[Validated, Closing]),
     (Validated, &[Closing]),
-    (CreateFailed, &[ApprovalSending, MrCreating, Abandoned]),
-    (HandleFailed, &[Merging, MrCreating, Merged, Abandoned]),
+    // MR_CREATED: an operator's retry runs a failed pipeline again.
+    (
+        CreateFailed,
+        &[ApprovalSending, MrCreating, MrCreated, Abandoned],
+    ),
+    (
+        HandleFailed,
+        &[Merging, MrCreating, MrCreated, Merged, Abandoned],
+    ),
     (Closing, &[Closed, CloseFailed]),
     (CloseFailed, &[Closing, Closed]),
     (Rejected, &[ApprovalSending, MrCreating]),

@@ -11,7 +11,6 @@ use super::Workflow;
 use super::open::{ChangeSet, Opened};
 use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest};
 use crate::config::Settings;
-use crate::config::resolve::FlowOrder;
 
 use crate::db::Db;
 use crate::db::callbacks::deployed_since;
@@ -33,7 +32,7 @@ pub(crate) struct Outcome {
 }
 
 impl Outcome {
-    fn to(status: BindingStatus, step: StepStatus) -> Self {
+    pub(super) fn to(status: BindingStatus, step: StepStatus) -> Self {
         Self {
             status: Some(status),
             step,
@@ -41,7 +40,7 @@ impl Outcome {
         }
     }
 
-    fn failed(status: BindingStatus, step: StepStatus, err: &GitLabError) -> Self {
+    pub(super) fn failed(status: BindingStatus, step: StepStatus, err: &GitLabError) -> Self {
         Self {
             status: Some(status),
             step,
@@ -101,7 +100,7 @@ fn branch_of(operation: &OperationRow) -> String {
     format!("changegate/{}", operation.operation_id)
 }
 
-fn project_of<'a>(settings: &'a Settings, operation: &OperationRow) -> &'a str {
+pub(super) fn project_of<'a>(settings: &'a Settings, operation: &OperationRow) -> &'a str {
     settings.project_for(&operation.target_key)
 }
 
@@ -143,7 +142,7 @@ impl Outcome {
 impl Workflow {
     /// Writes `outcome` (adapted to the operation's kind) if the operation is
     /// still at `version`.
-    async fn settle(
+    pub(super) async fn settle(
         &self,
         db: &Db,
         operation: &OperationRow,
@@ -236,7 +235,7 @@ impl Workflow {
 
     /// Records what kept this round from an answer (`None`: nothing did),
     /// when that differs from what the operation says already.
-    async fn note_obstacle(
+    pub(super) async fn note_obstacle(
         &self,
         db: &Db,
         operation: &OperationRow,
@@ -246,56 +245,6 @@ impl Workflow {
             set_operation_obstacle(db, &operation.operation_id, obstacle.as_deref()).await?;
         }
         Ok(())
-    }
-
-    /// Reads the MR's pipeline once: pass → merging, fail → failed (contact
-    /// the team); still running → polled again later (the operation stays
-    /// where it is), until the deadline → pending (its outcome is unknown,
-    /// keep waiting; it is still re-read now and then).
-    pub(super) async fn await_pipeline(
-        &self,
-        db: &Db,
-        operation: &OperationRow,
-    ) -> Result<(), StoreError> {
-        let settings = self.config.current();
-        let (Ok(token), Some(iid)) = (bot(&settings), operation.mr_iid) else {
-            return Ok(());
-        };
-        let project = project_of(&settings, operation);
-        let outcome = match self.gitlab.merge_request(token, project, iid).await {
-            Ok(mr) if mr.state == "merged" => {
-                Outcome::to(BindingStatus::Merging, StepStatus::HandleStarted)
-            }
-            Ok(mr) => match mr.head_pipeline.as_ref().map(|p| p.status.as_str()) {
-                // MR first: the approval is asked for now, carrying the MR.
-                Some("success") if operation.flow_order == FlowOrder::MrFirst => {
-                    Outcome::to(BindingStatus::ApprovalSending, StepStatus::ApprovalSending)
-                }
-                Some("success") => Outcome::to(BindingStatus::Merging, StepStatus::HandleStarted),
-                Some("failed" | "canceled") => Outcome {
-                    status: Some(BindingStatus::CreateFailed),
-                    step: StepStatus::CreatePipelineFailed,
-                    message: Some(format!("the pipeline of MR !{iid} failed")),
-                },
-                _ if operation.step == StepStatus::PipelinePending
-                    || !settings.polling.deadline_reached(operation.attempts) =>
-                {
-                    return self.note_obstacle(db, operation, None).await;
-                }
-                _ => Outcome {
-                    status: None,
-                    step: StepStatus::PipelinePending,
-                    message: Some(format!(
-                        "the pipeline of MR !{iid} has not finished; its outcome is unknown"
-                    )),
-                },
-            },
-            Err(err) => {
-                tracing::debug!(iid, "reading the MR failed, polling on: {err}");
-                return self.note_obstacle(db, operation, err.obstacle()).await;
-            }
-        };
-        self.settle(db, operation, operation.version, outcome).await
     }
 
     /// One round of the merge step: read the MR (merged → done, closed →
@@ -447,9 +396,12 @@ impl Workflow {
                 message: Some(format!("MR !{iid} cannot be rebased: {error}")),
             }));
         }
-        // GitLab unavailable or throttling is waited out, never a failure.
+        // GitLab unavailable or throttling is waited out until the step's
+        // deadline, as a merge that is not possible yet is.
         match self.approve_as_reviewers(settings, project, iid).await {
-            Err(err) if err.is_transient() => return Err(err),
+            Err(err) if err.is_transient() && !settings.polling.deadline_reached(polls) => {
+                return Err(err);
+            }
             Err(err) => {
                 return Ok(Round::Finished(Outcome::failed(
                     BindingStatus::HandleFailed,

@@ -6,9 +6,10 @@ mod executor;
 mod landed;
 mod merge_request;
 mod open;
+mod pipeline;
 
 pub(crate) use merge_request::{Round, bot, file_action};
-pub(crate) use open::{ChangeSet, Opened};
+pub(crate) use open::{ChangeSet, MAX_DESCRIPTION_BYTES, Opened};
 
 pub use executor::{Busy, Executor, Reservation, Steps};
 
@@ -222,6 +223,10 @@ impl Workflow {
                 Some(BindingStatus::MrCreated),
                 StepStatus::MrCreated | StepStatus::PipelinePending,
             ) => self.await_pipeline(db, &operation).await,
+            (
+                Some(BindingStatus::MrCreated | BindingStatus::Closing),
+                StepStatus::PipelineRetrying,
+            ) => self.rerun_pipeline(db, &operation).await,
             (
                 Some(BindingStatus::Merging),
                 StepStatus::HandleStarted

@@ -58,6 +58,8 @@ pub enum Endpoint {
     ListMergeRequestPipelines,
     /// `GET /projects/:id/pipelines/:pipeline_id`
     GetPipeline,
+    /// `POST /projects/:id/pipelines/:pipeline_id/retry`
+    RetryPipeline,
 }
 
 /// What a fault does to the call it hits.

@@ -3,6 +3,7 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::response::Response;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -158,11 +159,9 @@ impl Pipeline {
     }
 }
 
-/// Starts the pipeline of a new merge request head; its outcome is the next scripted one.
-pub fn create(scope: &mut Scope, sha: &str, mr_iid: u64, user: UserId) -> u64 {
-    let project = &mut *scope.project;
-    let id = scope.ids.pipeline();
-    let now = Utc::now();
+/// How the next pipeline run for `sha` ends: failed when the commit carries the poisoned
+/// content, else the next scripted outcome (success when none is scripted).
+fn next_outcome(project: &mut Project, sha: &str) -> PipelineOutcome {
     let scripted = project
         .pipeline_script
         .pop_front()
@@ -177,6 +176,19 @@ pub fn create(scope: &mut Scope, sha: &str, mr_iid: u64, user: UserId) -> u64 {
                 .commit(sha)
                 .is_some_and(|commit| commit.tree.values().any(|content| content.contains(marker)))
         });
+    if poisoned {
+        PipelineOutcome::Failed
+    } else {
+        scripted
+    }
+}
+
+/// Starts the pipeline of a new merge request head; its outcome is the next scripted one.
+pub fn create(scope: &mut Scope, sha: &str, mr_iid: u64, user: UserId) -> u64 {
+    let project = &mut *scope.project;
+    let id = scope.ids.pipeline();
+    let now = Utc::now();
+    let outcome = next_outcome(project, sha);
     project.pipelines.push(Pipeline {
         id,
         iid: project.pipelines.len() as u64 + 1,
@@ -184,11 +196,7 @@ pub fn create(scope: &mut Scope, sha: &str, mr_iid: u64, user: UserId) -> u64 {
         sha: sha.to_owned(),
         git_ref: format!("refs/merge-requests/{mr_iid}/head"),
         status: PipelineStatus::Created,
-        outcome: if poisoned {
-            PipelineOutcome::Failed
-        } else {
-            scripted
-        },
+        outcome,
         user,
         created_at: now,
         updated_at: now,
@@ -291,4 +299,37 @@ pub async fn list_mr_pipelines(
         .map(Pipeline::basic_json)
         .collect();
     Ok(paginate(items, &page))
+}
+
+/// `POST /projects/:id/pipelines/:pipeline_id/retry`: "Retries failed or canceled jobs in a
+/// pipeline. If there are no failed or canceled jobs in the pipeline, calling this endpoint
+/// has no effect" (doc/api/pipelines.md); the same pipeline runs again (pending), ending as
+/// the next scripted outcome. Answers 201 with the pipeline either way; a caller who may not
+/// push gets 403 (`authorize! :update_pipeline`, lib/api/ci/pipelines.rb).
+pub async fn retry_pipeline(
+    State(ctx): State<SimContext>,
+    Caller(user): Caller,
+    Path((project, id)): Path<(String, u64)>,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    let mut state = ctx.lock();
+    let scope = state.scope(&project)?;
+    if !scope.project.can_write(user) {
+        return Err(ApiError::Forbidden);
+    }
+    let index = scope.project.pipelines.iter().position(|p| p.id == id);
+    let index = index.ok_or(ApiError::NotFound("Pipeline"))?;
+    let pipeline = &scope.project.pipelines[index];
+    if matches!(
+        pipeline.status,
+        PipelineStatus::Failed | PipelineStatus::Canceled
+    ) {
+        let sha = pipeline.sha.clone();
+        let outcome = next_outcome(scope.project, &sha);
+        let pipeline = &mut scope.project.pipelines[index];
+        pipeline.outcome = outcome;
+        pipeline.status = PipelineStatus::Pending;
+        pipeline.updated_at = Utc::now();
+    }
+    let pipeline = &scope.project.pipelines[index];
+    Ok((StatusCode::CREATED, Json(pipeline.json(scope.users))))
 }

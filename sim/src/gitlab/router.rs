@@ -117,6 +117,11 @@ pub fn build(ctx: SimContext, control: GitLabControl) -> Router {
             get(pipelines::get_pipeline),
         ),
         (
+            "/projects/{id}/pipelines/{pipeline_id}/retry",
+            Endpoint::RetryPipeline,
+            post(pipelines::retry_pipeline),
+        ),
+        (
             "/projects/{id}/approval_checklist",
             Endpoint::GetApprovalChecklist,
             get(checklist::get_checklist),

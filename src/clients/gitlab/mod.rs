@@ -434,6 +434,22 @@ impl GitLabClient {
         )
         .await
     }
+
+    /// Runs a finished pipeline's failed and canceled jobs again (the same
+    /// pipeline, pending again); one without such jobs is left as it is
+    /// (doc/api/pipelines.md, "Retry jobs in a pipeline").
+    pub async fn retry_pipeline(
+        &self,
+        token: &SecretString,
+        project: &str,
+        pipeline_id: i64,
+    ) -> Result<Pipeline, GitLabError> {
+        let path = format!(
+            "/projects/{}/pipelines/{pipeline_id}/retry",
+            project_ref(project)
+        );
+        self.call(token, Method::POST, &path, None).await
+    }
 }
 
 /// `Retry-After` in seconds, when present and sane.

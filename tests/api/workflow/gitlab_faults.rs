@@ -442,9 +442,18 @@ async fn both_approve_implementations_report_gitlabs_real_status() {
     failed_with(&view, "HANDLE_APPROVE_FAILED");
     assert!(view["message"].as_str().unwrap().contains("422"), "{view}");
 
-    // The checklist endpoint down: its 503 is the failure.
+    // The checklist endpoint down until the merge step's deadline: its 503
+    // is the failure.
     let db = sqlite_db().await;
-    let w = world_with(&db.url, with_approve_impl("checklist")).await;
+    let w = world_with(
+        &db.url,
+        WorldOptions {
+            extra: "[workflow]\nshort_polls = 2\nshort_poll_interval = \"50ms\"\nlong_polls = 0\n"
+                .to_owned(),
+            ..with_approve_impl("checklist")
+        },
+    )
+    .await;
     require_checklist(&w, &["tests-pass"]);
     w.gitlab
         .inject(Fault::new(Endpoint::GetApprovalChecklist, FaultKind::Status(503)).times(1000));

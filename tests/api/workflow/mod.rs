@@ -221,4 +221,5 @@ mod end_to_end;
 mod gitlab_faults;
 mod gitlab_truth;
 mod https;
+mod pipeline_retry;
 mod rate_limits;
