@@ -15,6 +15,7 @@ mod gitlab_client;
 mod health;
 mod helpers;
 mod jobs;
+mod migrations;
 mod proxy;
 mod readiness;
 mod reconcile;
