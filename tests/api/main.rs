@@ -20,6 +20,7 @@ mod proxy;
 mod readiness;
 mod reconcile;
 mod reload;
+mod reload_events;
 mod requests;
 mod signature;
 mod storage;
