@@ -13,7 +13,7 @@ use toml::Value;
 use super::reader::Reader;
 
 /// A secret file larger than this is a wrong path (a log, a device), not a secret.
-const MAX_SECRET_BYTES: usize = 64 * 1024;
+pub(super) const MAX_SECRET_BYTES: usize = 64 * 1024;
 
 /// The files secrets were read from, by their `_file` key (e.g.
 /// `gitlab.bot_token_file`); `database.password_file` is kept with the

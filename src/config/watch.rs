@@ -6,15 +6,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use notify::{RecursiveMode, Watcher};
-use notify_debouncer_mini::{DebounceEventResult, new_debouncer};
+use notify::event::{AccessKind, AccessMode, ModifyKind};
+use notify::{Event, EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{LiveConfig, ReloadOutcome};
 
-/// Editors save in bursts (truncate, write, rename); one reload per burst.
-const DEBOUNCE: Duration = Duration::from_millis(200);
+/// Editors save in bursts (truncate, write, rename); one reload per burst:
+/// the files are read once no change has come for this long.
+const SETTLE: Duration = Duration::from_millis(200);
 
 /// The files a reload reads, as the directories to watch and the names in
 /// them that matter.
@@ -25,18 +26,10 @@ struct Watched {
 }
 
 impl Watched {
-    /// The configuration file and every `_file` secret the current snapshot
-    /// read (`tls.ca_file` is static, so a change to it needs a restart anyway).
     fn of(config: &LiveConfig) -> Self {
-        let settings = config.current();
-        let files = config
-            .path()
-            .into_iter()
-            .chain(settings.secret_files.paths())
-            .chain(settings.database.password_file.as_deref());
         let mut watched = Self::default();
-        for file in files {
-            let absolute = match std::path::absolute(file) {
+        for file in config.files() {
+            let absolute = match std::path::absolute(&file) {
                 Ok(absolute) => absolute,
                 Err(err) => {
                     tracing::warn!(path = %file.display(), "cannot watch: {err}");
@@ -63,8 +56,25 @@ impl Watched {
     }
 }
 
+/// Whether an event of this kind can change what a file holds: data written
+/// (and the writer closing the file), a file created, removed or renamed
+/// into place. Opening, reading, closing after reading and metadata changes
+/// (access times, `touch`) cannot; a reload's own reads cause exactly those,
+/// in this instance and in every other one watching the same file, so
+/// reacting to them would reload for ever.
+fn may_change_content(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::Create(_)
+            | EventKind::Remove(_)
+            | EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Name(_) | ModifyKind::Any)
+            | EventKind::Access(AccessKind::Close(AccessMode::Write))
+    )
+}
+
 /// Reloads `config` whenever its file or one of its secret files changes,
-/// until `shutdown`.
+/// until `shutdown`. A burst of events is one reload, and only if what the
+/// files hold differs from the last load (see [`LiveConfig::reload_if_changed`]).
 ///
 /// Directories are watched rather than files, because editors and
 /// orchestrators (Kubernetes ConfigMaps and Secrets) replace a file instead
@@ -82,11 +92,12 @@ pub async fn watch(config: LiveConfig, shutdown: CancellationToken) -> anyhow::R
 
     let (changed_tx, mut changed_rx) = mpsc::channel::<()>(1);
     let filter = Arc::clone(&watched);
-    let mut debouncer = new_debouncer(DEBOUNCE, move |result: DebounceEventResult| {
+    let mut watcher = notify::recommended_watcher(move |result: notify::Result<Event>| {
         let touched = match result {
-            Ok(events) => {
+            Ok(event) => {
                 let watched = filter.lock().unwrap_or_else(PoisonError::into_inner);
-                events.iter().any(|event| watched.touched_by(&event.path))
+                may_change_content(&event.kind)
+                    && event.paths.iter().any(|path| watched.touched_by(path))
             }
             Err(err) => {
                 tracing::warn!("config file watch error: {err}");
@@ -94,27 +105,40 @@ pub async fn watch(config: LiveConfig, shutdown: CancellationToken) -> anyhow::R
             }
         };
         if touched {
-            // A full channel already holds a pending reload, which will read
-            // the newest files anyway.
+            // A full channel already holds a pending change, after which the
+            // newest files are read anyway.
             let _ = changed_tx.try_send(());
         }
     })?;
-    follow(debouncer.watcher(), &mut directories, &wanted);
+    follow(&mut watcher, &mut directories, &wanted);
 
     loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return Ok(()),
-            changed = changed_rx.recv() => {
-                if changed.is_none() {
+        if !next_change(&mut changed_rx, &shutdown).await {
+            return Ok(());
+        }
+        // Let the burst settle: each further change restarts the wait.
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(SETTLE) => break,
+                more = next_change(&mut changed_rx, &shutdown) => if !more {
                     return Ok(());
-                }
-                if config.reload() == ReloadOutcome::Applied {
-                    let next = Watched::of(&config);
-                    follow(debouncer.watcher(), &mut directories, &next.directories);
-                    *watched.lock().unwrap_or_else(PoisonError::into_inner) = next;
-                }
+                },
             }
         }
+        if config.reload_if_changed() == Some(ReloadOutcome::Applied) {
+            let next = Watched::of(&config);
+            follow(&mut watcher, &mut directories, &next.directories);
+            *watched.lock().unwrap_or_else(PoisonError::into_inner) = next;
+        }
+    }
+}
+
+/// Waits for the next change; `false` once `shutdown` is cancelled or the
+/// watcher is gone.
+async fn next_change(changed: &mut mpsc::Receiver<()>, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        () = shutdown.cancelled() => false,
+        change = changed.recv() => change.is_some(),
     }
 }
 

@@ -14,6 +14,7 @@ pub mod events;
 pub mod history;
 pub mod idempotency;
 pub mod leases;
+mod migrate;
 mod mysql_url;
 mod open;
 pub mod operations;
@@ -27,6 +28,7 @@ pub mod webhook_endpoints;
 use sqlx::migrate::Migrator;
 use sqlx::{MySqlPool, SqlitePool};
 
+pub use migrate::MigrationError;
 pub use open::{OpenError, open};
 pub use readiness::{DbSlot, connect_until_ready};
 pub use tx::DbTx;
@@ -123,11 +125,11 @@ impl Db {
     }
 
     /// Applies the embedded migrations. Safe to run from several instances at
-    /// once: on MySQL the migrator holds an advisory lock.
-    pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
+    /// once: each waits for an exclusive lock on the database first.
+    pub async fn migrate(&self) -> Result<(), MigrationError> {
         match self {
-            Self::Sqlite(sqlite) => SQLITE_MIGRATIONS.run(&sqlite.writer).await,
-            Self::MySql(pool) => MYSQL_MIGRATIONS.run(pool).await,
+            Self::Sqlite(sqlite) => migrate::sqlite(&sqlite.writer).await,
+            Self::MySql(pool) => migrate::mysql(pool).await,
         }
     }
 

@@ -199,13 +199,14 @@ async fn a_changed_ca_file_applies_only_after_a_restart() {
 }
 
 /// Collects a child's stdout lines.
-struct Logs {
+pub struct Logs {
     child: Child,
     lines: Arc<Mutex<String>>,
 }
 
 impl Logs {
-    fn start(mut child: Child) -> Self {
+    /// Starts collecting `child`'s stdout; the child is killed when this is dropped.
+    pub fn start(mut child: Child) -> Self {
         let stdout = child.stdout.take().unwrap();
         let lines = Arc::new(Mutex::new(String::new()));
         let sink = lines.clone();
@@ -219,8 +220,14 @@ impl Logs {
         Self { child, lines }
     }
 
-    fn contains(&self, needle: &str) -> bool {
+    /// Whether any line so far contains `needle`.
+    pub fn contains(&self, needle: &str) -> bool {
         self.lines.lock().unwrap().contains(needle)
+    }
+
+    /// Every line so far.
+    pub fn text(&self) -> String {
+        self.lines.lock().unwrap().clone()
     }
 }
 
