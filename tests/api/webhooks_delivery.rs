@@ -233,15 +233,16 @@ async fn a_dead_instances_claim_runs_out_and_another_instance_delivers_it() {
             row.id,
             row.version,
             "dead-instance",
-            Duration::from_millis(200),
+            Duration::from_secs(2),
         )
         .await
         .unwrap();
         assert!(claimed);
         let other = deliverer(db, &hooks_config(""));
+        // Well inside the lease, also on a loaded machine.
         rounds_for(&other, Duration::from_millis(50)).await;
         assert!(receiver.arrivals().is_empty(), "held while the lease lasts");
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(2100)).await;
         drain(db, &other, false, Duration::from_secs(10)).await;
         assert_eq!(receiver.arrivals().len(), 1, "{}", test_db.name);
         // The dead instance's late answer matches nothing.
