@@ -19,9 +19,11 @@ use crate::clients::gitlab::{GitLabClient, RetryPolicy};
 use crate::clients::health::{Dependencies, System};
 use crate::clients::http::{Outbound, ProxyRules, SystemClient, Trust};
 use crate::config::LiveConfig;
+use crate::db::lease_owners::{self, Owners};
 use crate::db::{self, Backend, DbSlot};
 use crate::http;
 use crate::http::layers::limiter::SlidingWindow;
+use crate::instance::Instance;
 use crate::jobs::{self, Outcome};
 use crate::observer::{Observer, PrometheusObserver};
 use crate::state::{App, AppState};
@@ -56,6 +58,7 @@ pub struct Application {
     state: AppState,
     shutdown: CancellationToken,
     workers: JoinSet<()>,
+    instance: Instance,
 }
 
 impl Application {
@@ -78,6 +81,7 @@ impl Application {
             .with_context(|| format!("cannot listen on {}", settings.server.listen))?;
         let shutdown = CancellationToken::new();
         let mut workers = JoinSet::new();
+        let instance = Instance::serving_on(listener.local_addr()?.port());
 
         let db = match Backend::of_url(&settings.database.url) {
             Some(Backend::Sqlite) => DbSlot::ready(db::open(&settings.database).await?),
@@ -123,8 +127,15 @@ impl Application {
                 timeout(300),
             )?),
             gitlab,
-        );
-        let merge_queue = MergeQueue::new(db.clone(), config.clone(), workflow.clone());
+        )
+        .owned_by(&instance.owner("w"));
+        let merge_queue = MergeQueue::new(db.clone(), config.clone(), workflow.clone())
+            .owned_by(&instance.owner("q"));
+        workers.spawn(take_over_earlier_life(
+            db.clone(),
+            instance.clone(),
+            shutdown.child_token(),
+        ));
         let executor = Executor::start(
             settings.executor.workers,
             settings.executor.queue_capacity,
@@ -155,6 +166,7 @@ impl Application {
             &db,
             &config,
             http_client(&outbound, &dependencies)?,
+            instance.owner("h"),
         );
 
         let state = AppState::new(App {
@@ -181,6 +193,7 @@ impl Application {
             state,
             shutdown,
             workers,
+            instance,
         })
     }
 
@@ -208,6 +221,7 @@ impl Application {
             state,
             shutdown,
             mut workers,
+            instance,
         } = self;
         let grace = state.config.current().server.shutdown_timeout;
         let db = state.db.clone();
@@ -245,9 +259,52 @@ impl Application {
             workers.abort_all();
         }
         if let Some(db) = db.get() {
+            // Nothing of this run works any more: what it still holds (a
+            // step cut off by the grace period) is free for others at once.
+            let this_run = Owners {
+                prefix: &instance.life_prefix(),
+                keep: None,
+            };
+            match lease_owners::release(db, &this_run).await {
+                Ok(released) if released.any() => {
+                    tracing::info!(?released, "released this instance's leases");
+                }
+                Ok(_) => {}
+                Err(err) => tracing::warn!("cannot release this instance's leases: {err}"),
+            }
             db.close().await;
         }
         Ok(())
+    }
+}
+
+/// Once the database is ready, releases the leases an earlier run of this
+/// instance (same seat, another life) left when it died, so their work
+/// goes on now instead of when they run out.
+async fn take_over_earlier_life(db: DbSlot, instance: Instance, shutdown: CancellationToken) {
+    let db = loop {
+        if let Some(db) = db.get() {
+            break db.clone();
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    };
+    let (seat, life) = (instance.seat_prefix(), instance.life_prefix());
+    let earlier = Owners {
+        prefix: &seat,
+        keep: Some(&life),
+    };
+    match lease_owners::release(&db, &earlier).await {
+        Ok(released) if released.any() => {
+            tracing::info!(
+                ?released,
+                "took over the leases an earlier run of this instance left"
+            );
+        }
+        Ok(_) => {}
+        Err(err) => tracing::warn!("cannot release an earlier run's leases: {err}"),
     }
 }
 
@@ -382,6 +439,7 @@ fn spawn_webhook_jobs(
     db: &DbSlot,
     config: &LiveConfig,
     client: SystemClient,
+    owner: String,
 ) {
     let interval = config.current().webhooks.poll_interval;
     let (relay_db, relay_config) = (db.clone(), config.clone());
@@ -408,9 +466,9 @@ fn spawn_webhook_jobs(
         shutdown.child_token(),
         move || {
             if deliverer.is_none() {
-                deliverer = slot
-                    .get()
-                    .map(|db| Deliverer::new(db.clone(), config.clone(), client.clone()));
+                deliverer = slot.get().map(|db| {
+                    Deliverer::owned_by(db.clone(), config.clone(), client.clone(), owner.clone())
+                });
             }
             let deliverer = deliverer.clone();
             async move {

@@ -10,6 +10,7 @@ pub mod db;
 pub mod domain;
 pub mod http;
 pub mod identity;
+pub mod instance;
 pub mod jobs;
 pub mod observer;
 pub mod signature;

@@ -66,6 +66,14 @@ impl MergeQueue {
         }
     }
 
+    /// The same queue, holding batch leases as `owner` (an id of this
+    /// instance's run, see [`crate::instance::Instance`]).
+    #[must_use]
+    pub fn owned_by(mut self, owner: &str) -> Self {
+        self.owner = Arc::from(owner);
+        self
+    }
+
     /// How often a new batch is claimed (`batch.interval`, live).
     pub fn interval(&self) -> std::time::Duration {
         self.config.current().batch.interval

@@ -13,6 +13,7 @@ pub mod dialect;
 pub mod events;
 pub mod history;
 pub mod idempotency;
+pub mod lease_owners;
 pub mod leases;
 mod migrate;
 mod mysql_url;

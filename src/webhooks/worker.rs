@@ -99,12 +99,19 @@ impl LostClaims {
 impl Deliverer {
     /// A worker on `db` identified by a fresh owner id.
     pub fn new(db: Db, config: LiveConfig, client: SystemClient) -> Self {
+        let owner = format!("cg-{}", uuid::Uuid::new_v4().simple());
+        Self::owned_by(db, config, client, owner)
+    }
+
+    /// A worker claiming deliveries as `owner` (an id of this instance's
+    /// run, see [`crate::instance::Instance`]).
+    pub fn owned_by(db: Db, config: LiveConfig, client: SystemClient, owner: String) -> Self {
         Self {
             inner: Arc::new(Inner {
                 db,
                 config,
                 client,
-                owner: format!("cg-{}", uuid::Uuid::new_v4().simple()),
+                owner,
                 lost: LostClaims {
                     since_log: AtomicU64::new(0),
                     last_log: std::sync::Mutex::new(Instant::now()),

@@ -78,6 +78,14 @@ impl Workflow {
         }
     }
 
+    /// The same steps, holding their leases as `owner` (an id of this
+    /// instance's run, see [`crate::instance::Instance`]).
+    #[must_use]
+    pub fn owned_by(mut self, owner: &str) -> Self {
+        self.owner = Arc::from(owner);
+        self
+    }
+
     /// Takes the operation's lease, runs its steps one after another until it
     /// waits for something outside (a decision, a deploy, an operator), must
     /// be polled later, or is finished; then gives the lease back. Returns the

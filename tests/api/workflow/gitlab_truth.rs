@@ -153,7 +153,9 @@ async fn an_mr_without_commits_fails_at_once_instead_of_waiting_for_its_deadline
     let mr = w.gitlab.merge_request(w.project, iid).unwrap();
     // Someone deletes the MR's branch: the MR has no commits now, which
     // GitLab will not merge, however long changegate waits.
-    let deleted = reqwest::Client::new()
+    let deleted = crate::helpers::plain_client()
+        .build()
+        .unwrap()
         .delete(format!(
             "{}/projects/{}/repository/branches/{}",
             w.gitlab.api_url(),
