@@ -16,7 +16,7 @@ use crate::db::batches::{
 };
 use crate::db::operations::operations_by_ids;
 use crate::db::{Db, DbSlot};
-use crate::domain::{BindingStatus, StepStatus};
+use crate::domain::{BindingStatus, IN_MERGE_QUEUE, StepStatus};
 use crate::store::{Change, MergeRequestRef, StoreError, StoreTx, move_members};
 use crate::workflow::{
     ChangeSet, MAX_DESCRIPTION_BYTES, Opened, Round, Workflow, bot, file_action,
@@ -28,11 +28,7 @@ pub(super) const ACTOR: &str = "merge-queue";
 /// Attempts at a batch's lease before a settle answers "busy".
 pub(super) const SETTLE_TRIES: u32 = 10;
 /// Where the members of a running batch can be.
-pub(super) const IN_FLIGHT: &[BindingStatus] = &[
-    BindingStatus::MrCreating,
-    BindingStatus::MrCreated,
-    BindingStatus::Merging,
-];
+pub(super) const IN_FLIGHT: &[BindingStatus] = IN_MERGE_QUEUE;
 
 /// The merge queue of one instance; every instance runs one over the same
 /// tables, and the slot and the batch lease keep them from doubling work.

@@ -262,10 +262,27 @@ pub async fn append_membership(
 
 /// The operations of a batch, in id order. Served by `ix_merge_batch_request_batch`.
 pub async fn members(db: &Db, batch_id: i64) -> Result<Vec<String>, sqlx::Error> {
-    let sql =
-        "SELECT operation_id FROM merge_batch_request WHERE batch_id = ? ORDER BY operation_id";
+    // Only members still in the queue's live set: one an operator stopped
+    // is no longer written, checked or moved with its batch.
+    let sql = "SELECT r.operation_id FROM merge_batch_request r \
+               JOIN binding b ON b.operation_id = r.operation_id \
+               WHERE r.batch_id = ? AND b.status IN ('MR_CREATING', 'MR_CREATED', 'MERGING') \
+               ORDER BY r.operation_id";
     with_pool!(db, reader, |pool| {
         sqlx::query_scalar(sql).bind(batch_id).fetch_all(pool).await
+    })
+}
+
+/// Takes `operation_id` out of the waiting set, if it waits there, in the
+/// caller's transaction (by its unique key: one row at most).
+pub async fn leave_waiting_set(tx: &mut DbTx, operation_id: &str) -> Result<(), sqlx::Error> {
+    let sql = "DELETE FROM merge_batch_request WHERE operation_id = ? AND batch_id IS NULL";
+    with_tx!(tx, |conn| {
+        sqlx::query(sql)
+            .bind(operation_id)
+            .execute(conn)
+            .await
+            .map(|_| ())
     })
 }
 

@@ -51,6 +51,14 @@ pub const REAPPLIABLE: &[BindingStatus] = &[
     BindingStatus::Abandoned,
 ];
 
+/// Where a request in the merge queue can be: waiting for a round or in a
+/// running batch (from claimed to merging).
+pub const IN_MERGE_QUEUE: &[BindingStatus] = &[
+    BindingStatus::MrCreating,
+    BindingStatus::MrCreated,
+    BindingStatus::Merging,
+];
+
 /// Statuses in which an approval callback is accepted. SENDING is included
 /// because the callback may arrive before the SENT write (seed 004, 3.3).
 pub const AWAITING_APPROVAL: &[BindingStatus] =

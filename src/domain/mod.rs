@@ -9,7 +9,7 @@ pub mod render;
 mod step;
 mod transitions;
 
-pub use binding_status::{AWAITING_APPROVAL, BindingStatus, REAPPLIABLE};
+pub use binding_status::{AWAITING_APPROVAL, BindingStatus, IN_MERGE_QUEUE, REAPPLIABLE};
 pub use decision::ApprovalDecision;
 pub use ids::{OperationId, OperationKind};
 pub use step::{DETERMINISTIC_FAILURES, Next, Phase, StepStatus, next_action};

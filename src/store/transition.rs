@@ -2,11 +2,12 @@
 
 use super::{StoreError, StoreTx, count_flip, event_payload};
 use crate::db::Db;
+use crate::db::batches::leave_waiting_set;
 use crate::db::bindings::{BindingRow, lock_binding_of, update_binding_status};
 use crate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_event};
 use crate::db::history::{NewHistory, append_history};
 use crate::db::operations::{OperationRow, lock_operation, update_operation_step};
-use crate::domain::{BindingStatus, StepStatus, check_transition};
+use crate::domain::{BindingStatus, IN_MERGE_QUEUE, StepStatus, check_transition};
 
 /// The operation side of a change: its new step, why, and who.
 #[derive(Debug, Clone, Copy)]
@@ -168,6 +169,12 @@ async fn write(
         Some((binding, to)) => {
             if update_binding_status(tx.db(), binding.id, binding.version, to).await? != 1 {
                 return Err(StoreError::Preempted);
+            }
+            // A request leaving the merge queue's live set (force-failed,
+            // abandoned) while it waits for a round leaves the waiting set
+            // with it, so no later round claims and merges it.
+            if binding.status == BindingStatus::MrCreating && !IN_MERGE_QUEUE.contains(&to) {
+                leave_waiting_set(tx.db(), id).await?;
             }
             let flip = Flip {
                 operation_id: id.to_owned(),

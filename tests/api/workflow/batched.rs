@@ -324,3 +324,57 @@ async fn a_frozen_queue_starts_no_round_and_fails_nothing() {
         "{actions:?}"
     );
 }
+
+#[tokio::test]
+async fn a_request_force_failed_while_it_waits_for_a_round_is_never_merged() {
+    for test_db in crate::helpers::each_backend().await {
+        let w = world_with(&test_db.url, manual_rounds()).await;
+        let ids = vec![
+            apply_for(&w, "member0", "read").await,
+            apply_for(&w, "member1", "read").await,
+        ];
+        approve_all(&w, &ids).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while view(&w, &ids[0]).await["step"]["name"] != "QUEUED" {
+            assert!(Instant::now() < deadline, "{}: never queued", test_db.name);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+
+        let failed = w
+            .app
+            .post_as(
+                "admin",
+                &format!("/admin/v1/operations/{}/fail", ids[0]),
+                &json!({ "reason": "wrong request" }),
+            )
+            .await;
+        assert_eq!(failed.status(), 200, "{}", test_db.name);
+        let views = rounds_until_settled(&w, &ids[1..]).await;
+
+        assert_eq!(views[0]["status"], "VALIDATED", "{}", test_db.name);
+        let stopped = view(&w, &ids[0]).await;
+        assert_eq!(
+            (stopped["status"].as_str(), stopped["next"].as_str()),
+            (Some("ABANDONED"), Some("REAPPLY")),
+            "{}: {stopped}",
+            test_db.name
+        );
+        let files = w.gitlab.files(w.project, "main").unwrap();
+        assert!(
+            files.contains_key("bindings/team.access/member1.json"),
+            "{}",
+            test_db.name
+        );
+        assert!(
+            !files.contains_key("bindings/team.access/member0.json"),
+            "{}: the stopped request's file never reaches main",
+            test_db.name
+        );
+        assert_eq!(
+            stopped["batchId"],
+            Value::Null,
+            "{}: {stopped}",
+            test_db.name
+        );
+    }
+}
