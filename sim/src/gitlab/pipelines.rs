@@ -1,5 +1,7 @@
 //! CI pipelines: one per new merge request head, stepping `created → pending → running →`
-//! outcome once per poll (or on command), plus the two pipeline endpoints.
+//! outcome once per poll (or on command), plus the two pipeline endpoints. With merged
+//! results pipelines on, a head's pipeline runs on an internal commit merging it into the
+//! target (`doc/ci/pipelines/merged_results_pipelines.md`).
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -72,8 +74,15 @@ pub struct Pipeline {
     pub id: u64,
     pub iid: u64,
     pub project_id: u64,
+    /// The commit it runs on: the merge request's head, or for a merged results
+    /// pipeline the internal commit merging that head into the target.
     pub sha: String,
-    /// `ref`: `refs/merge-requests/<iid>/head`, as for merge request pipelines.
+    /// The merge request head it tests (GitLab's `source_sha` for merged results).
+    pub head_sha: String,
+    /// The merge request it runs for.
+    pub merge_request_iid: u64,
+    /// `ref`: `refs/merge-requests/<iid>/head` for a merge request pipeline,
+    /// `refs/merge-requests/<iid>/merge` for a merged results one.
     pub git_ref: String,
     pub status: PipelineStatus,
     /// Where the steps lead.
@@ -159,7 +168,17 @@ impl Pipeline {
 }
 
 /// Starts the pipeline of a new merge request head; its outcome is the next scripted one.
-pub fn create(scope: &mut Scope, sha: &str, mr_iid: u64, user: UserId) -> u64 {
+/// With merged results pipelines it runs on a fresh internal commit merging the head into
+/// the target, on the merge ref; when the two conflict GitLab cannot make that commit and
+/// runs an ordinary merge request pipeline on the head instead.
+pub fn create(scope: &mut Scope, head: &str, mr_iid: u64, user: UserId) -> u64 {
+    let (sha, git_ref) = match merged_results_commit(scope, head, mr_iid) {
+        Some(merge) => (merge, format!("refs/merge-requests/{mr_iid}/merge")),
+        None => (
+            head.to_owned(),
+            format!("refs/merge-requests/{mr_iid}/head"),
+        ),
+    };
     let project = &mut *scope.project;
     let id = scope.ids.pipeline();
     let now = Utc::now();
@@ -174,15 +193,17 @@ pub fn create(scope: &mut Scope, sha: &str, mr_iid: u64, user: UserId) -> u64 {
         .is_some_and(|marker| {
             project
                 .repo
-                .commit(sha)
+                .commit(&sha)
                 .is_some_and(|commit| commit.tree.values().any(|content| content.contains(marker)))
         });
     project.pipelines.push(Pipeline {
         id,
         iid: project.pipelines.len() as u64 + 1,
         project_id: project.id,
-        sha: sha.to_owned(),
-        git_ref: format!("refs/merge-requests/{mr_iid}/head"),
+        sha,
+        head_sha: head.to_owned(),
+        merge_request_iid: mr_iid,
+        git_ref,
         status: PipelineStatus::Created,
         outcome: if poisoned {
             PipelineOutcome::Failed
@@ -197,9 +218,38 @@ pub fn create(scope: &mut Scope, sha: &str, mr_iid: u64, user: UserId) -> u64 {
     id
 }
 
-/// The latest pipeline for the merge request's head SHA.
+/// The internal commit a merged results pipeline runs on (parents: the target's head and
+/// `head`), when the project has them and the two merge cleanly; on no branch.
+fn merged_results_commit(scope: &mut Scope, head: &str, mr_iid: u64) -> Option<String> {
+    let project = &mut *scope.project;
+    if !project.settings.merged_results_pipelines {
+        return None;
+    }
+    let mr = &project.merge_requests[project.mr_index(mr_iid).ok()?];
+    let target = project.repo.head(&mr.target_branch)?.id.clone();
+    let tree = project.repo.merged_tree(&target, head)?;
+    let message = format!("Merge {head} into {target}");
+    let author = scope
+        .users
+        .get(mr.author)
+        .map_or("unknown", |user| user.username.as_str())
+        .to_owned();
+    let parents = vec![target, head.to_owned()];
+    Some(
+        project
+            .repo
+            .commit_tree(scope.ids, parents, &message, &author, tree),
+    )
+}
+
+/// The latest pipeline of the merge request's head: its `head_pipeline`.
 pub fn head_pipeline<'a>(project: &'a Project, mr: &MergeRequest) -> Option<&'a Pipeline> {
-    project.pipelines.iter().rev().find(|p| p.sha == mr.sha)
+    project.pipelines.iter().rev().find(|p| tests_head(p, mr))
+}
+
+/// Whether `pipeline` is one of `mr`'s, for its current head.
+fn tests_head(pipeline: &Pipeline, mr: &MergeRequest) -> bool {
+    pipeline.merge_request_iid == mr.iid && pipeline.head_sha == mr.sha
 }
 
 /// Runs `change` on pipeline `id`, then lets merge requests react if it finished.
@@ -216,7 +266,7 @@ fn update_at(scope: &mut Scope, index: usize, change: impl FnOnce(&mut Pipeline)
     let was_active = pipeline.status.is_active();
     change(pipeline);
     if was_active && !pipeline.status.is_active() {
-        let (sha, status) = (pipeline.sha.clone(), pipeline.status);
+        let (sha, status) = (pipeline.head_sha.clone(), pipeline.status);
         merge::pipeline_finished(scope, &sha, status);
     }
 }
@@ -245,7 +295,7 @@ pub fn poll_head(scope: &mut Scope, mr_index: usize) {
         .project
         .pipelines
         .iter()
-        .rposition(|p| p.sha == mr.sha);
+        .rposition(|p| tests_head(p, mr));
     if let Some(index) = head {
         let steps = poll_step(
             scope.options.pipeline_steps_per_poll,
@@ -284,10 +334,9 @@ pub async fn list_mr_pipelines(
     let mut scope = state.scope(&project)?;
     let index = scope.project.mr_index(iid)?;
     poll_head(&mut scope, index);
-    let git_ref = format!("refs/merge-requests/{iid}/head");
     let pipelines = scope.project.pipelines.iter().rev();
     let items = pipelines
-        .filter(|p| p.git_ref == git_ref)
+        .filter(|p| p.merge_request_iid == iid)
         .map(Pipeline::basic_json)
         .collect();
     Ok(paginate(items, &page))

@@ -61,7 +61,7 @@ pub async fn get_project(
         "web_url": project.web_url,
         "http_url_to_repo": format!("{}.git", project.web_url),
         "created_at": timestamp(project.created_at),
-        "merge_method": "rebase_merge",
+        "merge_method": project.settings.merge_method.as_str(),
         "only_allow_merge_if_pipeline_succeeds": project.settings.pipelines_must_succeed,
         "approvals_before_merge": project.settings.approvals_required,
         "_links": { "self": format!("{base_url}/api/v4/projects/{}", project.id) },
