@@ -19,6 +19,7 @@ use super::state::{Project, Scope, UserId};
 use super::tree::blob_id;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use sha2::{Digest, Sha256};
 
 /// Body of `POST /projects/:id/repository/commits`.
 #[derive(Debug, Deserialize)]
@@ -254,6 +255,14 @@ fn read_file(
     Ok((content.clone(), commit.id.clone(), reference))
 }
 
+/// The SHA-256 of `content` in hex, the Files API's `content_sha256`.
+fn sha256_hex(content: &str) -> String {
+    Sha256::digest(content.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
 /// `GET /projects/:id/repository/files/:file_path?ref=`: content in base64, as GitLab does
 /// (`lib/api/files.rb`); `ref` is a branch or a commit id.
 pub async fn get_file(
@@ -269,6 +278,7 @@ pub async fn get_file(
         "size": content.len(),
         "encoding": "base64",
         "content": BASE64.encode(content.as_bytes()),
+        "content_sha256": sha256_hex(&content),
         "ref": reference,
         "blob_id": blob_id(&content),
         "commit_id": commit_id,

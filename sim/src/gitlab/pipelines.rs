@@ -141,6 +141,8 @@ impl Pipeline {
     pub fn json(&self, users: &Users) -> Value {
         let started = self.status != PipelineStatus::Created;
         let finished = !self.status.is_active();
+        let status = self.status.as_str();
+        let details_path = url_path(&self.web_url);
         let mut body = self.basic_json();
         let extra = json!({
             "before_sha": "0000000000000000000000000000000000000000",
@@ -153,11 +155,17 @@ impl Pipeline {
             "duration": null,
             "queued_duration": null,
             "coverage": null,
+            // `DetailedStatusEntity`, as `status/ci_detailed_status.json` requires it.
             "detailed_status": {
-                "icon": format!("status_{}", self.status.as_str()),
-                "text": self.status.as_str(),
-                "label": self.status.as_str(),
-                "group": self.status.as_str(),
+                "icon": format!("status_{status}"),
+                "text": status,
+                "label": status,
+                "group": status,
+                "tooltip": status,
+                "has_details": true,
+                "details_path": details_path,
+                "illustration": null,
+                "favicon": format!("/assets/ci_favicons/favicon_status_{status}.png"),
             },
         });
         if let (Value::Object(body), Value::Object(extra)) = (&mut body, extra) {
@@ -165,6 +173,12 @@ impl Pipeline {
         }
         body
     }
+}
+
+/// The path of an absolute URL (`http://host:port/a/b` → `/a/b`).
+fn url_path(url: &str) -> &str {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    after_scheme.find('/').map_or("/", |at| &after_scheme[at..])
 }
 
 /// Starts the pipeline of a new merge request head; its outcome is the next scripted one.

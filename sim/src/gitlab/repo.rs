@@ -48,6 +48,7 @@ impl Commit {
             "committer_email": email,
             "committed_date": at,
             "trailers": {},
+            "extended_trailers": {},
             "web_url": format!("{project_web_url}/-/commit/{}", self.id),
         })
     }

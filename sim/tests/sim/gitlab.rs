@@ -8,6 +8,7 @@ mod merge_methods;
 mod merge_requests;
 mod merging;
 mod repository;
+mod schemas;
 pub(crate) mod support;
 mod tree;
 mod web;
