@@ -5,6 +5,7 @@ mod approval;
 mod executor;
 mod landed;
 mod merge_request;
+mod merge_state;
 mod open;
 
 pub(crate) use merge_request::{Round, bot, file_action};
