@@ -3,8 +3,6 @@
 //! reviewer bots, merge. Each step reads remote state first, so re-running
 //! one after a crash or a lost answer is safe.
 
-use std::time::Duration;
-
 use secrecy::SecretString;
 
 use super::Workflow;
@@ -432,12 +430,12 @@ impl Workflow {
                 message: Some(format!("MR !{iid} cannot be rebased: {error}")),
             }));
         }
-        if let Err(err) = self.approve_as_reviewers(settings, project, iid).await {
-            return Ok(Round::Finished(Outcome::failed(
-                BindingStatus::HandleFailed,
-                StepStatus::HandleApproveFailed,
-                &err,
-            )));
+        if let Err(failure) = self.approve_as_reviewers(settings, project, iid).await {
+            return Ok(Round::Finished(Outcome {
+                status: Some(BindingStatus::HandleFailed),
+                step: StepStatus::HandleApproveFailed,
+                message: Some(failure.message(iid)),
+            }));
         }
         let mr = self.gitlab.merge_request(token, project, iid).await?;
         let detailed = merge_state(&mr);
@@ -488,6 +486,24 @@ impl Workflow {
                     message: Some(format!("MR !{iid} {why}")),
                 }))
             }
+            // Every bot approved and GitLab still wants approvals: only when
+            // its approval state says no wait can bring them does the step
+            // fail now; otherwise (a failed read too) it waits like any other
+            // state.
+            ("not_approved", _) => {
+                match self.approvals_out_of_reach(settings, project, iid).await {
+                    Ok(Some(why)) => Ok(Round::Finished(Outcome {
+                        status: Some(BindingStatus::HandleFailed),
+                        step: StepStatus::HandleMergeRefused,
+                        message: Some(why),
+                    })),
+                    Ok(None) => Ok(stuck("not_approved")),
+                    Err(err) => {
+                        tracing::debug!(iid, "reading the approvals failed, waiting: {err}");
+                        Ok(stuck("not_approved"))
+                    }
+                }
+            }
             (_, Some("failed" | "canceled")) => Ok(Round::Finished(Outcome {
                 status: Some(BindingStatus::HandleFailed),
                 step: StepStatus::CreatePipelineFailed,
@@ -528,52 +544,6 @@ impl Workflow {
             }
             (other, _) => Ok(stuck(other)),
         }
-    }
-
-    /// Each reviewer separately: read before each attempt, approve, and read
-    /// once more after the last failure (GitLab answers 401 both for "already
-    /// approved" and "not allowed"); a failed read counts as "not yet".
-    async fn approve_as_reviewers(
-        &self,
-        settings: &Settings,
-        project: &str,
-        iid: i64,
-    ) -> Result<(), GitLabError> {
-        let retries = settings.approval.retries;
-        for reviewer in &settings.gitlab.reviewer_tokens {
-            let approved = |approvals: Result<_, GitLabError>| {
-                approvals.is_ok_and(|a: crate::clients::gitlab::Approvals| a.user_has_approved)
-            };
-            let mut pause = Duration::from_millis(100);
-            let mut last = None;
-            for attempt in 0..=retries {
-                if approved(self.gitlab.approvals(reviewer, project, iid).await) {
-                    last = None;
-                    break;
-                }
-                match self
-                    .gitlab
-                    .approve_with(settings.gitlab.approve_impl, reviewer, project, iid)
-                    .await
-                {
-                    Ok(()) => {
-                        last = None;
-                        break;
-                    }
-                    Err(err) => last = Some(err),
-                }
-                if attempt < retries {
-                    tokio::time::sleep(pause).await;
-                    pause *= 2;
-                }
-            }
-            if let Some(err) = last
-                && !approved(self.gitlab.approvals(reviewer, project, iid).await)
-            {
-                return Err(err);
-            }
-        }
-        Ok(())
     }
 }
 

@@ -7,6 +7,7 @@ mod landed;
 mod merge_request;
 mod merge_state;
 mod open;
+mod review;
 
 pub(crate) use merge_request::{Round, bot, file_action};
 pub(crate) use open::ChangeSet;

@@ -234,3 +234,4 @@ mod gitlab_faults;
 mod gitlab_truth;
 mod https;
 mod merge_methods;
+mod project_settings;
