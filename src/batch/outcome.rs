@@ -60,7 +60,9 @@ impl MergeQueue {
         let done = BatchChange {
             status: Some("SUCCEEDED"),
             merge_sha: sha,
-            merge_commit_sha: merged.and_then(|mr| mr.merge_commit_sha.as_deref()),
+            // The commit the deploy pipeline reports: the merge commit, or
+            // the head a fast-forward merge put on the target.
+            merge_commit_sha: landed_at,
             ..BatchChange::default()
         };
         if update_batch(tx.db(), batch.id, batch.version, &done).await? != 1 {

@@ -3,12 +3,12 @@
 //! reviewer bots, merge. Each step reads remote state first, so re-running
 //! one after a crash or a lost answer is safe.
 
-use std::time::Duration;
-
 use secrecy::SecretString;
 
 use super::Workflow;
+use super::merge_state::{merge_state, passed_for_head};
 use super::open::{ChangeSet, Opened};
+use super::review::ApproveFailure;
 use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest};
 use crate::config::Settings;
 
@@ -399,15 +399,17 @@ impl Workflow {
         // GitLab unavailable or throttling is waited out until the step's
         // deadline, as a merge that is not possible yet is.
         match self.approve_as_reviewers(settings, project, iid).await {
-            Err(err) if err.is_transient() && !settings.polling.deadline_reached(polls) => {
+            Err(ApproveFailure::Refused(err))
+                if err.is_transient() && !settings.polling.deadline_reached(polls) =>
+            {
                 return Err(err);
             }
-            Err(err) => {
-                return Ok(Round::Finished(Outcome::failed(
-                    BindingStatus::HandleFailed,
-                    StepStatus::HandleApproveFailed,
-                    &err,
-                )));
+            Err(failure) => {
+                return Ok(Round::Finished(Outcome {
+                    status: Some(BindingStatus::HandleFailed),
+                    step: StepStatus::HandleApproveFailed,
+                    message: Some(failure.message(iid)),
+                }));
             }
             Ok(()) => {}
         }
@@ -460,6 +462,24 @@ impl Workflow {
                     message: Some(format!("MR !{iid} {why}")),
                 }))
             }
+            // Every bot approved and GitLab still wants approvals: only when
+            // its approval state says no wait can bring them does the step
+            // fail now; otherwise (a failed read too) it waits like any other
+            // state.
+            ("not_approved", _) => {
+                match self.approvals_out_of_reach(settings, project, iid).await {
+                    Ok(Some(why)) => Ok(Round::Finished(Outcome {
+                        status: Some(BindingStatus::HandleFailed),
+                        step: StepStatus::HandleMergeRefused,
+                        message: Some(why),
+                    })),
+                    Ok(None) => Ok(stuck("not_approved")),
+                    Err(err) => {
+                        tracing::debug!(iid, "reading the approvals failed, waiting: {err}");
+                        Ok(stuck("not_approved"))
+                    }
+                }
+            }
             (_, Some("failed" | "canceled")) => Ok(Round::Finished(Outcome {
                 status: Some(BindingStatus::HandleFailed),
                 step: StepStatus::CreatePipelineFailed,
@@ -501,124 +521,6 @@ impl Workflow {
             (other, _) => Ok(stuck(other)),
         }
     }
-
-    /// Each reviewer separately: read before each attempt, approve, and read
-    /// once more after the last failure (GitLab answers 401 both for "already
-    /// approved" and "not allowed"); a failed read counts as "not yet".
-    async fn approve_as_reviewers(
-        &self,
-        settings: &Settings,
-        project: &str,
-        iid: i64,
-    ) -> Result<(), GitLabError> {
-        let retries = settings.approval.retries;
-        for reviewer in &settings.gitlab.reviewer_tokens {
-            let approved = |approvals: Result<_, GitLabError>| {
-                approvals.is_ok_and(|a: crate::clients::gitlab::Approvals| a.user_has_approved)
-            };
-            let mut pause = Duration::from_millis(100);
-            let mut last = None;
-            for attempt in 0..=retries {
-                if approved(self.gitlab.approvals(reviewer, project, iid).await) {
-                    last = None;
-                    break;
-                }
-                match self
-                    .gitlab
-                    .approve_with(settings.gitlab.approve_impl, reviewer, project, iid)
-                    .await
-                {
-                    Ok(()) => {
-                        last = None;
-                        break;
-                    }
-                    Err(err) => last = Some(err),
-                }
-                if attempt < retries {
-                    tokio::time::sleep(pause).await;
-                    pause *= 2;
-                }
-            }
-            if let Some(err) = last
-                && !approved(self.gitlab.approvals(reviewer, project, iid).await)
-            {
-                return Err(err);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// `detailed_merge_status` (doc/api/merge_requests.md, "Merge status"), or
-/// on GitLab before 15.6, which has none, the same read from the older
-/// `merge_status` (a git conflict is all it can tell). A value this version
-/// does not know is logged once and waited on like `checking`.
-fn merge_state(mr: &MergeRequest) -> &str {
-    const KNOWN: &[&str] = &[
-        "approvals_syncing",
-        "checking",
-        "ci_must_pass",
-        "ci_still_running",
-        "commits_status",
-        "conflict",
-        "discussions_not_resolved",
-        "draft_status",
-        "external_status_checks",
-        "jira_association_missing",
-        "locked_lfs_files",
-        "locked_paths",
-        "merge_request_blocked",
-        "merge_time",
-        "mergeable",
-        "need_rebase",
-        "not_approved",
-        "not_open",
-        "preparing",
-        "requested_changes",
-        "security_policy_evaluation",
-        "security_policy_violations",
-        "status_checks_must_pass",
-        "title_regex",
-        "unchecked",
-        "merged",
-    ];
-    static REPORTED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-    match (
-        mr.detailed_merge_status.as_deref(),
-        mr.merge_status.as_deref(),
-    ) {
-        (Some(detailed), _) => {
-            if !KNOWN.contains(&detailed) {
-                let mut reported = REPORTED
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if !reported.iter().any(|r| r == detailed) {
-                    tracing::warn!(
-                        status = detailed,
-                        "GitLab reports a detailed_merge_status changegate does not know; waiting on it as on `checking`"
-                    );
-                    reported.push(detailed.to_owned());
-                }
-            }
-            detailed
-        }
-        (None, Some("can_be_merged")) => "mergeable",
-        (None, Some("cannot_be_merged")) => "conflict",
-        (None, _) => "checking",
-    }
-}
-
-/// Whether `mr`'s head pipeline succeeded for the head that would merge.
-fn passed_for_head(mr: &MergeRequest, iid: i64) -> bool {
-    let Some(pipeline) = &mr.head_pipeline else {
-        return false;
-    };
-    let merged_results = pipeline
-        .reference
-        .as_deref()
-        .is_some_and(|r| r == format!("refs/merge-requests/{iid}/merge"));
-    pipeline.status == "success"
-        && (merged_results || pipeline.sha.is_none() || pipeline.sha == mr.sha)
 }
 
 /// What one merge round found.
@@ -631,65 +533,4 @@ pub(crate) enum Round {
     Rebasing,
     /// Not mergeable yet: polled again later.
     NotYet,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn mr(head: &str, pipeline: serde_json::Value) -> MergeRequest {
-        serde_json::from_value(serde_json::json!({
-            "iid": 7, "state": "opened", "sha": head, "head_pipeline": pipeline,
-        }))
-        .expect("an MR body")
-    }
-
-    #[test]
-    fn gitlab_before_15_6_is_read_from_merge_status() {
-        let with = |detailed: Option<&str>, legacy: Option<&str>| {
-            let mut mr = mr("abc", serde_json::Value::Null);
-            mr.detailed_merge_status = detailed.map(str::to_owned);
-            mr.merge_status = legacy.map(str::to_owned);
-            merge_state(&mr).to_owned()
-        };
-        assert_eq!(with(None, Some("can_be_merged")), "mergeable");
-        assert_eq!(with(None, Some("cannot_be_merged")), "conflict");
-        assert_eq!(with(None, Some("unchecked")), "checking");
-        assert_eq!(with(None, None), "checking");
-        assert_eq!(
-            with(Some("need_rebase"), Some("can_be_merged")),
-            "need_rebase"
-        );
-        assert_eq!(
-            with(Some("a_status_from_the_future"), None),
-            "a_status_from_the_future"
-        );
-    }
-
-    #[test]
-    fn only_a_passed_pipeline_of_the_head_or_of_the_merge_ref_lets_an_mr_merge() {
-        let passed = |sha: &str, reference: &str| serde_json::json!({"id": 1, "sha": sha, "ref": reference, "status": "success"});
-        assert!(passed_for_head(&mr("abc", passed("abc", "cg-1")), 7));
-        assert!(
-            !passed_for_head(&mr("abc", passed("old", "cg-1")), 7),
-            "an old head's pipeline"
-        );
-        assert!(
-            passed_for_head(
-                &mr(
-                    "abc",
-                    passed("merge-ref-sha", "refs/merge-requests/7/merge")
-                ),
-                7
-            ),
-            "a merged-results pipeline runs on the merge ref's commit"
-        );
-        assert!(!passed_for_head(
-            &mr("abc", passed("x", "refs/merge-requests/8/merge")),
-            7
-        ));
-        let running = serde_json::json!({"id": 1, "sha": "abc", "status": "running"});
-        assert!(!passed_for_head(&mr("abc", running), 7));
-        assert!(!passed_for_head(&mr("abc", serde_json::Value::Null), 7));
-    }
 }

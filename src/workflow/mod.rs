@@ -5,8 +5,10 @@ mod approval;
 mod executor;
 mod landed;
 mod merge_request;
+mod merge_state;
 mod open;
 mod pipeline;
+mod review;
 
 pub(crate) use merge_request::{Round, bot, file_action};
 pub(crate) use open::{ChangeSet, MAX_DESCRIPTION_BYTES, Opened};

@@ -371,3 +371,30 @@ async fn without_retry_after_the_rate_limit_reset_is_honoured() {
     );
     assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
+
+#[tokio::test]
+async fn the_free_and_premium_approvals_bodies_both_read_with_what_each_tells() {
+    let f = fixture(Duration::from_secs(5)).await;
+    let iid = f.open_mr("cg-approvals").await;
+    let [alice, _] = &f.reviewers;
+
+    let free = f.client.approvals(alice, PROJECT, iid).await.unwrap();
+    assert!(!free.user_has_approved && !free.refuses_caller());
+    assert_eq!(free.user_can_approve, Some(true));
+    assert_eq!(
+        free.approvals_left, None,
+        "Free counts no required approvals"
+    );
+
+    f.sim
+        .update_settings(f.project, |s| {
+            s.tier = changegate_sim::gitlab::Tier::Ee;
+            s.eligible_approvers = Some(Vec::new());
+        })
+        .unwrap();
+    let premium = f.client.approvals(alice, PROJECT, iid).await.unwrap();
+    assert_eq!(premium.approvals_left, Some(2));
+    assert_eq!(premium.user_can_approve, Some(false));
+    assert!(premium.refuses_caller());
+    assert_eq!(premium.rules_left(), "Approvers");
+}

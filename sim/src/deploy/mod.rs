@@ -93,7 +93,7 @@ pub struct NoticedMerge {
     pub project: ProjectId,
     /// The merge request's number.
     pub iid: u64,
-    /// The merge commit.
+    /// The commit the merge put on the target branch (what is deployed).
     pub sha: String,
     /// Parsed from the description, whether sent or not.
     pub operation_ids: Vec<Uuid>,

@@ -68,7 +68,7 @@ impl Watcher {
             state.merges.push(NoticedMerge {
                 project: mr.project,
                 iid: mr.iid,
-                sha: mr.merge_commit_sha.clone(),
+                sha: mr.merged_sha.clone(),
                 operation_ids: operation_ids.clone(),
                 fault,
             });
@@ -85,7 +85,7 @@ impl Watcher {
             "callbackId": callback_id.to_string(),
             "mrIid": mr.iid,
             "status": status,
-            "sha": mr.merge_commit_sha,
+            "sha": mr.merged_sha,
         });
         if send_ids && !operation_ids.is_empty() {
             let ids: Vec<String> = operation_ids.iter().map(Uuid::to_string).collect();

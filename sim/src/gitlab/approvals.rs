@@ -13,14 +13,32 @@ use super::checklist::{ChecklistAnswer, verify};
 use super::error::{ApiError, ApiResult};
 use super::intercept::InjectedChecklistMismatch;
 use super::merge::try_auto_merge;
-use super::mergeability::evaluate;
+use super::mergeability::{approvals_left, evaluate};
 use super::params::JsonBody;
 use super::state::{MergeRequest, MrState, Project, Tier, UserId, timestamp};
 
-/// `can_be_approved_by?`: an open merge request, a member with the approve ability, and
-/// not approved by this user yet.
+/// `eligible_for_approval_by?`: an open merge request, a member with the approve ability,
+/// not approved by this user yet; under an approval rule naming its approvers, one of them,
+/// or anyone once the rule is met (EE's `any_approver_allowed?`).
 fn can_approve(project: &Project, mr: &MergeRequest, user: UserId) -> bool {
-    mr.state == MrState::Opened && project.can_write(user) && !mr.approvals.contains(&user)
+    let eligible = project
+        .settings
+        .eligible_approvers
+        .as_ref()
+        .is_none_or(|eligible| eligible.contains(&user) || approvals_left(project, mr) == 0);
+    mr.state == MrState::Opened
+        && project.can_write(user)
+        && !mr.approvals.contains(&user)
+        && eligible
+}
+
+/// The project's one approval rule as `ApprovalRuleShort` (`id`, `name`, `rule_type`): a
+/// rule naming its approvers, or GitLab's rule for any eligible user.
+fn rule_short(project: &Project) -> Value {
+    match project.settings.eligible_approvers {
+        Some(_) => json!({ "id": 1, "name": "Approvers", "rule_type": "regular" }),
+        None => json!({ "id": 1, "name": "All Members", "rule_type": "any_approver" }),
+    }
 }
 
 /// The approvals body in the project's tier, with `user_*` relative to `caller`.
@@ -33,13 +51,27 @@ fn body(project: &Project, users: &Users, mr: &MergeRequest, caller: UserId) -> 
     let user_has_approved = mr.approvals.contains(&caller);
     let user_can_approve = can_approve(project, mr, caller);
     let required = project.settings.approvals_required;
+    let left = approvals_left(project, mr);
+    let rules_left: Vec<Value> = (left > 0)
+        .then(|| rule_short(project))
+        .into_iter()
+        .collect();
+    let approvers: Vec<Value> = project
+        .settings
+        .eligible_approvers
+        .iter()
+        .flatten()
+        .map(|id| json!({ "user": users.json(Some(*id)) }))
+        .collect();
     match project.settings.tier {
+        // `MergeRequestApprovals` (`lib/api/entities/merge_request_approvals.rb`).
         Tier::Ce => json!({
             "user_has_approved": user_has_approved,
             "user_can_approve": user_can_approve,
             "approved": !mr.approvals.is_empty(),
             "approved_by": approved_by,
         }),
+        // `ApprovalState` (`ee/lib/api/entities/approval_state.rb`).
         Tier::Ee => json!({
             "id": mr.id,
             "iid": mr.iid,
@@ -50,17 +82,17 @@ fn body(project: &Project, users: &Users, mr: &MergeRequest, caller: UserId) -> 
             "created_at": timestamp(mr.created_at),
             "updated_at": timestamp(mr.updated_at),
             "merge_status": evaluate(project, mr).merge_status,
-            "approved": mr.approvals.len() >= required,
+            "approved": left == 0,
             "approvals_required": required,
-            "approvals_left": required.saturating_sub(mr.approvals.len()),
+            "approvals_left": left,
             "require_password_to_approve": false,
             "approved_by": approved_by,
             "suggested_approvers": [],
-            "approvers": [],
+            "approvers": approvers,
             "approver_groups": [],
             "user_has_approved": user_has_approved,
             "user_can_approve": user_can_approve,
-            "approval_rules_left": [],
+            "approval_rules_left": rules_left,
             "has_approval_rules": required > 0,
             "merge_request_approvers_available": true,
             "multiple_approval_rules_available": false,

@@ -41,6 +41,9 @@ pub struct User {
     pub id: UserId,
     pub username: String,
     pub web_url: String,
+    /// GitLab's placeholder image for a user without an avatar, as a full URL
+    /// (`user/basic.json` requires a string).
+    pub avatar_url: String,
 }
 
 /// Accounts and their tokens.
@@ -59,6 +62,7 @@ impl Users {
             None => {
                 let id = ids.user();
                 let web_url = format!("{base_url}/{username}");
+                let avatar_url = format!("{base_url}/assets/no_avatar.png");
                 let username = username.to_owned();
                 self.by_id.insert(
                     id,
@@ -66,6 +70,7 @@ impl Users {
                         id,
                         username,
                         web_url,
+                        avatar_url,
                     },
                 );
                 id
@@ -94,7 +99,7 @@ impl Users {
                 "name": user.username,
                 "state": "active",
                 "locked": false,
-                "avatar_url": null,
+                "avatar_url": user.avatar_url,
                 "web_url": user.web_url,
             }),
             None => Value::Null,

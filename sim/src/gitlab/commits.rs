@@ -1,5 +1,6 @@
 //! Commits API (`POST …/repository/commits` with actions, `Commits::CreateService`'s
-//! checks) and the Files API reads (`GET …/repository/files/:path[/raw]`).
+//! checks; `GET …/repository/commits/:sha`) and the Files API reads
+//! (`GET …/repository/files/:path[/raw]`, at a branch or a commit).
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -12,11 +13,13 @@ use super::auth::Caller;
 use super::error::{ApiError, ApiResult};
 use super::merge_requests::on_push;
 use super::params::JsonBody;
+use super::pipelines::Pipeline;
 use super::repo::{Change, apply, line_stats};
-use super::state::{Scope, UserId};
+use super::state::{Project, Scope, UserId};
 use super::tree::blob_id;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use sha2::{Digest, Sha256};
 
 /// Body of `POST /projects/:id/repository/commits`.
 #[derive(Debug, Deserialize)]
@@ -171,26 +174,60 @@ pub async fn create_commit(
             "A branch called '{branch}' already exists. Switch to that branch in order to make changes"
         )));
     }
-    let (start, before) = (start.id.clone(), start.tree.clone());
+    let start = start.id.clone();
     let sha = commit(&mut scope, user, &branch, &start, &message, &changes)
         .map_err(ApiError::bad_request)?;
-    let commit = scope
-        .project
-        .repo
-        .commit(&sha)
-        .expect("the commit was just stored");
-    let (additions, deletions) = line_stats(&before, &commit.tree);
-    let mut body = commit.json(&scope.project.web_url);
-    let detail = json!({
-        "stats": { "additions": additions, "deletions": deletions, "total": additions + deletions },
-        "status": null,
-        "last_pipeline": null,
-        "project_id": scope.project.id,
+    let body = detail_json(scope.project, &sha, true).expect("the commit was just stored");
+    Ok((StatusCode::CREATED, Json(body)))
+}
+
+/// The `CommitDetail` entity (`lib/api/entities/commit_detail.rb`): the commit, its line
+/// stats against its first parent (with `stats`), the status and basic entity of its
+/// latest pipeline, and the project id. `None` for an unknown commit.
+fn detail_json(project: &Project, sha: &str, stats: bool) -> Option<Value> {
+    let repo = &project.repo;
+    let commit = repo.commit(sha)?;
+    let parent = commit.parent_ids.first().and_then(|id| repo.commit(id));
+    let before = parent.map(|parent| parent.tree.clone()).unwrap_or_default();
+    let pipeline = project.pipelines.iter().rev().find(|p| p.sha == sha);
+    let mut body = commit.json(&project.web_url);
+    let mut detail = json!({
+        "status": pipeline.map(|p| p.status.as_str()),
+        "last_pipeline": pipeline.map(Pipeline::basic_json),
+        "project_id": project.id,
     });
+    if stats {
+        let (additions, deletions) = line_stats(&before, &commit.tree);
+        detail["stats"] = json!({ "additions": additions, "deletions": deletions, "total": additions + deletions });
+    }
     if let (Value::Object(fields), Value::Object(detail)) = (&mut body, detail) {
         fields.extend(detail);
     }
-    Ok((StatusCode::CREATED, Json(body)))
+    Some(body)
+}
+
+/// Query of `GET …/repository/commits/:sha`.
+#[derive(Debug, Deserialize)]
+pub struct CommitQuery {
+    stats: Option<bool>,
+}
+
+/// `GET /projects/:id/repository/commits/:sha` ("Get a single commit" in
+/// `doc/api/commits.md`): a commit named by its id (full, or a unique prefix) or by a
+/// branch, whose head it answers; 404 `Commit Not Found` otherwise.
+pub async fn get_commit(
+    State(ctx): State<SimContext>,
+    _caller: Caller,
+    Path((project, reference)): Path<(String, String)>,
+    Query(query): Query<CommitQuery>,
+) -> ApiResult<Json<Value>> {
+    let mut state = ctx.lock();
+    let scope = state.scope(&project)?;
+    let project = &*scope.project;
+    let sha = project.repo.resolve(&reference).map(|c| c.id.clone());
+    sha.and_then(|sha| detail_json(project, &sha, query.stats.unwrap_or(true)))
+        .map(Json)
+        .ok_or(ApiError::NotFound("Commit"))
 }
 
 /// Query of the Files API.
@@ -218,7 +255,16 @@ fn read_file(
     Ok((content.clone(), commit.id.clone(), reference))
 }
 
-/// `GET /projects/:id/repository/files/:file_path?ref=`: content in base64, as GitLab does.
+/// The SHA-256 of `content` in hex, the Files API's `content_sha256`.
+fn sha256_hex(content: &str) -> String {
+    Sha256::digest(content.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// `GET /projects/:id/repository/files/:file_path?ref=`: content in base64, as GitLab does
+/// (`lib/api/files.rb`); `ref` is a branch or a commit id.
 pub async fn get_file(
     State(ctx): State<SimContext>,
     _caller: Caller,
@@ -232,6 +278,7 @@ pub async fn get_file(
         "size": content.len(),
         "encoding": "base64",
         "content": BASE64.encode(content.as_bytes()),
+        "content_sha256": sha256_hex(&content),
         "ref": reference,
         "blob_id": blob_id(&content),
         "commit_id": commit_id,

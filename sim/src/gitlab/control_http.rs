@@ -8,12 +8,12 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
 use super::faults::{Endpoint, Fault, FaultKind, RecordedRequest};
 use super::pipelines::PipelineOutcome;
-use super::state::{AccessLevel, ChecklistItem, ProjectId, Tier, UserId};
+use super::state::{AccessLevel, ChecklistItem, MergeMethod, ProjectId, Tier, UserId};
 use super::{GitLabControl, MergeRequestSnapshot, MergedMergeRequest, SimError};
 use crate::control::{Body, ControlError, ControlResult, Param, Strikes};
 
@@ -157,6 +157,18 @@ struct UpdateSettings {
     tier: Option<Tier>,
     approval_checklist_required: Option<bool>,
     approval_checklist: Option<Vec<ChecklistItem>>,
+    merge_method: Option<MergeMethod>,
+    merged_results_pipelines: Option<bool>,
+    /// Absent leaves the setting, `null` drops the rule, a list of user ids sets it.
+    #[serde(default, deserialize_with = "present")]
+    eligible_approvers: Option<Option<Vec<UserId>>>,
+}
+
+/// Tells a field sent as `null` (`Some(None)`) from one left out (`None`, by `default`).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(deserializer).map(Some)
 }
 
 /// `PUT /_sim/projects/{project}/settings`
@@ -177,6 +189,15 @@ async fn update_settings(
         }
         if let Some(checklist) = body.approval_checklist {
             settings.approval_checklist = checklist;
+        }
+        if let Some(method) = body.merge_method {
+            settings.merge_method = method;
+        }
+        if let Some(merged_results) = body.merged_results_pipelines {
+            settings.merged_results_pipelines = merged_results;
+        }
+        if let Some(eligible) = body.eligible_approvers {
+            settings.eligible_approvers = eligible;
         }
     })?;
     Ok(StatusCode::NO_CONTENT)

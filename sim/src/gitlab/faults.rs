@@ -34,6 +34,8 @@ pub enum Endpoint {
     GetRawFile,
     /// `POST …/repository/commits`
     CreateCommit,
+    /// `GET …/repository/commits/:sha`
+    GetCommit,
     /// `GET …/merge_requests`
     ListMergeRequests,
     /// `POST …/merge_requests`

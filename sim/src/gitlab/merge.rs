@@ -1,5 +1,6 @@
 //! `PUT /merge_requests/:iid/merge` with GitLab's gate order (401 → 405 → 422/406 → 409),
-//! the merge itself (a real merge commit on the target branch), and auto-merge.
+//! the merge itself (a real merge commit, or a fast-forward, on the target branch), and
+//! auto-merge.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -14,7 +15,7 @@ use super::mergeability::{mergeable, state_failure};
 use super::mr_view::{View, render};
 use super::params::JsonBody;
 use super::pipelines::{PipelineStatus, head_pipeline};
-use super::state::{MrState, Scope, UserId};
+use super::state::{MergeMethod, MrState, Scope, UserId};
 use super::{CannotMergeStatus, SimContext, merge_requests};
 
 /// Body of the merge endpoint.
@@ -93,9 +94,12 @@ fn cannot_be_merged(status: CannotMergeStatus) -> ApiError {
     })
 }
 
-/// Merges an up-to-date merge request: a merge commit (parents: target head, source head;
-/// tree: the source tree, which already contains the target) moves the target branch.
-/// False when a branch or the head commit is gone, so nothing could be merged.
+/// Merges a mergeable merge request as the project's merge method says
+/// (`app/services/merge_requests/merge_strategies/from_source_branch.rb`): a merge commit
+/// (parents: target head, source head; tree: the three-way merge of the two, which is the
+/// source's own tree once it contains the target) sets `merge_commit_sha`; a fast-forward
+/// moves the target to the source head and leaves `merge_commit_sha` null. False when a
+/// branch or the head commit is gone, or the trees conflict, so nothing could be merged.
 fn perform(scope: &mut Scope, index: usize, user: UserId) -> bool {
     let project = &mut *scope.project;
     let mr = &project.merge_requests[index];
@@ -105,27 +109,40 @@ fn perform(scope: &mut Scope, index: usize, user: UserId) -> bool {
     ) else {
         return false;
     };
-    let message = format!(
-        "Merge branch '{}' into '{}'\n\n{}\n\nSee merge request {}!{}",
-        mr.source_branch, mr.target_branch, mr.title, project.path, mr.iid
-    );
-    let parents = vec![target.id.clone(), source.id.clone()];
-    let tree = source.tree.clone();
-    let author = scope
-        .users
-        .get(user)
-        .map_or("unknown", |u| u.username.as_str());
-    let merge_sha = project
-        .repo
-        .commit_tree(scope.ids, parents, &message, author, tree);
+    let (target_sha, source_sha) = (target.id.clone(), source.id.clone());
+    let merge_sha = if project.settings.merge_method == MergeMethod::Ff {
+        None
+    } else {
+        let Some(tree) = project.repo.merged_tree(&target_sha, &source_sha) else {
+            return false;
+        };
+        let message = format!(
+            "Merge branch '{}' into '{}'\n\n{}\n\nSee merge request {}!{}",
+            mr.source_branch, mr.target_branch, mr.title, project.path, mr.iid
+        );
+        let author = scope
+            .users
+            .get(user)
+            .map_or("unknown", |u| u.username.as_str());
+        let parents = vec![target_sha.clone(), source_sha.clone()];
+        Some(
+            project
+                .repo
+                .commit_tree(scope.ids, parents, &message, author, tree),
+        )
+    };
     let mr = &mut project.merge_requests[index];
-    project.repo.set_branch(&mr.target_branch, &merge_sha);
+    project.repo.set_branch(
+        &mr.target_branch,
+        merge_sha.as_deref().unwrap_or(&source_sha),
+    );
     let now = Utc::now();
     mr.state = MrState::Merged;
     mr.merged_at = Some(now);
     mr.updated_at = now;
     mr.merge_user = Some(user);
-    mr.merge_commit_sha = Some(merge_sha);
+    mr.merge_commit_sha = merge_sha;
+    mr.target_sha_at_merge = Some(target_sha);
     mr.auto_merge = false;
     if mr.should_remove_source_branch {
         project.repo.delete_branch(&mr.source_branch);
@@ -148,7 +165,7 @@ pub fn try_auto_merge(scope: &mut Scope, index: usize) {
     }
 }
 
-/// A pipeline for `sha` finished: armed merge requests at that head merge on success and
+/// A pipeline of head `sha` finished: armed merge requests at that head merge on success and
 /// are disarmed on failure or cancelation.
 pub fn pipeline_finished(scope: &mut Scope, sha: &str, status: PipelineStatus) {
     let armed: Vec<usize> = (0..scope.project.merge_requests.len())

@@ -133,6 +133,7 @@ pub async fn create_mr(
         closed_by: None,
         merge_user: None,
         merge_commit_sha: None,
+        target_sha_at_merge: None,
         approvals: Vec::new(),
         checks_pending: scope.options.mergeability_polls,
         checks_seen: false,

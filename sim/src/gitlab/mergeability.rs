@@ -1,11 +1,11 @@
 //! Mergeability as GitLab computes it: the ordered `mergeable_state` checks, the git checks
 //! (conflict, need rebase), and the `merge_status` / `detailed_merge_status` they yield.
 //!
-//! The project merges with "merge commit with semi-linear history": a merge request whose
-//! target branch moved on must be rebased first, as under fast-forward merging.
+//! Whether a merge request whose target branch moved on must be rebased first depends on
+//! the project's merge method: under fast-forward and semi-linear merging it is
+//! `need_rebase`; under merge commits it merges as it is.
 
 use super::pipelines::{PipelineStatus, head_pipeline};
-use super::repo::replay;
 use super::state::{MergeRequest, MrState, Project};
 
 /// The git-level relation between the source head and the target branch.
@@ -13,8 +13,8 @@ use super::state::{MergeRequest, MrState, Project};
 pub enum GitState {
     /// The target head is an ancestor of the source head.
     UpToDate,
-    /// The target moved on; a rebase would replay cleanly.
-    NeedRebase,
+    /// The target moved on; a three-way merge (or a rebase) would be clean.
+    Behind,
     /// Both sides changed the same file differently.
     Conflict,
     /// The source or target branch is gone.
@@ -31,13 +31,31 @@ pub fn git_state(project: &Project, mr: &MergeRequest) -> GitState {
     if repo.is_ancestor(&target.id, &mr.sha) {
         return GitState::UpToDate;
     }
-    let base = repo.merge_base(&mr.sha, &target.id);
-    match (base, repo.commit(&mr.sha)) {
-        (Some(base), Some(source)) if replay(&base.tree, &source.tree, &target.tree).is_some() => {
-            GitState::NeedRebase
-        }
-        _ => GitState::Conflict,
+    match repo.merged_tree(&target.id, &mr.sha) {
+        Some(_) => GitState::Behind,
+        None => GitState::Conflict,
     }
+}
+
+/// The approvals that count towards `approvals_required`: all of them, or with an
+/// approval rule naming its approvers, only theirs.
+pub fn approvals_given(project: &Project, mr: &MergeRequest) -> usize {
+    match &project.settings.eligible_approvers {
+        None => mr.approvals.len(),
+        Some(eligible) => mr
+            .approvals
+            .iter()
+            .filter(|user| eligible.contains(user))
+            .count(),
+    }
+}
+
+/// Approvals still missing (`approvals_left`).
+pub fn approvals_left(project: &Project, mr: &MergeRequest) -> usize {
+    project
+        .settings
+        .approvals_required
+        .saturating_sub(approvals_given(project, mr))
 }
 
 /// Whether the source head brings no commit the target lacks (it is the target's head or
@@ -78,18 +96,21 @@ pub fn state_failure(project: &Project, mr: &MergeRequest, skip_ci: bool) -> Opt
             _ => return Some("ci_must_pass"),
         }
     }
-    if mr.approvals.len() < project.settings.approvals_required {
+    if approvals_left(project, mr) > 0 {
         return Some("not_approved");
     }
     None
 }
 
-/// The failing git check (`conflict`, `need_rebase`), if any.
+/// The failing git check (`conflict`, `need_rebase`), if any; a target that moved on
+/// needs a rebase only under a merge method that keeps history linear.
 pub fn git_failure(project: &Project, mr: &MergeRequest) -> Option<&'static str> {
     match git_state(project, mr) {
         GitState::Conflict => Some("conflict"),
-        GitState::NeedRebase => Some("need_rebase"),
-        GitState::UpToDate | GitState::BranchMissing => None,
+        GitState::Behind if project.settings.merge_method.needs_up_to_date_source() => {
+            Some("need_rebase")
+        }
+        GitState::Behind | GitState::UpToDate | GitState::BranchMissing => None,
     }
 }
 

@@ -58,7 +58,9 @@ pub use control::{MergeRequestSnapshot, SimError};
 pub use faults::{Endpoint, Fault, FaultKind, RecordedRequest};
 pub use observe::{GitLabObserver, MergedMergeRequest};
 pub use pipelines::{PipelineOutcome, PipelineStatus};
-pub use state::{AccessLevel, ChecklistItem, MrState, ProjectId, ProjectSettings, Tier, UserId};
+pub use state::{
+    AccessLevel, ChecklistItem, MergeMethod, MrState, ProjectId, ProjectSettings, Tier, UserId,
+};
 
 use crate::tls::{Listener, ServerTls};
 use state::SimState;

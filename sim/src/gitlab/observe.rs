@@ -17,8 +17,9 @@ pub struct MergedMergeRequest {
     pub project: ProjectId,
     /// The project-scoped number.
     pub iid: u64,
-    /// The merge commit on the target branch.
-    pub merge_commit_sha: String,
+    /// The commit the merge put on the target branch: the merge commit, or the merge
+    /// request's head after a fast-forward merge (which makes none).
+    pub merged_sha: String,
     /// The description as of the merge (where changegate writes its trailers).
     pub description: String,
     /// When it was merged.
@@ -69,7 +70,7 @@ fn merged(state: &Mutex<SimState>) -> Vec<MergedMergeRequest> {
                 Some(MergedMergeRequest {
                     project: project.id,
                     iid: mr.iid,
-                    merge_commit_sha: mr.merge_commit_sha.clone()?,
+                    merged_sha: mr.merge_commit_sha.clone().unwrap_or(mr.sha.clone()),
                     description: mr.description.clone(),
                     merged_at: mr.merged_at?,
                 })

@@ -1,5 +1,7 @@
 //! CI pipelines: one per new merge request head, stepping `created → pending → running →`
-//! outcome once per poll (or on command), plus the two pipeline endpoints.
+//! outcome once per poll (or on command), plus the two pipeline endpoints. With merged
+//! results pipelines on, a head's pipeline runs on an internal commit merging it into the
+//! target (`doc/ci/pipelines/merged_results_pipelines.md`).
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -73,8 +75,15 @@ pub struct Pipeline {
     pub id: u64,
     pub iid: u64,
     pub project_id: u64,
+    /// The commit it runs on: the merge request's head, or for a merged results
+    /// pipeline the internal commit merging that head into the target.
     pub sha: String,
-    /// `ref`: `refs/merge-requests/<iid>/head`, as for merge request pipelines.
+    /// The merge request head it tests (GitLab's `source_sha` for merged results).
+    pub head_sha: String,
+    /// The merge request it runs for.
+    pub merge_request_iid: u64,
+    /// `ref`: `refs/merge-requests/<iid>/head` for a merge request pipeline,
+    /// `refs/merge-requests/<iid>/merge` for a merged results one.
     pub git_ref: String,
     pub status: PipelineStatus,
     /// Where the steps lead.
@@ -133,6 +142,8 @@ impl Pipeline {
     pub fn json(&self, users: &Users) -> Value {
         let started = self.status != PipelineStatus::Created;
         let finished = !self.status.is_active();
+        let status = self.status.as_str();
+        let details_path = url_path(&self.web_url);
         let mut body = self.basic_json();
         let extra = json!({
             "before_sha": "0000000000000000000000000000000000000000",
@@ -145,11 +156,17 @@ impl Pipeline {
             "duration": null,
             "queued_duration": null,
             "coverage": null,
+            // `DetailedStatusEntity`, as `status/ci_detailed_status.json` requires it.
             "detailed_status": {
-                "icon": format!("status_{}", self.status.as_str()),
-                "text": self.status.as_str(),
-                "label": self.status.as_str(),
-                "group": self.status.as_str(),
+                "icon": format!("status_{status}"),
+                "text": status,
+                "label": status,
+                "group": status,
+                "tooltip": status,
+                "has_details": true,
+                "details_path": details_path,
+                "illustration": null,
+                "favicon": format!("/assets/ci_favicons/favicon_status_{status}.png"),
             },
         });
         if let (Value::Object(body), Value::Object(extra)) = (&mut body, extra) {
@@ -157,6 +174,12 @@ impl Pipeline {
         }
         body
     }
+}
+
+/// The path of an absolute URL (`http://host:port/a/b` → `/a/b`).
+fn url_path(url: &str) -> &str {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    after_scheme.find('/').map_or("/", |at| &after_scheme[at..])
 }
 
 /// How the next pipeline run for `sha` ends: failed when the commit carries the poisoned
@@ -184,17 +207,29 @@ fn next_outcome(project: &mut Project, sha: &str) -> PipelineOutcome {
 }
 
 /// Starts the pipeline of a new merge request head; its outcome is the next scripted one.
-pub fn create(scope: &mut Scope, sha: &str, mr_iid: u64, user: UserId) -> u64 {
+/// With merged results pipelines it runs on a fresh internal commit merging the head into
+/// the target, on the merge ref; when the two conflict GitLab cannot make that commit and
+/// runs an ordinary merge request pipeline on the head instead.
+pub fn create(scope: &mut Scope, head: &str, mr_iid: u64, user: UserId) -> u64 {
+    let (sha, git_ref) = match merged_results_commit(scope, head, mr_iid) {
+        Some(merge) => (merge, format!("refs/merge-requests/{mr_iid}/merge")),
+        None => (
+            head.to_owned(),
+            format!("refs/merge-requests/{mr_iid}/head"),
+        ),
+    };
     let project = &mut *scope.project;
     let id = scope.ids.pipeline();
     let now = Utc::now();
-    let outcome = next_outcome(project, sha);
+    let outcome = next_outcome(project, &sha);
     project.pipelines.push(Pipeline {
         id,
         iid: project.pipelines.len() as u64 + 1,
         project_id: project.id,
-        sha: sha.to_owned(),
-        git_ref: format!("refs/merge-requests/{mr_iid}/head"),
+        sha,
+        head_sha: head.to_owned(),
+        merge_request_iid: mr_iid,
+        git_ref,
         status: PipelineStatus::Created,
         outcome,
         user,
@@ -205,9 +240,38 @@ pub fn create(scope: &mut Scope, sha: &str, mr_iid: u64, user: UserId) -> u64 {
     id
 }
 
-/// The latest pipeline for the merge request's head SHA.
+/// The internal commit a merged results pipeline runs on (parents: the target's head and
+/// `head`), when the project has them and the two merge cleanly; on no branch.
+fn merged_results_commit(scope: &mut Scope, head: &str, mr_iid: u64) -> Option<String> {
+    let project = &mut *scope.project;
+    if !project.settings.merged_results_pipelines {
+        return None;
+    }
+    let mr = &project.merge_requests[project.mr_index(mr_iid).ok()?];
+    let target = project.repo.head(&mr.target_branch)?.id.clone();
+    let tree = project.repo.merged_tree(&target, head)?;
+    let message = format!("Merge {head} into {target}");
+    let author = scope
+        .users
+        .get(mr.author)
+        .map_or("unknown", |user| user.username.as_str())
+        .to_owned();
+    let parents = vec![target, head.to_owned()];
+    Some(
+        project
+            .repo
+            .commit_tree(scope.ids, parents, &message, &author, tree),
+    )
+}
+
+/// The latest pipeline of the merge request's head: its `head_pipeline`.
 pub fn head_pipeline<'a>(project: &'a Project, mr: &MergeRequest) -> Option<&'a Pipeline> {
-    project.pipelines.iter().rev().find(|p| p.sha == mr.sha)
+    project.pipelines.iter().rev().find(|p| tests_head(p, mr))
+}
+
+/// Whether `pipeline` is one of `mr`'s, for its current head.
+fn tests_head(pipeline: &Pipeline, mr: &MergeRequest) -> bool {
+    pipeline.merge_request_iid == mr.iid && pipeline.head_sha == mr.sha
 }
 
 /// Runs `change` on pipeline `id`, then lets merge requests react if it finished.
@@ -224,7 +288,7 @@ fn update_at(scope: &mut Scope, index: usize, change: impl FnOnce(&mut Pipeline)
     let was_active = pipeline.status.is_active();
     change(pipeline);
     if was_active && !pipeline.status.is_active() {
-        let (sha, status) = (pipeline.sha.clone(), pipeline.status);
+        let (sha, status) = (pipeline.head_sha.clone(), pipeline.status);
         merge::pipeline_finished(scope, &sha, status);
     }
 }
@@ -253,7 +317,7 @@ pub fn poll_head(scope: &mut Scope, mr_index: usize) {
         .project
         .pipelines
         .iter()
-        .rposition(|p| p.sha == mr.sha);
+        .rposition(|p| tests_head(p, mr));
     if let Some(index) = head {
         let steps = poll_step(
             scope.options.pipeline_steps_per_poll,
@@ -292,10 +356,9 @@ pub async fn list_mr_pipelines(
     let mut scope = state.scope(&project)?;
     let index = scope.project.mr_index(iid)?;
     poll_head(&mut scope, index);
-    let git_ref = format!("refs/merge-requests/{iid}/head");
     let pipelines = scope.project.pipelines.iter().rev();
     let items = pipelines
-        .filter(|p| p.git_ref == git_ref)
+        .filter(|p| p.merge_request_iid == iid)
         .map(Pipeline::basic_json)
         .collect();
     Ok(paginate(items, &page))

@@ -4,7 +4,7 @@ use std::collections::{HashMap, VecDeque};
 
 use axum::Json;
 use axum::extract::{Path, State};
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use super::SimContext;
@@ -37,6 +37,20 @@ pub fn create(state: &mut SimState, path: &str) -> ProjectId {
     id
 }
 
+/// When anything last happened in the project: its newest commit, merge request change
+/// or pipeline update.
+fn last_activity(project: &Project) -> DateTime<Utc> {
+    let commits = project
+        .repo
+        .branches()
+        .filter_map(|(_, sha)| project.repo.commit(sha));
+    commits
+        .map(|commit| commit.created_at)
+        .chain(project.merge_requests.iter().map(|mr| mr.updated_at))
+        .chain(project.pipelines.iter().map(|pipeline| pipeline.updated_at))
+        .fold(project.created_at, DateTime::max)
+}
+
 /// `GET /projects/:id`, by numeric id or URL-encoded full path.
 pub async fn get_project(
     State(ctx): State<SimContext>,
@@ -49,8 +63,15 @@ pub async fn get_project(
     let project = &*scope.project;
     let name = project.path.rsplit('/').next().unwrap_or(&project.path);
     let namespace = project.path.rsplit_once('/').map_or("", |(ns, _)| ns);
+    let host = base_url
+        .split_once("://")
+        .map_or(base_url.as_str(), |(_, rest)| rest);
+    let host = host.split(':').next().unwrap_or(host);
+    // The fields `spec/fixtures/api/schemas/public_api/v4/projects.json` requires, and
+    // the settings of `ProjectDetails` (`lib/api/entities/project.rb`) changegate reads.
     Ok(Json(json!({
         "id": project.id,
+        "description": null,
         "name": name,
         "path": name,
         "path_with_namespace": project.path,
@@ -60,8 +81,15 @@ pub async fn get_project(
         "visibility": "internal",
         "web_url": project.web_url,
         "http_url_to_repo": format!("{}.git", project.web_url),
+        "ssh_url_to_repo": format!("git@{host}:{}.git", project.path),
+        "tag_list": [],
+        "topics": [],
+        "avatar_url": null,
+        "star_count": 0,
+        "forks_count": 0,
         "created_at": timestamp(project.created_at),
-        "merge_method": "rebase_merge",
+        "last_activity_at": timestamp(last_activity(project)),
+        "merge_method": project.settings.merge_method.as_str(),
         "only_allow_merge_if_pipeline_succeeds": project.settings.pipelines_must_succeed,
         "approvals_before_merge": project.settings.approvals_required,
         "_links": { "self": format!("{base_url}/api/v4/projects/{}", project.id) },

@@ -48,6 +48,7 @@ impl Commit {
             "committer_email": email,
             "committed_date": at,
             "trailers": {},
+            "extended_trailers": {},
             "web_url": format!("{project_web_url}/-/commit/{}", self.id),
         })
     }
@@ -235,9 +236,23 @@ impl Repo {
         self.branches.get(branch).and_then(|sha| self.commit(sha))
     }
 
-    /// A branch name, else a full commit id.
+    /// A branch name, else a commit id, full or abbreviated to a unique prefix of at
+    /// least 7 digits, as git resolves a revision (no tags are modelled).
     pub fn resolve(&self, reference: &str) -> Option<&Commit> {
-        self.head(reference).or_else(|| self.commit(reference))
+        if let Some(commit) = self.head(reference).or_else(|| self.commit(reference)) {
+            return Some(commit);
+        }
+        if reference.len() < 7 || !reference.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let mut matches = self
+            .commits
+            .values()
+            .filter(|c| c.id.starts_with(reference));
+        match (matches.next(), matches.next()) {
+            (Some(commit), None) => Some(commit),
+            _ => None,
+        }
     }
 
     /// Branch names and head ids, sorted by name.
@@ -281,6 +296,18 @@ impl Repo {
     /// Whether `ancestor` is reachable from `descendant` (or is it).
     pub fn is_ancestor(&self, ancestor: &str, descendant: &str) -> bool {
         self.ancestors(descendant).contains(ancestor)
+    }
+
+    /// The tree of merging `source` into `target` (git's three-way merge, file by
+    /// file): the source's tree when it already contains the target, `None` on a
+    /// conflict or an unknown commit.
+    pub fn merged_tree(&self, target: &str, source: &str) -> Option<Tree> {
+        let source_commit = self.commit(source)?;
+        if self.is_ancestor(target, source) {
+            return Some(source_commit.tree.clone());
+        }
+        let base = self.merge_base(source, target)?;
+        replay(&base.tree, &source_commit.tree, &self.commit(target)?.tree)
     }
 
     /// The nearest common ancestor of two commits.

@@ -62,6 +62,11 @@ pub fn build(ctx: SimContext, control: GitLabControl) -> Router {
             post(commits::create_commit),
         ),
         (
+            "/projects/{id}/repository/commits/{sha}",
+            Endpoint::GetCommit,
+            get(commits::get_commit),
+        ),
+        (
             "/projects/{id}/merge_requests",
             Endpoint::ListMergeRequests,
             get(merge_requests::list_mrs),

@@ -61,11 +61,55 @@ impl ChecklistItem {
     }
 }
 
+/// How a merge lands on the target branch: the project's `merge_method`
+/// (`doc/user/project/merge_requests/methods/_index.md`; the REST spelling is
+/// `lib/api/entities/project.rb`'s).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MergeMethod {
+    /// "Merge commit": a merge commit whose tree is the three-way merge of the target
+    /// and the merge request; a target that moved on needs no rebase.
+    Merge,
+    /// "Merge commit with semi-linear history": a merge commit, made only once the
+    /// source contains the target's head (`need_rebase` until rebased). The simulator's
+    /// default, as it modelled only this method before the setting existed; GitLab's
+    /// own default for a new project is [`MergeMethod::Merge`].
+    #[default]
+    RebaseMerge,
+    /// "Fast-forward merge": the target branch moves to the merge request's head; no
+    /// merge commit (`merge_commit_sha` stays null), `need_rebase` until rebased.
+    Ff,
+}
+
+impl MergeMethod {
+    /// The REST spelling (`merge`, `rebase_merge`, `ff`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Merge => "merge",
+            Self::RebaseMerge => "rebase_merge",
+            Self::Ff => "ff",
+        }
+    }
+
+    /// `ff_merge_must_be_possible?`: the source must contain the target's head, so a
+    /// target that moved on is `need_rebase`
+    /// (`app/services/merge_requests/mergeability/check_rebase_status_service.rb`).
+    pub fn needs_up_to_date_source(self) -> bool {
+        self != Self::Merge
+    }
+}
+
 /// Per-project behaviour, changeable at any time through the control API.
 #[derive(Clone, Debug)]
 pub struct ProjectSettings {
-    /// Approvals the merge gate requires (both tiers).
+    /// Approvals the merge gate requires (both tiers). 0 makes approvals optional, as
+    /// on GitLab Free, whose merge requests need none.
     pub approvals_required: usize,
+    /// The approvers an approval rule names (EE): only their approvals count towards
+    /// `approvals_required`, and others may approve only once the rule is met
+    /// (`user_can_approve: false`, approve answers 401). `None`: every member with
+    /// the approve right counts, as GitLab's "All eligible users" rule.
+    pub eligible_approvers: Option<Vec<UserId>>,
     /// Which `approvals` body to answer with.
     pub tier: Tier,
     /// Whether approve requires the checklist extension's `checklist` field.
@@ -79,17 +123,26 @@ pub struct ProjectSettings {
     /// text fails, whatever the pipeline script says (so a batch fails while
     /// it carries the poisoned file, and passes without it).
     pub failing_content: Option<String>,
+    /// How merges land.
+    pub merge_method: MergeMethod,
+    /// "Merged results pipelines" (`doc/ci/pipelines/merged_results_pipelines.md`):
+    /// a merge request's pipelines run for `refs/merge-requests/<iid>/merge`, on an
+    /// internal commit merging its head into the target, rather than for the head.
+    pub merged_results_pipelines: bool,
 }
 
 impl Default for ProjectSettings {
     fn default() -> Self {
         Self {
             approvals_required: 2,
+            eligible_approvers: None,
             tier: Tier::default(),
             approval_checklist_required: false,
             approval_checklist: Vec::new(),
             failing_content: None,
             pipelines_must_succeed: true,
+            merge_method: MergeMethod::default(),
+            merged_results_pipelines: false,
         }
     }
 }
@@ -150,6 +203,8 @@ pub struct MergeRequest {
     /// Who merged, or who armed auto-merge.
     pub merge_user: Option<UserId>,
     pub merge_commit_sha: Option<String>,
+    /// The target branch's head when it merged: where the changes were merged onto.
+    pub target_sha_at_merge: Option<String>,
     /// Approvers in approval order.
     pub approvals: Vec<UserId>,
     /// GET polls left that still report the mergeability check as pending.

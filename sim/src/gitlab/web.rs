@@ -110,15 +110,11 @@ fn merge_request_page(state: &mut SimState, project: &str, iid: u64) -> Option<S
 /// source branch left the target; for a merged request, the target as it was before.
 fn changes_html(project: &Project, mr: &MergeRequest, out: &mut String) {
     let repo = &project.repo;
-    let base = match (&mr.state, &mr.merge_commit_sha) {
-        (MrState::Merged, Some(merge)) => repo
-            .commit(merge)
-            .and_then(|merge| merge.parent_ids.first())
-            .and_then(|parent| repo.commit(parent)),
-        _ => repo
-            .head(&mr.target_branch)
-            .and_then(|target| repo.merge_base(&mr.sha, &target.id)),
+    let target = match (&mr.state, &mr.target_sha_at_merge) {
+        (MrState::Merged, Some(target)) => repo.commit(target),
+        _ => repo.head(&mr.target_branch),
     };
+    let base = target.and_then(|target| repo.merge_base(&mr.sha, &target.id));
     let (Some(base), Some(head)) = (base, repo.commit(&mr.sha)) else {
         out.push_str("<p>The branches are gone.</p>\n");
         return;

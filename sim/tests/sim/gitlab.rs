@@ -4,9 +4,11 @@
 mod approvals;
 mod control;
 mod faults;
+mod merge_methods;
 mod merge_requests;
 mod merging;
 mod repository;
+mod schemas;
 pub(crate) mod support;
 mod tree;
 mod web;

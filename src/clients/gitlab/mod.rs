@@ -17,7 +17,9 @@ use serde_json::{Value, json};
 pub use error::GitLabError;
 
 use super::http::{CallError, SystemClient};
-pub use types::{ApprovalUser, Approvals, ApprovedBy, Commit, FileAction, MergeRequest, Pipeline};
+pub use types::{
+    ApprovalRule, ApprovalUser, Approvals, ApprovedBy, Commit, FileAction, MergeRequest, Pipeline,
+};
 
 /// How a client retries and waits.
 #[derive(Debug, Clone)]

@@ -76,7 +76,10 @@ pub struct Pipeline {
     pub status: String,
 }
 
-/// Who approved an MR (the CE and EE bodies share this part).
+/// An MR's approvals, relative to the caller (doc/api/merge_request_approvals.md). The
+/// Free tier's body (`lib/api/entities/merge_request_approvals.rb`) has only who
+/// approved and what the caller may do; Premium's (`ApprovalState`) adds how many
+/// approvals are still missing and the rules they are missing from.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Approvals {
     /// The approvers.
@@ -85,6 +88,23 @@ pub struct Approvals {
     /// Whether the caller (the token's user) has approved.
     #[serde(default)]
     pub user_has_approved: bool,
+    /// Whether the caller may approve now (`false` once it has approved, or when no
+    /// approval rule makes it an eligible approver).
+    #[serde(default)]
+    pub user_can_approve: Option<bool>,
+    /// Approvals GitLab still requires (Premium); absent on Free, which requires none.
+    #[serde(default)]
+    pub approvals_left: Option<i64>,
+    /// The approval rules still unmet (Premium).
+    #[serde(default)]
+    pub approval_rules_left: Vec<ApprovalRule>,
+}
+
+/// An approval rule as `ApprovalRuleShort` shows it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ApprovalRule {
+    /// The rule's name.
+    pub name: String,
 }
 
 /// One approver entry.
@@ -107,5 +127,20 @@ impl Approvals {
         self.approved_by
             .iter()
             .any(|entry| entry.user.username == username)
+    }
+
+    /// Whether GitLab says the caller may not approve, although it has not approved.
+    pub fn refuses_caller(&self) -> bool {
+        !self.user_has_approved && self.user_can_approve == Some(false)
+    }
+
+    /// The unmet rules by name, comma-separated (empty when none are named).
+    pub fn rules_left(&self) -> String {
+        let names: Vec<&str> = self
+            .approval_rules_left
+            .iter()
+            .map(|rule| rule.name.as_str())
+            .collect();
+        names.join(", ")
     }
 }

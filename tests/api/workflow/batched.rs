@@ -13,7 +13,7 @@ use super::end_to_end::{World, WorldOptions, world_with};
 use crate::helpers::sqlite_db;
 
 /// Approvals held until decided, and no scheduled rounds: the test runs them.
-fn manual_rounds() -> WorldOptions {
+pub(super) fn manual_rounds() -> WorldOptions {
     WorldOptions {
         policy: DecisionPolicy::Manual,
         batch_keys: "interval = \"1h\"".to_owned(),
@@ -23,7 +23,7 @@ fn manual_rounds() -> WorldOptions {
 
 /// `subject` applies for itself on `team.access` with `level` (each its
 /// own requester: the apply rate limit is per person).
-async fn apply_for(w: &World, subject: &str, level: &str) -> String {
+pub(super) async fn apply_for(w: &World, subject: &str, level: &str) -> String {
     let answer: Value = w
         .app
         .post_as(
@@ -39,7 +39,7 @@ async fn apply_for(w: &World, subject: &str, level: &str) -> String {
     answer["operationId"].as_str().unwrap().to_owned()
 }
 
-async fn view(w: &World, id: &str) -> Value {
+pub(super) async fn view(w: &World, id: &str) -> Value {
     w.app
         .get_as("admin", &format!("/api/v1/operations/{id}"))
         .await
@@ -49,7 +49,7 @@ async fn view(w: &World, id: &str) -> Value {
 }
 
 /// Approves every request once the approval system has them all.
-async fn approve_all(w: &World, ids: &[String]) {
+pub(super) async fn approve_all(w: &World, ids: &[String]) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while w.approval.approvals().len() < ids.len() {
         assert!(Instant::now() < deadline, "approvals were not requested");
@@ -64,7 +64,7 @@ async fn approve_all(w: &World, ids: &[String]) {
 }
 
 /// Runs merge rounds until every operation of `ids` is settled; their views.
-async fn rounds_until_settled(w: &World, ids: &[String]) -> Vec<Value> {
+pub(super) async fn rounds_until_settled(w: &World, ids: &[String]) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let run = w

@@ -17,12 +17,12 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::end_to_end::{World, WorldOptions, world_with};
-use super::{apply, wait_for};
+use super::{apply, move_main_on, wait_for};
 use crate::helpers::sqlite_db;
 
 /// MR first, with approvals held until the test decides them: the MR is
 /// open and its pipeline passed while the request waits for approval.
-fn mr_first_held() -> WorldOptions {
+pub(super) fn mr_first_held() -> WorldOptions {
     WorldOptions {
         extra: "[workflow]\nflow_order = \"mr_first\"\n".to_owned(),
         policy: DecisionPolicy::Manual,
@@ -30,31 +30,19 @@ fn mr_first_held() -> WorldOptions {
     }
 }
 
-async fn waiting_for_approval(w: &World, id: &str) -> i64 {
+pub(super) async fn waiting_for_approval(w: &World, id: &str) -> i64 {
     let view = wait_for(&w.app, id, |v| v["status"] == "APPROVAL_SENT").await;
     view["mergeRequest"]["iid"].as_i64().unwrap()
 }
 
-/// Someone pushes to `main`, so an open MR is behind its target.
-fn move_main_on(w: &World) {
-    w.gitlab
-        .push(
-            w.project,
-            w.users[0],
-            "main",
-            &[("docs/other.md", Some("moved on\n"))],
-        )
-        .unwrap();
-}
-
-async fn approve(w: &World, id: &str) {
+pub(super) async fn approve(w: &World, id: &str) {
     w.approval
         .decide(Uuid::parse_str(id).unwrap(), Decision::Approved)
         .await
         .unwrap();
 }
 
-async fn settled(w: &World, id: &str) -> Value {
+pub(super) async fn settled(w: &World, id: &str) -> Value {
     wait_for(&w.app, id, |v| {
         v["status"] == "VALIDATED" || v["next"] == "CONTACT_TEAM"
     })
@@ -161,47 +149,6 @@ async fn a_rebase_whose_answer_was_lost_is_waited_for_not_failed() {
             .any(|(step, message)| step == "HANDLE_STARTED" && message.contains("rebasing")),
         "the unanswered rebase counts as started (its wait starts afresh): {steps:?}"
     );
-}
-
-#[tokio::test]
-async fn without_pipelines_must_succeed_a_rebased_mr_waits_for_its_new_heads_pipeline() {
-    let db = sqlite_db().await;
-    let w = world_with(&db.url, mr_first_held()).await;
-    w.gitlab
-        .update_settings(w.project, |s| s.pipelines_must_succeed = false)
-        .unwrap();
-    // The MR's first pipeline passes; the rebased head's keeps running.
-    w.gitlab
-        .script_pipelines(
-            w.project,
-            [PipelineOutcome::Success, PipelineOutcome::StuckRunning],
-        )
-        .unwrap();
-    let id = apply(&w.app).await;
-    let iid = waiting_for_approval(&w, &id).await;
-    move_main_on(&w);
-    approve(&w, &id).await;
-    let iid = u64::try_from(iid).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while w.gitlab.calls(Endpoint::Rebase) == 0 {
-        assert!(std::time::Instant::now() < deadline, "no rebase");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let mr = w.gitlab.merge_request(w.project, iid).unwrap();
-    assert_eq!(
-        format!("{:?}", mr.state),
-        "Opened",
-        "not merged while CI runs: {mr:?}"
-    );
-    assert_eq!(w.gitlab.calls(Endpoint::Merge), 0);
-
-    let (pipeline, _) = mr.head_pipeline.unwrap();
-    w.gitlab
-        .force_pipeline(w.project, pipeline, PipelineOutcome::Success)
-        .unwrap();
-    let view = settled(&w, &id).await;
-    assert_eq!(view["status"], "VALIDATED", "{view}");
 }
 
 #[tokio::test]

@@ -73,6 +73,18 @@ pub async fn apply(app: &TestApp) -> String {
     answer["operationId"].as_str().unwrap().to_owned()
 }
 
+/// Someone pushes to `main`, so an open MR is behind its target.
+pub fn move_main_on(w: &end_to_end::World) {
+    w.gitlab
+        .push(
+            w.project,
+            w.users[0],
+            "main",
+            &[("docs/other.md", Some("moved on\n"))],
+        )
+        .unwrap();
+}
+
 /// Alice asks to remove her `demo.feature-flags` binding; the removal's id.
 pub async fn close(app: &TestApp) -> String {
     let close = serde_json::json!({ "reason": "no longer needed" });
@@ -221,5 +233,7 @@ mod end_to_end;
 mod gitlab_faults;
 mod gitlab_truth;
 mod https;
+mod merge_methods;
 mod pipeline_retry;
+mod project_settings;
 mod rate_limits;

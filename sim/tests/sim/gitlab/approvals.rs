@@ -213,3 +213,93 @@ async fn checklist_422_carries_the_current_list_and_a_rebuilt_approve_succeeds()
         2
     );
 }
+
+#[tokio::test]
+async fn with_no_approvals_required_the_free_body_stands_and_the_merge_needs_none() {
+    let fx = Fixture::start().await;
+    fx.sim
+        .update_settings(fx.project, |s| {
+            s.tier = Tier::Ce;
+            s.approvals_required = 0;
+        })
+        .unwrap();
+    let iid = fx.open_mr("bot/one", &[("a", "a")]).await;
+    let mr = fx.poll_pipeline(iid, "success").await;
+    assert_eq!(mr["detailed_merge_status"], "mergeable", "{mr}");
+    let free = fx.get(ALICE, &fx.mr_path(iid, "/approvals")).await.body;
+    assert!(free.get("approvals_left").is_none(), "{free}");
+    assert_eq!(free["approved"], false);
+    let merged = fx.put(BOT, &fx.mr_path(iid, "/merge"), json!({})).await;
+    assert_eq!(merged.status, 200, "{}", merged.text);
+}
+
+#[tokio::test]
+async fn approvals_still_required_after_every_approval_leave_the_mr_not_approved() {
+    let fx = Fixture::start().await;
+    fx.sim
+        .update_settings(fx.project, |s| {
+            s.tier = Tier::Ee;
+            s.approvals_required = 3;
+        })
+        .unwrap();
+    let iid = fx.ready_mr("bot/one", &[("a", "a")]).await;
+    let state = fx.get(BOT, &fx.mr_path(iid, "/approvals")).await.body;
+    assert_eq!(state["approved_by"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        (state["approvals_left"].clone(), state["approved"].clone()),
+        (json!(1), json!(false))
+    );
+    assert_eq!(
+        state["approval_rules_left"],
+        json!([{ "id": 1, "name": "All Members", "rule_type": "any_approver" }])
+    );
+    let mr = fx.get(BOT, &fx.mr_path(iid, "")).await.body;
+    assert_eq!(mr["detailed_merge_status"], "not_approved");
+    let refused = fx.put(BOT, &fx.mr_path(iid, "/merge"), json!({})).await;
+    assert_eq!(refused.status, 405);
+}
+
+#[tokio::test]
+async fn a_rule_counts_only_its_approvers_and_lets_others_approve_once_it_is_met() {
+    let fx = Fixture::start().await;
+    let alice = fx.sim.add_user("rev-alice", ALICE);
+    fx.sim
+        .update_settings(fx.project, |s| {
+            s.tier = Tier::Ee;
+            s.approvals_required = 1;
+            s.eligible_approvers = Some(vec![alice]);
+        })
+        .unwrap();
+    let iid = fx.open_mr("bot/one", &[("a", "a")]).await;
+    let approvals = fx.mr_path(iid, "/approvals");
+    let approve = fx.mr_path(iid, "/approve");
+
+    let as_bob = fx.get(BOB, &approvals).await.body;
+    assert_eq!(
+        (
+            as_bob["user_can_approve"].clone(),
+            as_bob["approvals_left"].clone()
+        ),
+        (json!(false), json!(1))
+    );
+    assert_eq!(
+        as_bob["approval_rules_left"],
+        json!([{ "id": 1, "name": "Approvers", "rule_type": "regular" }])
+    );
+    assert_eq!(as_bob["approvers"][0]["user"]["username"], "rev-alice");
+    let refused = fx.post(BOB, &approve, json!({})).await;
+    assert_eq!(refused.status, 401);
+    assert_eq!(fx.post(ALICE, &approve, json!({})).await.status, 201);
+
+    let met = fx.get(BOB, &approvals).await.body;
+    assert_eq!(
+        (
+            met["approvals_left"].clone(),
+            met["approved"].clone(),
+            met["user_can_approve"].clone()
+        ),
+        (json!(0), json!(true), json!(true))
+    );
+    assert_eq!(met["approval_rules_left"], json!([]));
+    assert_eq!(fx.post(BOB, &approve, json!({})).await.status, 201);
+}

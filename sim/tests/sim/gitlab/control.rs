@@ -5,7 +5,7 @@ use changegate_sim::gitlab::{Endpoint, Fault, FaultKind, GitLabSimOptions};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::support::{BOT, Fixture};
+use super::support::{ALICE, BOB, BOT, Fixture};
 use crate::control_client::{Answer, call};
 
 impl Fixture {
@@ -65,6 +65,44 @@ async fn users_projects_members_and_settings_can_be_set_up_over_http() {
     let bad_level = fx.control(Method::PUT, &member, owner).await;
     assert_eq!(bad_level.status, 400);
     assert!(bad_level.body["error"].as_str().unwrap().contains("owner"));
+}
+
+#[tokio::test]
+async fn merge_method_merged_results_and_an_approval_rule_are_set_over_http() {
+    let fx = Fixture::start().await;
+    let alice = fx.sim.add_user("rev-alice", ALICE);
+    let settings = format!("/projects/{}/settings", fx.project);
+    let put = |body: Value| fx.control(Method::PUT, &settings, Some(body));
+    let set = json!({
+        "merge_method": "ff",
+        "merged_results_pipelines": true,
+        "tier": "ee",
+        "eligible_approvers": [alice],
+    });
+    assert_eq!(put(set).await.status, 204);
+    assert_eq!(fx.get(BOT, &fx.root).await.body["merge_method"], "ff");
+    let iid = fx.open_mr("bot/one", &[("a.json", "{}\n")]).await;
+    let mr = fx.get(BOT, &fx.mr_path(iid, "")).await.body;
+    assert_eq!(
+        mr["head_pipeline"]["ref"],
+        format!("refs/merge-requests/{iid}/merge")
+    );
+    let approvals = fx.mr_path(iid, "/approvals");
+    assert_eq!(
+        fx.get(BOB, &approvals).await.body["user_can_approve"],
+        false
+    );
+
+    // Leaving a field out keeps it; `null` drops the rule.
+    assert_eq!(put(json!({ "approvals_required": 2 })).await.status, 204);
+    assert_eq!(
+        fx.get(BOB, &approvals).await.body["user_can_approve"],
+        false
+    );
+    assert_eq!(put(json!({ "eligible_approvers": null })).await.status, 204);
+    assert_eq!(fx.get(BOB, &approvals).await.body["user_can_approve"], true);
+    let unknown = put(json!({ "merge_method": "squash" })).await;
+    assert_eq!(unknown.status, 400);
 }
 
 #[tokio::test]

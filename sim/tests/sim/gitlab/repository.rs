@@ -1,7 +1,8 @@
-//! Branches, commits with actions, and the Files API over a real in-memory tree.
+//! Branches, commits with actions, single commits, and the Files API over a real in-memory
+//! tree.
 
 use reqwest::Method;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::support::{BOT, Fixture, REPORTER};
 
@@ -282,4 +283,40 @@ async fn files_are_read_at_a_merge_commit_and_at_an_older_commit() {
         )
         .await;
     assert_eq!(readme.text, "# repo\n");
+}
+
+#[tokio::test]
+async fn a_single_commit_is_read_by_its_id_a_unique_prefix_or_a_branch() {
+    let fx = Fixture::start().await;
+    let iid = fx.open_mr("bot/one", &[("a.json", "{\"a\":1}\n")]).await;
+    let head = fx.sim.merge_request(fx.project, iid).unwrap().sha;
+    let commit = |reference: &str| format!("{}/repository/commits/{reference}", fx.root);
+
+    let by_id = fx.get(BOT, &commit(&head)).await;
+    assert_eq!(by_id.status, 200, "{}", by_id.text);
+    assert_eq!(by_id.body["id"], head.as_str());
+    assert_eq!(by_id.body["title"], "bot: add");
+    assert_eq!(
+        by_id.body["stats"],
+        json!({ "additions": 1, "deletions": 0, "total": 1 })
+    );
+    assert_eq!(by_id.body["project_id"], fx.project);
+    assert_eq!(by_id.body["last_pipeline"]["sha"], head.as_str());
+    assert_eq!(by_id.body["status"], by_id.body["last_pipeline"]["status"]);
+    assert_eq!(fx.get(BOT, &commit(&head[..10])).await.body, by_id.body);
+    assert_eq!(
+        fx.get(BOT, &commit("bot%2Fone")).await.body["id"],
+        head.as_str()
+    );
+    let main = fx.get(BOT, &commit("main")).await;
+    assert_eq!(main.body["parent_ids"], json!([]));
+    assert_eq!(main.body["status"], Value::Null);
+    let without_stats = fx.get(BOT, &format!("{}?stats=false", commit(&head))).await;
+    assert!(without_stats.body.get("stats").is_none());
+
+    for unknown in ["0".repeat(40), "nope".to_owned()] {
+        let missing = fx.get(BOT, &commit(&unknown)).await;
+        assert_eq!(missing.status, 404);
+        assert_eq!(missing.body, json!({ "message": "404 Commit Not Found" }));
+    }
 }
