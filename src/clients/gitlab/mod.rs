@@ -222,7 +222,8 @@ impl GitLabClient {
     }
 
     /// Creates `branch` from `from`. 400 "Branch already exists" is an error
-    /// with that status.
+    /// with that status (doc/api/branches.md, "Create repository branch";
+    /// lib/api/branches.rb).
     pub async fn create_branch(
         &self,
         token: &SecretString,
@@ -237,7 +238,9 @@ impl GitLabClient {
             .map(|_| ())
     }
 
-    /// One commit of `actions` on `branch`.
+    /// One commit of `actions` on `branch` (doc/api/commits.md, "Create a
+    /// commit with multiple files and actions"; refusals are 400 with the
+    /// message of app/services/files/multi_service.rb).
     pub async fn commit(
         &self,
         token: &SecretString,
@@ -310,7 +313,9 @@ impl GitLabClient {
         }
     }
 
-    /// Opens an MR from `source` into `target`.
+    /// Opens an MR from `source` into `target` (doc/api/merge_requests.md,
+    /// "Create MR"; 409 when the source branch has an open MR already,
+    /// lib/api/merge_requests.rb).
     pub async fn create_merge_request(
         &self,
         token: &SecretString,
@@ -325,7 +330,9 @@ impl GitLabClient {
         self.call(token, Method::POST, &path, Some(&body)).await
     }
 
-    /// The open MRs from `branch` (to find one whose creation answer was lost).
+    /// The open MRs from `branch` (to find one whose creation answer was
+    /// lost): `GET merge_requests?source_branch=&state=opened`
+    /// (doc/api/merge_requests.md, "List project merge requests").
     pub async fn open_merge_requests_from(
         &self,
         token: &SecretString,
@@ -343,7 +350,8 @@ impl GitLabClient {
         self.call(token, Method::GET, &path, None).await
     }
 
-    /// An MR, with `rebase_in_progress`.
+    /// An MR, with `rebase_in_progress` (doc/api/merge_requests.md, "Get
+    /// single MR", `include_rebase_in_progress`).
     pub async fn merge_request(
         &self,
         token: &SecretString,
@@ -357,7 +365,9 @@ impl GitLabClient {
         self.call(token, Method::GET, &path, None).await
     }
 
-    /// Who approved an MR.
+    /// Who approved an MR (doc/api/merge_request_approvals.md, "Get
+    /// configuration for a single merge request"; the CE body of
+    /// lib/api/merge_request_approvals.rb has fewer fields).
     pub async fn approvals(
         &self,
         token: &SecretString,
@@ -372,7 +382,9 @@ impl GitLabClient {
     }
 
     /// Approves as the token's user. A repeated approval is 401, like "not
-    /// allowed": callers re-read the approvers to tell them apart.
+    /// allowed": callers re-read the approvers to tell them apart
+    /// (doc/api/merge_request_approvals.md, "Approve merge request";
+    /// `unauthorized!` in lib/api/merge_request_approvals.rb).
     pub async fn approve(
         &self,
         token: &SecretString,
@@ -388,7 +400,9 @@ impl GitLabClient {
             .map(|_| ())
     }
 
-    /// Merges; `sha` must be the MR's head. 405/406/422 mean "not mergeable now".
+    /// Merges; `sha` must be the MR's head. 405/406/422 mean "not mergeable
+    /// now", 409 "the head moved" (doc/api/merge_requests.md, "Merge a merge
+    /// request").
     pub async fn merge(
         &self,
         token: &SecretString,
@@ -406,7 +420,8 @@ impl GitLabClient {
 
     /// Asks GitLab to rebase the MR's source branch onto its target (202:
     /// enqueued; poll the MR until `rebase_in_progress` is false). 409 means
-    /// a rebase is running or could not be enqueued now.
+    /// a rebase is running or could not be enqueued now
+    /// (doc/api/merge_requests.md, "Rebase a merge request").
     pub async fn rebase(
         &self,
         token: &SecretString,
@@ -420,7 +435,8 @@ impl GitLabClient {
         self.send(token, Method::PUT, &path, None).await.map(|_| ())
     }
 
-    /// Closes an MR (a no-op on GitLab's side when it is already closed).
+    /// Closes an MR (a no-op on GitLab's side when it is already closed):
+    /// `PUT` with `state_event=close` (doc/api/merge_requests.md, "Update MR").
     pub async fn close_merge_request(
         &self,
         token: &SecretString,
