@@ -24,6 +24,7 @@ use crate::db::{self, Backend, DbSlot};
 use crate::http;
 use crate::http::layers::limiter::SlidingWindow;
 use crate::instance::Instance;
+use crate::jobs::progress::ProgressGauges;
 use crate::jobs::{self, Outcome};
 use crate::observer::{Observer, PrometheusObserver};
 use crate::state::{App, AppState};
@@ -34,6 +35,8 @@ use crate::workflow::{Executor, Steps, Workflow};
 
 /// Rate limits count requests per minute.
 const RATE_LIMIT_WINDOW: Duration = Duration::from_secs(60);
+/// How often the progress gauges are read from the database.
+const PROGRESS_GAUGES_INTERVAL: Duration = Duration::from_secs(60);
 
 /// The parts of an application that tests may replace.
 pub struct Parts {
@@ -356,6 +359,24 @@ fn spawn_jobs(
                         full: false,
                     }
                 })
+            }
+        },
+    ));
+    let (progress_db, gauges) = (
+        db.clone(),
+        Arc::new(tokio::sync::Mutex::new(ProgressGauges::default())),
+    );
+    workers.spawn(jobs::run_loop(
+        "progress_gauges",
+        PROGRESS_GAUGES_INTERVAL,
+        shutdown.child_token(),
+        move || {
+            let (db, gauges) = (progress_db.get().cloned(), gauges.clone());
+            async move {
+                match db {
+                    Some(db) => gauges.lock().await.round(&db).await,
+                    None => Ok(Outcome::Idle),
+                }
             }
         },
     ));

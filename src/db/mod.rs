@@ -19,6 +19,7 @@ mod migrate;
 mod mysql_url;
 mod open;
 pub mod operations;
+pub mod progress;
 mod readiness;
 pub mod script;
 pub mod statement;

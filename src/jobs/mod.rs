@@ -4,6 +4,7 @@
 pub mod dispatch;
 pub mod expiry;
 pub mod idempotency_cleanup;
+pub mod progress;
 pub mod reconcile;
 
 use std::future::Future;
