@@ -233,6 +233,12 @@ pub struct RecordedRequest {
     /// The status answered (for a lost response or a dropped connection: the one the
     /// client never saw).
     pub status: u16,
+    /// The endpoint's own status when the call reached it, so that whatever it does was
+    /// done, even if a fault then replaced or withheld the answer; `None` when a fault
+    /// answered in its place and nothing happened.
+    pub handled: Option<u16>,
+    /// The caller's username, when its token names a user.
+    pub user: Option<String>,
     /// The fault that hit the call.
     pub fault: Option<FaultKind>,
 }

@@ -12,6 +12,7 @@ use axum_server::ConnectionShutdown;
 use chrono::Utc;
 
 use super::SimContext;
+use super::auth::token_of;
 use super::error::ApiError;
 use super::faults::{Endpoint, FaultKind, RecordedRequest};
 
@@ -44,46 +45,50 @@ pub async fn intercept(
     // Taken before the handler consumes the request: the handle on this request's
     // connection, which `Listener` (axum-server) puts on every request.
     let connection = request.extensions().get::<ConnectionShutdown>().cloned();
-    let (fault, hold) = {
+    let token = token_of(request.headers()).map(str::to_owned);
+    let (fault, hold, user) = {
         let mut state = ctx.lock();
         let fault = state.faults.record_call(endpoint);
-        (fault, state.options.lost_response_hold)
+        let user = token.and_then(|token| state.users.username_of(&token).map(str::to_owned));
+        (fault, state.options.lost_response_hold, user)
     };
     if let Some(fault) = &fault {
         tracing::debug!(?endpoint, ?fault, "gitlab simulator injects a fault");
     }
-    let response = match &fault {
-        Some(FaultKind::Status(code)) => status_response(*code),
+    // The answer sent, and the endpoint's own status when the call reached it.
+    let (response, handled) = match &fault {
+        Some(FaultKind::Status(code)) => (status_response(*code), None),
         Some(FaultKind::AppliedThenStatus(code)) => {
             // The handler's own answer is what the proxy dropped; only its effect remains.
-            next.run(request).await;
-            status_response(*code)
+            let handled = next.run(request).await.status().as_u16();
+            (status_response(*code), Some(handled))
         }
-        Some(FaultKind::RateLimited { retry_after }) => rate_limited(Some(*retry_after)),
-        Some(FaultKind::RateLimitedBare) => rate_limited(None),
-        Some(FaultKind::MergeRefused(405)) => ApiError::MethodNotAllowed.into_response(),
+        Some(FaultKind::RateLimited { retry_after }) => (rate_limited(Some(*retry_after)), None),
+        Some(FaultKind::RateLimitedBare) => (rate_limited(None), None),
+        Some(FaultKind::MergeRefused(405)) => (ApiError::MethodNotAllowed.into_response(), None),
         Some(FaultKind::MergeRefused(code)) => {
             let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY);
-            ApiError::CannotBeMerged(status).into_response()
+            (ApiError::CannotBeMerged(status).into_response(), None)
         }
         Some(FaultKind::RebaseConflict) => {
             request.extensions_mut().insert(InjectedRebaseConflict);
-            next.run(request).await
+            reached(next.run(request).await)
         }
         Some(FaultKind::ChecklistMismatch) => {
             request.extensions_mut().insert(InjectedChecklistMismatch);
-            next.run(request).await
+            reached(next.run(request).await)
         }
         None | Some(FaultKind::Slow(_) | FaultKind::LostResponse | FaultKind::AppliedThenDrop) => {
-            next.run(request).await
+            reached(next.run(request).await)
         }
     };
-    let status = response.status().as_u16();
     ctx.lock().faults.record_answer(RecordedRequest {
         endpoint,
         method,
         path,
-        status,
+        status: response.status().as_u16(),
+        handled,
+        user,
         fault: fault.clone(),
     });
     match fault {
@@ -100,6 +105,12 @@ pub async fn intercept(
         _ => {}
     }
     response
+}
+
+/// The endpoint's own answer, sent as it is (or withheld).
+fn reached(response: Response) -> (Response, Option<u16>) {
+    let handled = response.status().as_u16();
+    (response, Some(handled))
 }
 
 /// Holds an answer back for `hold`, or until the simulator's handle is dropped.

@@ -56,6 +56,18 @@ async fn status_faults_hit_the_next_n_calls_without_applying_them() {
     );
     assert_eq!(fx.post(ALICE, &approve, json!({})).await.status, 201);
     assert_eq!(fx.sim.calls(Endpoint::Approve) - before, 5);
+    let handled: Vec<Option<u16>> = fx
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| r.endpoint == Endpoint::Approve)
+        .map(|r| r.handled)
+        .collect();
+    assert_eq!(
+        handled,
+        [None, None, None, None, Some(201)],
+        "a status fault answers in the endpoint's place"
+    );
 
     fx.sim.inject(Fault::any(FaultKind::Status(500)).times(3));
     fx.sim.clear_faults();
@@ -342,6 +354,8 @@ async fn applied_then_status_makes_the_change_but_answers_the_proxy_page() {
     let last = logged.last().unwrap();
     assert_eq!(last.endpoint, Endpoint::Approve);
     assert_eq!(last.status, 503);
+    assert_eq!(last.handled, Some(201), "the approval was made");
+    assert_eq!(last.user.as_deref(), Some("rev-alice"));
     assert_eq!(last.fault, Some(FaultKind::AppliedThenStatus(503)));
 }
 
@@ -400,8 +414,13 @@ async fn applied_then_drop_makes_the_change_and_closes_the_connection_unanswered
     let logged = fx.sim.requests();
     let last = logged.last().unwrap();
     assert_eq!(
-        (last.endpoint, last.status, last.fault.clone()),
-        (Endpoint::CreateCommit, 201, Some(FaultKind::AppliedThenDrop)),
+        (last.endpoint, last.status, last.handled, last.fault.clone()),
+        (
+            Endpoint::CreateCommit,
+            201,
+            Some(201),
+            Some(FaultKind::AppliedThenDrop)
+        ),
         "logged with the answer the client never saw"
     );
     // The simulator serves the next connection as usual.
