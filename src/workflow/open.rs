@@ -81,6 +81,12 @@ impl Workflow {
             // From an earlier run (GitLab: 400 "Branch already exists").
             Err(GitLabError::Status { status, message })
                 if status == StatusCode::BAD_REQUEST && message.contains("already exists") => {}
+            // No clear answer: the branch GitLab may have made is used.
+            Err(err) if err.outcome_unknown() => {
+                if !self.gitlab.branch_exists(token, project, branch).await? {
+                    return Err(err);
+                }
+            }
             other => other?,
         }
         match self
