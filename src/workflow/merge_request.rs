@@ -432,6 +432,11 @@ impl Workflow {
             }));
         }
         if let Err(err) = self.approve_as_reviewers(settings, project, iid).await {
+            // GitLab unavailable or throttling says nothing about the
+            // approval: the round is polled again, failing only at the deadline.
+            if err.is_transient() && !settings.polling.deadline_reached(polls) {
+                return Err(err);
+            }
             return Ok(Round::Finished(Outcome::failed(
                 BindingStatus::HandleFailed,
                 StepStatus::HandleApproveFailed,
@@ -531,7 +536,9 @@ impl Workflow {
 
     /// Each reviewer separately: read before each attempt, approve, and read
     /// once more after the last failure (GitLab answers 401 both for "already
-    /// approved" and "not allowed"); a failed read counts as "not yet".
+    /// approved" and "not allowed"); a failed read counts as "not yet". A
+    /// transient failure (5xx, 429, no answer) is not retried here: the
+    /// merge round is polled again instead.
     async fn approve_as_reviewers(
         &self,
         settings: &Settings,
@@ -559,7 +566,13 @@ impl Workflow {
                         last = None;
                         break;
                     }
-                    Err(err) => last = Some(err),
+                    Err(err) => {
+                        let transient = err.is_transient();
+                        last = Some(err);
+                        if transient {
+                            break;
+                        }
+                    }
                 }
                 if attempt < retries {
                     tokio::time::sleep(pause).await;
