@@ -221,3 +221,4 @@ mod end_to_end;
 mod gitlab_faults;
 mod gitlab_truth;
 mod https;
+mod soak;
