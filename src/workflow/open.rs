@@ -105,6 +105,15 @@ impl Workflow {
                 self.still_missing(token, project, branch, &change.actions)
                     .await?
             }
+            // No clear answer: the branch GitLab may have made is used,
+            // with whatever it already holds.
+            Err(err) if err.outcome_unknown() => {
+                if !self.gitlab.branch_exists(token, project, branch).await? {
+                    return Err(err);
+                }
+                self.still_missing(token, project, branch, &change.actions)
+                    .await?
+            }
             Err(err) => return Err(err),
         };
         if !actions.is_empty() {

@@ -95,7 +95,8 @@ impl Workflow {
     /// One reviewer: read before each attempt, approve, and read once more
     /// after the last failure (GitLab answers 401 both for "already approved"
     /// and "not allowed"); a failed read counts as "not yet". A read saying it
-    /// may not approve ends the attempts: asking would only be refused.
+    /// may not approve ends the attempts: asking would only be refused; so
+    /// does a transient failure, which the merge round's next poll retries.
     async fn approve_as(
         &self,
         settings: &Settings,
@@ -119,7 +120,11 @@ impl Workflow {
                 .await
             {
                 Ok(()) => return Approval::Given,
-                Err(err) if attempt >= settings.approval.retries => break err,
+                // A transient failure (5xx, 429, no answer) is not retried
+                // here: the merge round is polled again instead.
+                Err(err) if err.is_transient() || attempt >= settings.approval.retries => {
+                    break err;
+                }
                 Err(_) => {}
             }
             tokio::time::sleep(pause).await;

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use axum::extract::FromRequestParts;
+use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 
@@ -20,19 +21,23 @@ impl FromRequestParts<SimContext> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, ctx: &SimContext) -> Result<Self, ApiError> {
-        let private = parts.headers.get("private-token");
-        let bearer = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "));
-        let token = private
-            .and_then(|value| value.to_str().ok())
-            .or(bearer)
-            .ok_or(ApiError::Unauthorized)?;
-        let user = ctx.lock().users.by_token(token.trim());
+        let token = token_of(&parts.headers).ok_or(ApiError::Unauthorized)?;
+        let user = ctx.lock().users.by_token(token);
         user.map(Caller).ok_or(ApiError::Unauthorized)
     }
+}
+
+/// The token a request authenticates with: `PRIVATE-TOKEN`, else `Authorization: Bearer`.
+pub fn token_of(headers: &HeaderMap) -> Option<&str> {
+    let private = headers.get("private-token");
+    let bearer = headers
+        .get(AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    private
+        .and_then(|value| value.to_str().ok())
+        .or(bearer)
+        .map(str::trim)
 }
 
 /// A registered account.
@@ -83,6 +88,12 @@ impl Users {
     /// The user a token authenticates.
     pub fn by_token(&self, token: &str) -> Option<UserId> {
         self.by_token.get(token).copied()
+    }
+
+    /// The username a token authenticates.
+    pub fn username_of(&self, token: &str) -> Option<&str> {
+        let user = self.get(self.by_token(token)?)?;
+        Some(&user.username)
     }
 
     /// A registered user.

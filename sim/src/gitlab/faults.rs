@@ -1,6 +1,6 @@
 //! The faults the GitLab simulator can inject (error statuses before or after applying
-//! the request, 429s with and without rate-limit headers, slow or lost responses, merge
-//! refusals, rebase conflicts, checklist 422s), their queue, the call counters and the log
+//! the request, 429s with and without rate-limit headers, slow or lost responses, dropped
+//! connections, merge refusals, rebase conflicts, checklist 422s), their queue, the call counters and the log
 //! of requests received. The middleware that applies them is in `intercept.rs`.
 
 use std::collections::HashMap;
@@ -86,6 +86,12 @@ pub enum FaultKind {
     /// Applies the request, then withholds the answer for `lost_response_hold`: the client
     /// times out although the change happened.
     LostResponse,
+    /// Applies the request, then closes the connection without writing a byte of the
+    /// answer: the client sees the connection end mid-exchange (hyper's "connection closed
+    /// before message completed", or a reset) although the change happened, as when a load
+    /// balancer or GitLab's front proxy is restarted. Over HTTP/2 every other request on the
+    /// same connection is cut off with it, as a real dropped connection does.
+    AppliedThenDrop,
     /// Answers the merge endpoint's refusal without merging: 405 `405 Method Not Allowed`,
     /// or 406/422 `Branch cannot be merged`.
     MergeRefused(u16),
@@ -108,6 +114,7 @@ enum FaultKindJson {
     RateLimitedBare,
     Slow { delay_ms: u64 },
     LostResponse,
+    AppliedThenDrop,
     MergeRefused { status: u16 },
     RebaseConflict,
     ChecklistMismatch,
@@ -124,6 +131,7 @@ impl From<FaultKindJson> for FaultKind {
             FaultKindJson::RateLimitedBare => Self::RateLimitedBare,
             FaultKindJson::Slow { delay_ms } => Self::Slow(Duration::from_millis(delay_ms)),
             FaultKindJson::LostResponse => Self::LostResponse,
+            FaultKindJson::AppliedThenDrop => Self::AppliedThenDrop,
             FaultKindJson::MergeRefused { status } => Self::MergeRefused(status),
             FaultKindJson::RebaseConflict => Self::RebaseConflict,
             FaultKindJson::ChecklistMismatch => Self::ChecklistMismatch,
@@ -144,6 +152,7 @@ impl From<&FaultKind> for FaultKindJson {
                 delay_ms: millis(delay),
             },
             FaultKind::LostResponse => Self::LostResponse,
+            FaultKind::AppliedThenDrop => Self::AppliedThenDrop,
             FaultKind::MergeRefused(status) => Self::MergeRefused { status },
             FaultKind::RebaseConflict => Self::RebaseConflict,
             FaultKind::ChecklistMismatch => Self::ChecklistMismatch,
@@ -225,8 +234,15 @@ pub struct RecordedRequest {
     pub method: String,
     /// Path and query, as sent.
     pub path: String,
-    /// The status answered (for a lost response: the one withheld).
+    /// The status answered (for a lost response or a dropped connection: the one the
+    /// client never saw).
     pub status: u16,
+    /// The endpoint's own status when the call reached it, so that whatever it does was
+    /// done, even if a fault then replaced or withheld the answer; `None` when a fault
+    /// answered in its place and nothing happened.
+    pub handled: Option<u16>,
+    /// The caller's username, when its token names a user.
+    pub user: Option<String>,
     /// The fault that hit the call.
     pub fault: Option<FaultKind>,
 }

@@ -8,9 +8,11 @@ use axum::extract::{OriginalUri, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum_server::ConnectionShutdown;
 use chrono::Utc;
 
 use super::SimContext;
+use super::auth::token_of;
 use super::error::ApiError;
 use super::faults::{Endpoint, FaultKind, RecordedRequest};
 
@@ -22,8 +24,9 @@ pub struct InjectedRebaseConflict;
 #[derive(Clone, Copy, Debug)]
 pub struct InjectedChecklistMismatch;
 
-/// The per-route middleware. The call is logged before a slow or lost answer is held back,
-/// so the log shows what the simulator did even while the client is still waiting.
+/// The per-route middleware. The call is logged before a slow or lost answer is held back
+/// or the connection is dropped, so the log shows what the simulator did even while the
+/// client is still waiting.
 pub async fn intercept(
     State((ctx, endpoint)): State<(SimContext, Endpoint)>,
     mut request: Request,
@@ -39,58 +42,102 @@ pub async fn intercept(
         .path_and_query()
         .map_or(uri.path(), |p| p.as_str())
         .to_owned();
-    let (fault, hold) = {
+    // Taken before the handler consumes the request: the handle on this request's
+    // connection, which `Listener` (axum-server) puts on every request.
+    let connection = request.extensions().get::<ConnectionShutdown>().cloned();
+    let token = token_of(request.headers()).map(str::to_owned);
+    let (fault, hold, user) = {
         let mut state = ctx.lock();
         let fault = state.faults.record_call(endpoint);
-        (fault, state.options.lost_response_hold)
+        let user = token.and_then(|token| state.users.username_of(&token).map(str::to_owned));
+        (fault, state.options.lost_response_hold, user)
     };
     if let Some(fault) = &fault {
         tracing::debug!(?endpoint, ?fault, "gitlab simulator injects a fault");
     }
-    let response = match &fault {
-        Some(FaultKind::Status(code)) => status_response(*code),
+    // The answer sent, and the endpoint's own status when the call reached it.
+    let (response, handled) = match &fault {
+        Some(FaultKind::Status(code)) => (status_response(*code), None),
         Some(FaultKind::AppliedThenStatus(code)) => {
             // The handler's own answer is what the proxy dropped; only its effect remains.
-            next.run(request).await;
-            status_response(*code)
+            let handled = next.run(request).await.status().as_u16();
+            (status_response(*code), Some(handled))
         }
-        Some(FaultKind::RateLimited { retry_after }) => rate_limited(Some(*retry_after)),
-        Some(FaultKind::RateLimitedBare) => rate_limited(None),
-        Some(FaultKind::MergeRefused(405)) => ApiError::MethodNotAllowed.into_response(),
+        Some(FaultKind::RateLimited { retry_after }) => (rate_limited(Some(*retry_after)), None),
+        Some(FaultKind::RateLimitedBare) => (rate_limited(None), None),
+        Some(FaultKind::MergeRefused(405)) => (ApiError::MethodNotAllowed.into_response(), None),
         Some(FaultKind::MergeRefused(code)) => {
             let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY);
-            ApiError::CannotBeMerged(status).into_response()
+            (ApiError::CannotBeMerged(status).into_response(), None)
         }
         Some(FaultKind::RebaseConflict) => {
             request.extensions_mut().insert(InjectedRebaseConflict);
-            next.run(request).await
+            reached(next.run(request).await)
         }
         Some(FaultKind::ChecklistMismatch) => {
             request.extensions_mut().insert(InjectedChecklistMismatch);
-            next.run(request).await
+            reached(next.run(request).await)
         }
-        None | Some(FaultKind::Slow(_) | FaultKind::LostResponse) => next.run(request).await,
+        None | Some(FaultKind::Slow(_) | FaultKind::LostResponse | FaultKind::AppliedThenDrop) => {
+            reached(next.run(request).await)
+        }
     };
-    let status = response.status().as_u16();
     ctx.lock().faults.record_answer(RecordedRequest {
         endpoint,
         method,
         path,
-        status,
+        status: response.status().as_u16(),
+        handled,
+        user,
         fault: fault.clone(),
     });
     match fault {
         Some(FaultKind::Slow(delay)) => tokio::time::sleep(delay).await,
-        Some(FaultKind::LostResponse) => {
-            let mut released = ctx.released.clone();
-            tokio::select! {
-                () = tokio::time::sleep(hold) => {}
-                _ = released.changed() => {}
+        Some(FaultKind::AppliedThenDrop) => {
+            if let Some(connection) = connection {
+                drop_connection(connection).await;
             }
+            // Not served by `Listener` (no connection handle): withheld like a lost answer,
+            // so the client still never gets one.
+            hold_back(&ctx, hold).await;
         }
+        Some(FaultKind::LostResponse) => hold_back(&ctx, hold).await,
         _ => {}
     }
     response
+}
+
+/// The endpoint's own answer, sent as it is (or withheld).
+fn reached(response: Response) -> (Response, Option<u16>) {
+    let handled = response.status().as_u16();
+    (response, Some(handled))
+}
+
+/// Holds an answer back for `hold`, or until the simulator's handle is dropped.
+async fn hold_back(ctx: &SimContext, hold: Duration) {
+    let mut released = ctx.released.clone();
+    tokio::select! {
+        () = tokio::time::sleep(hold) => {}
+        _ = released.changed() => {}
+    }
+}
+
+/// Closes the connection this request came on without writing any of its answer; never
+/// returns.
+///
+/// A handler cannot do this by answering: whatever it returns, hyper writes at least the
+/// status line, and an erroring body still sends the head first (HTTP/1) or a HEADERS
+/// frame (HTTP/2). So the connection is aborted from outside the exchange: axum-server runs
+/// each connection in a task that, besides serving it, waits on the connection's
+/// [`ConnectionShutdown`] and, when asked to shut down, returns at once, dropping hyper's
+/// connection and with it the socket (the kernel sends FIN, or RST when unread bytes
+/// remain). The ask has to come before the handler's future finishes: if the handler
+/// answered in the same poll, hyper could flush the answer before the connection task
+/// looked at the shutdown. Hence this future asks, then stays pending until that task
+/// drops it along with the connection.
+async fn drop_connection(connection: ConnectionShutdown) {
+    connection.shutdown();
+    std::future::pending::<()>().await;
 }
 
 /// An error status as GitLab's stack sends it.

@@ -1,13 +1,16 @@
-//! Where a simulator listens and how it serves: plain HTTP with `axum::serve`, or HTTPS
-//! with `axum-server`'s rustls acceptor when the simulator has a TLS identity. The routes
-//! are the same either way, so faults and the control API behave identically.
+//! Where a simulator listens and how it serves: `axum-server`, over plain HTTP or, when the
+//! simulator has a TLS identity, with its rustls acceptor. The routes are the same either
+//! way, so faults and the control API behave identically; either way every request carries
+//! `axum-server`'s [`ConnectionShutdown`](axum_server::ConnectionShutdown), with which a
+//! fault drops the connection it arrived on.
 
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum_server::tls_rustls::RustlsConfig;
+use axum_server::Server;
+use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -52,10 +55,12 @@ impl Listener {
     }
 
     async fn run(self, app: Router) -> io::Result<()> {
+        let server = Server::<SocketAddr>::from_listener(self.tcp);
         let Some(tls) = self.tls else {
-            return axum::serve(self.tcp, app).await;
+            return server.serve(app.into_make_service()).await;
         };
-        axum_server::from_tcp_rustls(self.tcp.into_std()?, tls)?
+        server
+            .acceptor(RustlsAcceptor::new(tls))
             // A refused handshake (say, a client that does not trust the certificate) is
             // the client's business, but worth seeing when a test wonders why it failed.
             .accept_error_handler(|peer, err| {

@@ -50,9 +50,12 @@ impl GitLabError {
     }
 
     /// Whether the outcome on GitLab's side is unknown (the request may have
-    /// been applied): the caller must re-read remote state before acting again.
+    /// been applied): no answer in time, a connection that broke after the
+    /// request went out, or a 5xx. The caller must re-read remote state
+    /// before acting again.
     pub fn outcome_unknown(&self) -> bool {
-        matches!(self, Self::Timeout) || self.status().is_some_and(|s| s.is_server_error())
+        matches!(self, Self::Timeout | Self::Transport(_))
+            || self.status().is_some_and(|s| s.is_server_error())
     }
 
     /// What a waiting request says while this lasts: set only for a
@@ -85,10 +88,7 @@ impl GitLabError {
     /// answer about the request itself.
     pub fn is_transient(&self) -> bool {
         self.outcome_unknown()
-            || matches!(
-                self,
-                Self::Transport(_) | Self::Unreachable(_) | Self::Throttled { .. }
-            )
+            || matches!(self, Self::Unreachable(_) | Self::Throttled { .. })
             || self
                 .status()
                 .is_some_and(|s| s == reqwest::StatusCode::TOO_MANY_REQUESTS)

@@ -126,7 +126,7 @@ impl GitLabClient {
     /// Sends one request. A 429 is retried (GitLab's rate limiter answers
     /// before the request is processed), honouring `Retry-After`; a 5xx is
     /// retried only for a read. A write answered 5xx, like one that timed
-    /// out, may have been applied (GitLab's front proxy can answer 502/504
+    /// out or whose connection broke before the answer, may have been applied (GitLab's front proxy can answer 502/504
     /// after GitLab finished): it is returned as outcome-unknown, and the
     /// caller re-reads GitLab's state before writing again. Any other answer
     /// is returned as it is.
@@ -236,6 +236,27 @@ impl GitLabClient {
         self.send(token, Method::POST, &path, Some(&body))
             .await
             .map(|_| ())
+    }
+
+    /// Whether `branch` exists (`GET repository/branches/:branch`,
+    /// doc/api/branches.md: 404 `Branch Not Found` when it does not), to
+    /// tell whether a create whose answer was lost was applied.
+    pub async fn branch_exists(
+        &self,
+        token: &SecretString,
+        project: &str,
+        branch: &str,
+    ) -> Result<bool, GitLabError> {
+        let path = format!(
+            "/projects/{}/repository/branches/{}",
+            project_ref(project),
+            query_value(branch)
+        );
+        match self.send(token, Method::GET, &path, None).await {
+            Ok(_) => Ok(true),
+            Err(GitLabError::Status { status, .. }) if status == StatusCode::NOT_FOUND => Ok(false),
+            Err(err) => Err(err),
+        }
     }
 
     /// One commit of `actions` on `branch` (doc/api/commits.md, "Create a

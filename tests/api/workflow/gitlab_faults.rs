@@ -389,8 +389,8 @@ async fn both_approve_implementations_report_gitlabs_real_status() {
     failed_with(&view, "HANDLE_APPROVE_FAILED");
     assert!(view["message"].as_str().unwrap().contains("422"), "{view}");
 
-    // The checklist endpoint down: waiting can help, so the request waits
-    // (it fails only at the merge step's deadline), and lands once it is back.
+    // The checklist endpoint down: the merge step polls on (the request
+    // says WAIT), and lands once it is back.
     let db = sqlite_db().await;
     let w = world_with(&db.url, with_approve_impl("checklist")).await;
     require_checklist(&w, &["tests-pass"]);
@@ -408,6 +408,32 @@ async fn both_approve_implementations_report_gitlabs_real_status() {
     w.gitlab.clear_faults();
     let view = settled(&w, &id).await;
     assert_eq!(view["status"], "VALIDATED", "{view}");
+
+    // Down for good: its 503 is the failure once the step's deadline (two
+    // polls here) has passed.
+    let db = sqlite_db().await;
+    let w = world_with(
+        &db.url,
+        WorldOptions {
+            extra: "[workflow]\nshort_polls = 1\nshort_poll_interval = \"50ms\"\n\
+                    long_polls = 1\nlong_poll_interval = \"50ms\"\n"
+                .to_owned(),
+            ..with_approve_impl("checklist")
+        },
+    )
+    .await;
+    require_checklist(&w, &["tests-pass"]);
+    w.gitlab
+        .inject(Fault::new(Endpoint::GetApprovalChecklist, FaultKind::Status(503)).times(1000));
+    let id = apply(&w.app).await;
+    let view = settled(&w, &id).await;
+    failed_with(&view, "HANDLE_APPROVE_FAILED");
+    assert!(view["message"].as_str().unwrap().contains("503"), "{view}");
+    let checklist_reads = w.gitlab.calls(Endpoint::GetApprovalChecklist);
+    assert!(
+        checklist_reads > 4,
+        "more than one round's reads of the checklist before failing: {checklist_reads}"
+    );
 }
 
 #[tokio::test]

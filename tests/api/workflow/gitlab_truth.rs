@@ -377,3 +377,52 @@ async fn a_title_longer_than_gitlab_allows_is_cut_to_255_characters() {
     assert_eq!(mr.title.chars().count(), 255, "{}", mr.title);
     assert!(mr.title.ends_with('…'), "{}", mr.title);
 }
+
+/// Writes whose connection dropped after GitLab applied them, batched or not:
+/// each is read back in the same round, never sent again.
+async fn dropped_writes_are_read_back_not_sent_again(batch_keys: &str) {
+    let db = crate::helpers::sqlite_db().await;
+    let w = world_with(
+        &db.url,
+        WorldOptions {
+            batch_keys: batch_keys.to_owned(),
+            ..WorldOptions::default()
+        },
+    )
+    .await;
+    for endpoint in [
+        Endpoint::CreateBranch,
+        Endpoint::CreateCommit,
+        Endpoint::CreateMergeRequest,
+    ] {
+        w.gitlab
+            .inject(Fault::new(endpoint, FaultKind::AppliedThenDrop));
+    }
+
+    let id = apply(&w.app).await;
+    let view = finished(&w, &id).await;
+
+    assert_eq!(view["status"], "VALIDATED", "{batch_keys}: {view}");
+    let calls: Vec<usize> = [
+        Endpoint::CreateBranch,
+        Endpoint::CreateCommit,
+        Endpoint::CreateMergeRequest,
+    ]
+    .into_iter()
+    .map(|endpoint| w.gitlab.calls(endpoint))
+    .collect();
+    assert_eq!(calls, [1, 1, 1], "{batch_keys}: one of each write");
+    assert!(w.gitlab.merge_request(w.project, 2).is_none(), "one MR");
+    let on_main = w.gitlab.file(w.project, "main", FILE).unwrap();
+    assert!(on_main.contains(&id), "{batch_keys}: {on_main}");
+}
+
+#[tokio::test]
+async fn batched_writes_whose_connection_dropped_are_read_back_not_sent_again() {
+    dropped_writes_are_read_back_not_sent_again("interval = \"200ms\"").await;
+}
+
+#[tokio::test]
+async fn unbatched_writes_whose_connection_dropped_are_read_back_not_sent_again() {
+    dropped_writes_are_read_back_not_sent_again("enabled = false").await;
+}

@@ -237,3 +237,4 @@ mod merge_methods;
 mod pipeline_retry;
 mod project_settings;
 mod rate_limits;
+mod soak;

@@ -241,6 +241,8 @@ async fn faults_are_injected_and_requests_listed_over_http() {
             "method": "GET",
             "path": "/api/v4/projects/config%2Frepo",
             "status": 503,
+            "handled": null,
+            "user": "change-bot",
             "fault": { "kind": "status", "status": 503 }
         })
     );

@@ -2,7 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-use changegate_sim::gitlab::{ChecklistItem, Endpoint, Fault, FaultKind, MrState};
+use changegate_sim::gitlab::{
+    ChecklistItem, Endpoint, Fault, FaultKind, GitLabSimOptions, MrState,
+};
+use changegate_sim::tls::TestCa;
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -53,6 +56,18 @@ async fn status_faults_hit_the_next_n_calls_without_applying_them() {
     );
     assert_eq!(fx.post(ALICE, &approve, json!({})).await.status, 201);
     assert_eq!(fx.sim.calls(Endpoint::Approve) - before, 5);
+    let handled: Vec<Option<u16>> = fx
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| r.endpoint == Endpoint::Approve)
+        .map(|r| r.handled)
+        .collect();
+    assert_eq!(
+        handled,
+        [None, None, None, None, Some(201)],
+        "a status fault answers in the endpoint's place"
+    );
 
     fx.sim.inject(Fault::any(FaultKind::Status(500)).times(3));
     fx.sim.clear_faults();
@@ -339,5 +354,106 @@ async fn applied_then_status_makes_the_change_but_answers_the_proxy_page() {
     let last = logged.last().unwrap();
     assert_eq!(last.endpoint, Endpoint::Approve);
     assert_eq!(last.status, 503);
+    assert_eq!(last.handled, Some(201), "the approval was made");
+    assert_eq!(last.user.as_deref(), Some("rev-alice"));
     assert_eq!(last.fault, Some(FaultKind::AppliedThenStatus(503)));
+}
+
+/// `err` is the connection ending without an answer: neither a timeout nor a refused
+/// connection, and no status.
+fn is_dropped_exchange(err: &reqwest::Error) -> bool {
+    !err.is_timeout() && !err.is_connect() && err.status().is_none()
+}
+
+#[tokio::test]
+async fn applied_then_drop_makes_the_change_and_closes_the_connection_unanswered() {
+    let hold = Duration::from_secs(30);
+    let fx = Fixture::with_options(GitLabSimOptions {
+        lost_response_hold: hold,
+        ..GitLabSimOptions::default()
+    })
+    .await;
+    // Over the control API, with its spelling.
+    let fault = json!({ "endpoint": "create_branch", "kind": "applied_then_drop" });
+    let injected = call(
+        Method::POST,
+        &format!("{}/_sim/faults", fx.sim.base_url()),
+        Some(fault),
+    )
+    .await;
+    assert_eq!(injected.status, 204, "{:?}", injected.body);
+    let branches = format!("{}/repository/branches", fx.root);
+    let body = json!({ "branch": "bot/one", "ref": "main" });
+    let started = Instant::now();
+    let dropped = fx
+        .try_send(&fx.client, Method::POST, Some(BOT), &branches, Some(body))
+        .await;
+    let err = dropped.err().expect("no answer arrives");
+    assert!(is_dropped_exchange(&err), "{err:?}");
+    assert!(
+        started.elapsed() < hold,
+        "the connection is closed at once, not held"
+    );
+    assert!(fx.sim.branch_head(fx.project, "bot/one").is_some());
+
+    fx.sim.inject(Fault::new(
+        Endpoint::CreateCommit,
+        FaultKind::AppliedThenDrop,
+    ));
+    let actions = json!([{ "action": "create", "file_path": "a", "content": "a" }]);
+    let commit = json!({ "branch": "bot/one", "commit_message": "add a", "actions": actions });
+    let commits = format!("{}/repository/commits", fx.root);
+    let dropped = fx
+        .try_send(&fx.client, Method::POST, Some(BOT), &commits, Some(commit))
+        .await;
+    assert!(dropped.is_err_and(|err| is_dropped_exchange(&err)));
+    assert_eq!(
+        fx.sim.file(fx.project, "bot/one", "a").as_deref(),
+        Some("a")
+    );
+    let logged = fx.sim.requests();
+    let last = logged.last().unwrap();
+    assert_eq!(
+        (last.endpoint, last.status, last.handled, last.fault.clone()),
+        (
+            Endpoint::CreateCommit,
+            201,
+            Some(201),
+            Some(FaultKind::AppliedThenDrop)
+        ),
+        "logged with the answer the client never saw"
+    );
+    // The simulator serves the next connection as usual.
+    assert_eq!(fx.get(BOT, &fx.root).await.status, 200);
+}
+
+#[tokio::test]
+async fn applied_then_drop_closes_an_https_connection_too() {
+    let ca = TestCa::new();
+    let fx = Fixture::with_options(GitLabSimOptions {
+        tls: Some(ca.server_tls()),
+        ..GitLabSimOptions::default()
+    })
+    .await;
+    let client = reqwest::Client::builder()
+        .tls_backend_preconfigured(ca.client_config())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    fx.sim.inject(Fault::new(
+        Endpoint::CreateBranch,
+        FaultKind::AppliedThenDrop,
+    ));
+    let branches = format!("{}/repository/branches", fx.root);
+    let body = json!({ "branch": "bot/one", "ref": "main" });
+    let dropped = fx
+        .try_send(&client, Method::POST, Some(BOT), &branches, Some(body))
+        .await;
+    assert!(dropped.is_err_and(|err| is_dropped_exchange(&err)));
+    assert!(fx.sim.branch_head(fx.project, "bot/one").is_some());
+    let project = fx
+        .try_send(&client, Method::GET, Some(BOT), &fx.root, None)
+        .await
+        .unwrap();
+    assert_eq!(project.status, 200);
 }

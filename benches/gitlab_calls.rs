@@ -1,0 +1,224 @@
+//! GitLab API calls per merge batch: one batch of 1, 50 and 500 members run
+//! by changegate's real merge queue against the simulators (no faults), with
+//! the calls it made per GitLab endpoint and in total, and the time from the
+//! claim to the last member VALIDATED. Calls should not grow with the
+//! members except where GitLab requires it (BENCHMARKS.md says where).
+//!
+//! ```sh
+//! cargo bench --bench gitlab_calls
+//! ```
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use changegate::app::Application;
+use changegate::config::{LiveConfig, Settings, source};
+use changegate::db::Db;
+use changegate_sim::approval::{ApprovalSim, ApprovalSimOptions, Decision, DecisionPolicy};
+use changegate_sim::callback::{DeliverySettings, generate_secret};
+use changegate_sim::deploy::{DeploySim, DeploySimOptions};
+use changegate_sim::gitlab::{AccessLevel, Endpoint, GitLabSim, GitLabSimOptions};
+use serde_json::{Value, json};
+
+const SIZES: [usize; 3] = [1, 50, 500];
+const DEADLINE: Duration = Duration::from_secs(300);
+
+/// What one batch cost.
+struct Run {
+    calls: BTreeMap<String, usize>,
+    wall: Duration,
+}
+
+/// Bindings of the database in `status`.
+async fn count(db: &Db, status: &str) -> usize {
+    let count: i64 = changegate::with_pool!(db, reader, |pool| {
+        sqlx::query_scalar("SELECT COUNT(*) FROM binding WHERE status = ?")
+            .bind(status)
+            .fetch_one(pool)
+            .await
+    })
+    .expect("count");
+    usize::try_from(count).expect("a count")
+}
+
+/// Polls until `members` bindings are in `status`.
+async fn wait_for(db: &Db, status: &str, members: usize) {
+    let deadline = Instant::now() + DEADLINE;
+    while count(db, status).await < members {
+        assert!(
+            Instant::now() < deadline,
+            "{members} never reached {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `Endpoint::GetTree` as the control API spells it, `get_tree`.
+fn name(endpoint: Endpoint) -> String {
+    serde_json::to_value(endpoint)
+        .ok()
+        .and_then(|value| value.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{endpoint:?}"))
+}
+
+async fn run(members: usize) -> Run {
+    let gitlab = GitLabSim::start(GitLabSimOptions::default())
+        .await
+        .expect("gitlab simulator");
+    let project = gitlab.create_project("config/repo");
+    for (user, token) in [
+        ("bot", "bot-token"),
+        ("rev-a", "a-token"),
+        ("rev-b", "b-token"),
+    ] {
+        let id = gitlab.add_user(user, token);
+        gitlab
+            .add_member(project, id, AccessLevel::Developer)
+            .expect("member");
+    }
+    let delivery = DeliverySettings {
+        timeout: Duration::from_secs(10),
+        retries: 20,
+        retry_backoff: Duration::from_millis(50),
+    };
+    let approval = ApprovalSim::start(ApprovalSimOptions {
+        secret: generate_secret(),
+        policy: DecisionPolicy::Auto {
+            result: Decision::Approved,
+            delay: Duration::ZERO,
+        },
+        delivery: delivery.clone(),
+        ..ApprovalSimOptions::default()
+    })
+    .await
+    .expect("approval simulator");
+    let deploy = DeploySim::start(
+        gitlab.observer(),
+        DeploySimOptions {
+            secret: generate_secret(),
+            delivery,
+            ..DeploySimOptions::default()
+        },
+    )
+    .await
+    .expect("deploy simulator");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let database_url = format!("sqlite://{}", dir.path().join("calls.db").display());
+    // No scheduled claim: the bench claims the one batch itself, once every
+    // member waits for it.
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = {database_url:?}\n\
+         [log]\nlevel = \"warn\"\n[access]\nmode = \"OPEN\"\n[rate_limit]\napply = 0\n\
+         [authz.rules]\napply = [\"r\"]\nread = [\"r\"]\noperator = [\"op\"]\n\
+         [authz.grants]\n\"r\" = [\"*\"]\n\"op\" = [\"admin\"]\n\
+         [targets.\"demo.feature-flags\"]\ndescription = \"bench\"\n\
+         [executor]\nworkers = 16\nqueue_capacity = 4096\npoll_interval = \"100ms\"\n\
+         [batch]\ninterval = \"1h\"\nmax_requests = 500\n\
+         [gitlab]\nbase_url = {:?}\nproject = \"config/repo\"\nbot_token = \"bot-token\"\nreviewer_tokens = [\"a-token\", \"b-token\"]\n\
+         [approval]\nprovider = \"http\"\nurl = \"{}/approvals\"\ncallback_secret = {:?}\n\
+         [deploy]\ncallback_secret = {:?}\n",
+        gitlab.base_url(),
+        approval.base_url(),
+        approval.secret(),
+        deploy.secret()
+    );
+    let (settings, problems) = Settings::from_table(&source::parse(&text).expect("toml"), None);
+    assert!(problems.is_empty(), "{problems:?}");
+    let app = Application::build(LiveConfig::new(settings, None, None))
+        .await
+        .expect("app");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let db = app.state().db.clone();
+    let shutdown = app.shutdown_token();
+    let server = tokio::spawn(app.run_until_stopped());
+    approval.set_callback_url(format!("{address}/callbacks/approval"));
+    deploy.set_callback_url(format!("{address}/callbacks/deploy"));
+    changegate::clients::http::install_crypto_provider();
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client");
+    while client
+        .get(format!("{address}/readyz"))
+        .send()
+        .await
+        .map(|r| r.status() != 200)
+        .unwrap_or(true)
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let db = db.get().expect("database").clone();
+
+    for n in 0..members {
+        let answer = client
+            .post(format!("{address}/api/v1/applications"))
+            .header("x-auth-request-user", format!("user{n}"))
+            .json(&json!({ "targetKey": "demo.feature-flags", "reason": "bench" }))
+            .send()
+            .await
+            .expect("apply");
+        assert_eq!(answer.status(), 202, "{:?}", answer.text().await);
+    }
+    wait_for(&db, "MR_CREATING", members).await;
+    let before = gitlab.requests().len();
+    let started = Instant::now();
+    let claimed: Value = client
+        .post(format!("{address}/admin/v1/batches/run"))
+        .header("x-auth-request-user", "admin")
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("claim")
+        .json()
+        .await
+        .expect("claim answer");
+    assert_eq!(
+        claimed["claimed"],
+        json!([{ "batchId": 1, "members": members }]),
+        "one batch of every member"
+    );
+    wait_for(&db, "VALIDATED", members).await;
+    let wall = started.elapsed();
+    let mut calls = BTreeMap::new();
+    for request in &gitlab.requests()[before..] {
+        *calls.entry(name(request.endpoint)).or_default() += 1;
+    }
+    shutdown.cancel();
+    let _ = server.await;
+    Run { calls, wall }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let runs: Vec<Run> = SIZES
+        .iter()
+        .map(|members| runtime.block_on(run(*members)))
+        .collect();
+    let mut endpoints: Vec<&String> = runs.iter().flat_map(|run| run.calls.keys()).collect();
+    endpoints.sort();
+    endpoints.dedup();
+    let header: Vec<String> = SIZES
+        .iter()
+        .map(|n| format!("{n} member{}", if *n == 1 { "" } else { "s" }))
+        .collect();
+    println!("| GitLab endpoint | {} |", header.join(" | "));
+    println!("|---|{}", "---|".repeat(SIZES.len()));
+    for endpoint in endpoints {
+        let cells: Vec<String> = runs
+            .iter()
+            .map(|run| run.calls.get(endpoint).copied().unwrap_or(0).to_string())
+            .collect();
+        println!("| `{endpoint}` | {} |", cells.join(" | "));
+    }
+    let totals: Vec<String> = runs
+        .iter()
+        .map(|run| run.calls.values().sum::<usize>().to_string())
+        .collect();
+    println!("| **total** | {} |", totals.join(" | "));
+    let walls: Vec<String> = runs
+        .iter()
+        .map(|run| format!("{:.1}", run.wall.as_secs_f64()))
+        .collect();
+    println!("| claim to all VALIDATED, s | {} |", walls.join(" | "));
+}
