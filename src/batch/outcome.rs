@@ -4,7 +4,7 @@
 use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest};
 use crate::db::Db;
 use crate::db::batches::{
-    BatchChange, BatchRow, append_membership, get_batch, members, record_merged_sha,
+    BatchChange, BatchRow, append_membership, get_batch, live_members, record_merged_sha,
     release_members, update_batch,
 };
 use crate::db::callbacks::deployed_since;
@@ -25,7 +25,7 @@ impl MergeQueue {
         merged: Option<&MergeRequest>,
     ) -> Result<(), StoreError> {
         let sha = merged.and_then(|mr| mr.sha.as_deref());
-        let all = members(db, batch.id).await?;
+        let all = live_members(db, batch.id).await?;
         let settings = self.config.current();
         let changes: Vec<(String, FileAction)> = operations_by_ids(db, &all)
             .await?
@@ -183,7 +183,7 @@ impl MergeQueue {
         else {
             return Ok(());
         };
-        let ids = members(db, batch.id).await?;
+        let ids = live_members(db, batch.id).await?;
         let settings = self.config.current();
         let depth = batch
             .split_group

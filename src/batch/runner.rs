@@ -11,7 +11,7 @@ use crate::clients::gitlab::GitLabError;
 use crate::config::{LiveConfig, Settings};
 use crate::db::batches::{
     BatchChange, BatchRow, acquire_batch_lease, append_membership, frozen_by_operator, get_batch,
-    members, release_batch_lease, release_members, runnable, stuck, update_batch,
+    live_members, release_batch_lease, release_members, runnable, stuck, update_batch,
     waiting_partitions,
 };
 use crate::db::operations::operations_by_ids;
@@ -230,7 +230,7 @@ impl MergeQueue {
     /// that do not fit back to wait for the next round, so no trailer is
     /// ever cut off (the deploy pipeline reads them).
     async fn open(&self, db: &Db, settings: &Settings, batch: &BatchRow) -> Result<(), StoreError> {
-        let ids = members(db, batch.id).await?;
+        let ids = live_members(db, batch.id).await?;
         let operations = operations_by_ids(db, &ids).await?;
         let header = format!("Merge batch #{}.\n\n", batch.id);
         let trailers: Vec<String> = operations
@@ -400,7 +400,7 @@ impl MergeQueue {
         step: StepStatus,
         message: &str,
     ) -> Result<(), StoreError> {
-        let ids = members(db, batch.id).await?;
+        let ids = live_members(db, batch.id).await?;
         let mut tx = StoreTx::begin(db).await?;
         if update_batch(tx.db(), batch.id, batch.version, change).await? != 1 {
             return tx.rollback().await.map_err(Into::into);
@@ -434,7 +434,7 @@ impl MergeQueue {
         batch: &BatchRow,
         iid: i64,
     ) -> Result<(), StoreError> {
-        let ids = members(db, batch.id).await?;
+        let ids = live_members(db, batch.id).await?;
         let message =
             format!("the pipeline of batch MR !{iid} has not finished; its outcome is unknown");
         let mut tx = StoreTx::begin(db).await?;

@@ -2,8 +2,8 @@
 //! operator; merged wins, otherwise its members wait for the next round.
 
 use crate::db::batches::{
-    BatchChange, acquire_batch_lease, append_membership, get_batch, members, release_batch_lease,
-    release_members, update_batch,
+    BatchChange, acquire_batch_lease, append_membership, get_batch, live_members,
+    release_batch_lease, release_members, update_batch,
 };
 use crate::db::{Db, is_retryable_conflict};
 use crate::domain::{BindingStatus, StepStatus};
@@ -76,7 +76,7 @@ impl MergeQueue {
         else {
             return Ok(Settled::NotRunning);
         };
-        let ids = members(db, batch.id).await?;
+        let ids = live_members(db, batch.id).await?;
         let mut tx = StoreTx::begin(db).await?;
         let message = format!("settled: {reason}");
         let failed = BatchChange {

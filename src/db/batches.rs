@@ -262,8 +262,17 @@ pub async fn append_membership(
 
 /// The operations of a batch, in id order. Served by `ix_merge_batch_request_batch`.
 pub async fn members(db: &Db, batch_id: i64) -> Result<Vec<String>, sqlx::Error> {
-    // Only members still in the queue's live set: one an operator stopped
-    // is no longer written, checked or moved with its batch.
+    let sql =
+        "SELECT operation_id FROM merge_batch_request WHERE batch_id = ? ORDER BY operation_id";
+    with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(sql).bind(batch_id).fetch_all(pool).await
+    })
+}
+
+/// The members of a batch still in the merge queue's live set, in id
+/// order: one an operator stopped is no longer written, checked or moved
+/// with its batch.
+pub async fn live_members(db: &Db, batch_id: i64) -> Result<Vec<String>, sqlx::Error> {
     let sql = "SELECT r.operation_id FROM merge_batch_request r \
                JOIN binding b ON b.operation_id = r.operation_id \
                WHERE r.batch_id = ? AND b.status IN ('MR_CREATING', 'MR_CREATED', 'MERGING') \

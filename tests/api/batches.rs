@@ -51,6 +51,49 @@ async fn enqueue_many(db: &Db, count: usize) -> Vec<String> {
     ids
 }
 
+/// `count` approved requests waiting for a merge round, each with its
+/// operation and binding (MR_CREATING, QUEUED), as the workflow leaves them.
+async fn queued_requests(db: &Db, count: usize) -> Vec<String> {
+    use changegate::config::resolve::FlowOrder;
+    use changegate::domain::{BindingStatus, OperationId, OperationKind, StepStatus};
+    use changegate::store::{Change, NewRequest};
+
+    let mut ids = Vec::new();
+    for n in 0..count {
+        let request = NewRequest {
+            operation_id: OperationId::new(),
+            kind: OperationKind::Apply,
+            subject_id: format!("s{n}"),
+            target_key: "t".to_owned(),
+            requested_by: format!("s{n}"),
+            flow_order: FlowOrder::ApprovalFirst,
+            params: serde_json::json!({}),
+            reason: "race".to_owned(),
+            expires_at: None,
+            idempotency: None,
+            busy: false,
+            expired: false,
+        };
+        changegate::store::submit(db, &request).await.unwrap();
+        let id = request.operation_id.as_string();
+        let queued = Change {
+            step: StepStatus::Queued,
+            message: None,
+            actor: "test",
+        };
+        changegate::store::transition(db, &id, 1, Some(BindingStatus::MrCreating), queued)
+            .await
+            .unwrap();
+        let mut tx = db.begin().await.unwrap();
+        enqueue(&mut tx, &id, "", "config/repo").await.unwrap();
+        tx.commit().await.unwrap();
+        ids.push(id);
+    }
+    // The claim takes rows created before the database's now (ms precision).
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    ids
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twenty_racing_claimers_keep_one_active_batch_and_claim_every_request_once() {
     for test_db in each_backend().await {
@@ -245,7 +288,7 @@ async fn enqueue_is_idempotent_and_an_empty_round_holds_no_slot() {
 async fn of_several_racing_settlers_exactly_one_settles_a_batch() {
     for test_db in each_backend().await {
         let db = test_db.db.clone();
-        enqueue_many(&db, 5).await;
+        queued_requests(&db, 5).await;
         let Claimed::Batch { id, .. } = claim_batch(&db, "", 10).await.unwrap() else {
             panic!("a batch");
         };
@@ -309,11 +352,9 @@ async fn of_several_racing_settlers_exactly_one_settles_a_batch() {
 
 #[tokio::test]
 async fn a_batch_whose_mr_merged_meanwhile_settles_as_merged() {
-    use changegate::config::resolve::FlowOrder;
     use changegate::db::batches::get_batch;
     use changegate::db::operations::get_operation_with_status;
-    use changegate::domain::{BindingStatus, OperationId, OperationKind, StepStatus};
-    use changegate::store::{Change, NewRequest};
+    use changegate::domain::{BindingStatus, StepStatus};
     use changegate_sim::gitlab::{AccessLevel, GitLabSim, GitLabSimOptions, PipelineOutcome};
     use secrecy::SecretString;
 
@@ -334,38 +375,7 @@ async fn a_batch_whose_mr_merged_meanwhile_settles_as_merged() {
     gitlab
         .script_pipelines(project, [PipelineOutcome::StuckRunning])
         .unwrap();
-    let mut ids = Vec::new();
-    for n in 0..3 {
-        let request = NewRequest {
-            operation_id: OperationId::new(),
-            kind: OperationKind::Apply,
-            subject_id: format!("s{n}"),
-            target_key: "t".to_owned(),
-            requested_by: format!("s{n}"),
-            flow_order: FlowOrder::ApprovalFirst,
-            params: serde_json::json!({}),
-            reason: "race".to_owned(),
-            expires_at: None,
-            idempotency: None,
-            busy: false,
-            expired: false,
-        };
-        changegate::store::submit(&db, &request).await.unwrap();
-        let id = request.operation_id.as_string();
-        let queued = Change {
-            step: StepStatus::Queued,
-            message: None,
-            actor: "test",
-        };
-        changegate::store::transition(&db, &id, 1, Some(BindingStatus::MrCreating), queued)
-            .await
-            .unwrap();
-        let mut tx = db.begin().await.unwrap();
-        enqueue(&mut tx, &id, "", "config/repo").await.unwrap();
-        tx.commit().await.unwrap();
-        ids.push(id);
-    }
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    let ids = queued_requests(&db, 3).await;
 
     let (settings, problems) = settings_from(&format!(
         "[gitlab]\nbase_url = {:?}\nproject = \"config/repo\"\nbot_token = \"bot-token\"\n\
