@@ -261,3 +261,72 @@ async fn an_expired_binding_gets_exactly_one_close_opened_by_changegate() {
         stop.cancel();
     }
 }
+
+/// Sets the binding of operation `id` as changed long ago.
+async fn binding_changed_long_ago(db: &changegate::db::Db, id: &str) {
+    changegate::with_pool!(db, writer, |pool| {
+        sqlx::query(
+            "UPDATE binding SET updated_at = '2001-01-01 00:00:00.000' WHERE operation_id = ?",
+        )
+        .bind(id)
+        .execute(pool)
+        .await
+        .map(|_| ())
+    })
+    .unwrap();
+}
+
+#[tokio::test]
+async fn the_progress_gauges_count_unfinished_requests_by_status_and_step_and_age_the_oldest() {
+    use changegate::jobs::progress::ProgressGauges;
+
+    const SENT: &[(StepStatus, BindingStatus)] =
+        &[(StepStatus::ApprovalSent, BindingStatus::ApprovalSent)];
+    const QUEUED: &[(StepStatus, BindingStatus)] = &[
+        (StepStatus::ApprovalSent, BindingStatus::ApprovalSent),
+        (StepStatus::Queued, BindingStatus::MrCreating),
+    ];
+    const REJECTED: &[(StepStatus, BindingStatus)] = &[
+        (StepStatus::ApprovalSent, BindingStatus::ApprovalSent),
+        (StepStatus::CalledBackRejected, BindingStatus::Rejected),
+    ];
+    for test_db in each_backend().await {
+        let db = &test_db.db;
+        let (old, _) = drive(db, &apply("a", "t"), SENT).await;
+        drive(db, &apply("b", "t"), SENT).await;
+        drive(db, &apply("c", "t"), QUEUED).await;
+        drive(db, &apply("d", "t"), REJECTED).await;
+        binding_changed_long_ago(db, &old).await;
+
+        let mut gauges = ProgressGauges::default();
+        let mut rows = gauges.run_once(db).await.unwrap();
+        rows.sort_by(|a, b| a.status.cmp(&b.status));
+
+        let counts: Vec<(&str, i32, i64)> = rows
+            .iter()
+            .map(|r| (r.status.as_str(), r.step_code, r.requests))
+            .collect();
+        assert_eq!(
+            counts,
+            [
+                ("APPROVAL_SENT", StepStatus::ApprovalSent.code(), 2),
+                ("MR_CREATING", StepStatus::Queued.code(), 1),
+            ],
+            "{}: finished requests are not counted",
+            test_db.name
+        );
+        let years = 20 * 365 * 24 * 3600 * 1000_i64;
+        assert!(
+            rows[0].oldest_ms > years,
+            "{}: the oldest waits since 2001: {}",
+            test_db.name,
+            rows[0].oldest_ms
+        );
+        assert!(
+            (0..60_000).contains(&rows[1].oldest_ms),
+            "{}: just queued: {}",
+            test_db.name,
+            rows[1].oldest_ms
+        );
+    }
+}
