@@ -194,6 +194,20 @@ impl MergeQueue {
                     Ok(Round::Finished(outcome)) if outcome.step == StepStatus::MergePending => {
                         self.poll(db, &batch, None).await
                     }
+                    // Not mergeable by the deadline: unknown, not failed; the
+                    // batch goes on being checked until batch.timeout settles it.
+                    Ok(Round::Finished(outcome)) if outcome.status.is_none() => {
+                        self.write(
+                            db,
+                            &batch,
+                            &BatchChange {
+                                polled: true,
+                                message: outcome.message.as_deref(),
+                                ..BatchChange::default()
+                            },
+                        )
+                        .await
+                    }
                     Ok(Round::Finished(outcome)) => {
                         let message = outcome
                             .message

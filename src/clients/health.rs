@@ -98,8 +98,9 @@ impl Dependencies {
         f(&mut self.inner.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// A call to `host` of `system` got an answer that is not a failure.
-    pub fn succeeded(&self, system: System, host: &str) {
+    /// A call to `host` of `system` got an answer that is not a failure;
+    /// the recovery line logged at info, when it ended a failure.
+    pub fn succeeded(&self, system: System, host: &str) -> Option<String> {
         let recovered = self.with(|inner| {
             let record = inner.records.entry(system).or_default();
             record.last_succeeded = Some(true);
@@ -111,15 +112,14 @@ impl Dependencies {
                 inner.failing_hosts.remove(&(system, host.to_owned()))
             }
         });
-        if let Some(was) = recovered {
-            tracing::info!(
-                system = system.label(),
-                host,
-                "{} is reachable again (was: {})",
-                system.display_name(),
-                was.reason()
-            );
-        }
+        let was = recovered?;
+        let line = format!(
+            "{} is reachable again (was: {})",
+            system.display_name(),
+            was.reason()
+        );
+        tracing::info!(system = system.label(), host, "{line}");
+        Some(line)
     }
 
     /// A call got a failing answer or none in time: recorded, not warned
@@ -135,8 +135,15 @@ impl Dependencies {
     }
 
     /// A call to `host` could not connect: counted every time, logged at
-    /// warn when the host starts failing or fails for another reason.
-    pub fn unreachable(&self, system: System, host: &str, failure: Unreachable, detail: &str) {
+    /// warn when the host starts failing or fails for another reason (the
+    /// line logged is returned then).
+    pub fn unreachable(
+        &self,
+        system: System,
+        host: &str,
+        failure: Unreachable,
+        detail: &str,
+    ) -> Option<String> {
         metrics::counter!(
             "changegate_outbound_failures_total",
             "system" => system.label(),
@@ -154,16 +161,21 @@ impl Dependencies {
                 .insert((system, host.to_owned()), failure)
                 != Some(failure)
         });
-        if changed {
-            tracing::warn!(
-                system = system.label(),
-                host,
-                reason = failure.reason(),
-                "{}: {detail}; {}",
-                failure.describe(system.display_name()),
-                failure.hint()
-            );
+        if !changed {
+            return None;
         }
+        let line = format!(
+            "{}: {detail}; {}",
+            failure.describe(system.display_name()),
+            failure.hint()
+        );
+        tracing::warn!(
+            system = system.label(),
+            host,
+            reason = failure.reason(),
+            "{line}"
+        );
+        Some(line)
     }
 
     /// The reported systems, in a fixed order.
@@ -194,81 +206,37 @@ impl Dependencies {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
     use super::*;
-
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    fn logged(work: impl FnOnce()) -> Vec<String> {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::with_default(subscriber, || {
-            // Another test's thread may have cached "no interest" for these
-            // callsites while no subscriber was listening.
-            tracing::callsite::rebuild_interest_cache();
-            work();
-        });
-        let bytes = captured
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        String::from_utf8_lossy(&bytes)
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
 
     #[test]
     fn a_failure_is_warned_once_per_cause_and_recovery_once() {
         let health = Dependencies::default();
-        let lines = logged(|| {
-            for _ in 0..3 {
-                health.unreachable(
-                    System::GitLab,
-                    "gitlab.example",
-                    Unreachable::Dns,
-                    "no such host",
-                );
-            }
-            health.unreachable(
+        let mut warned = Vec::new();
+        for _ in 0..3 {
+            warned.extend(health.unreachable(
                 System::GitLab,
                 "gitlab.example",
-                Unreachable::Refused,
-                "refused",
-            );
-            health.succeeded(System::GitLab, "gitlab.example");
-            health.succeeded(System::GitLab, "gitlab.example");
-        });
-        let warns: Vec<_> = lines.iter().filter(|l| l.contains("WARN")).collect();
-        assert_eq!(warns.len(), 2, "{lines:#?}");
-        assert!(warns[0].contains("GitLab's host name cannot be resolved: no such host"));
-        assert!(warns[1].contains("GitLab refused the connection"));
-        let infos: Vec<_> = lines
-            .iter()
-            .filter(|l| l.contains("reachable again"))
-            .collect();
-        assert_eq!(infos.len(), 1, "{lines:#?}");
-        assert!(infos[0].contains("was: refused"), "{}", infos[0]);
+                Unreachable::Dns,
+                "no such host",
+            ));
+        }
+        warned.extend(health.unreachable(
+            System::GitLab,
+            "gitlab.example",
+            Unreachable::Refused,
+            "refused",
+        ));
+        assert_eq!(warned.len(), 2, "{warned:#?}");
+        assert!(warned[0].contains("GitLab's host name cannot be resolved: no such host"));
+        assert!(warned[1].contains("GitLab refused the connection"));
+        let recovered = health.succeeded(System::GitLab, "gitlab.example");
+        assert!(
+            recovered
+                .as_deref()
+                .is_some_and(|line| line.contains("reachable again (was: refused)")),
+            "{recovered:?}"
+        );
+        assert_eq!(health.succeeded(System::GitLab, "gitlab.example"), None);
     }
 
     #[test]

@@ -107,6 +107,7 @@ steps! {
     MergePending = 10503, "MERGE_PENDING", "The merge answer was lost; the MR is re-read.";
     ManualRetry = 10504, "MANUAL_RETRY", "An operator re-ran the step.";
     ManualAbandoned = 10505, "MANUAL_ABANDONED", "An operator gave up on the request.";
+    MergeChecksPending = 10506, "MERGE_CHECKS_PENDING", "The MR did not become mergeable in time; its outcome is unknown, and changegate keeps checking.";
 }
 
 /// Steps whose failure is deterministic: repeating the same request fails the
@@ -158,7 +159,8 @@ impl StepStatus {
             | Self::CloseRequested
             | Self::CloseExpired
             | Self::CloseMrCreated
-            | Self::PipelineRetrying => Some(Duration::ZERO),
+            | Self::PipelineRetrying
+            | Self::MergeChecksPending => Some(Duration::ZERO),
             // Asking twice may open a second ticket: give the callback time.
             Self::ApprovalSendUnknown => Some(Duration::from_secs(300)),
             Self::PipelinePending => Some(Duration::from_secs(60)),

@@ -420,11 +420,14 @@ impl Workflow {
             if !settings.polling.deadline_reached(polls) {
                 Round::NotYet
             } else {
+                // Past the deadline the outcome is unknown, not failed
+                // (SPEC §6): waiting may still help, so the request says
+                // WAIT and is checked again at a slower pace.
                 Round::Finished(Outcome {
-                    status: Some(BindingStatus::HandleFailed),
-                    step: StepStatus::HandleMergeRefused,
+                    status: None,
+                    step: StepStatus::MergeChecksPending,
                     message: Some(format!(
-                        "MR !{iid} did not become mergeable in time ({why})"
+                        "MR !{iid} did not become mergeable in time ({why}); changegate keeps checking"
                     )),
                 })
             }

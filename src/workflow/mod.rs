@@ -241,7 +241,8 @@ impl Workflow {
                 Some(BindingStatus::Merging),
                 StepStatus::HandleStarted
                 | StepStatus::CalledBackApproved
-                | StepStatus::MergePending,
+                | StepStatus::MergePending
+                | StepStatus::MergeChecksPending,
             ) => self.approve_and_merge(db, &operation).await,
             // A close walks the same MR steps while its binding stays CLOSING.
             (
@@ -254,7 +255,9 @@ impl Workflow {
             ) => self.await_pipeline(db, &operation).await,
             (
                 Some(BindingStatus::Closing),
-                StepStatus::HandleStarted | StepStatus::MergePending,
+                StepStatus::HandleStarted
+                | StepStatus::MergePending
+                | StepStatus::MergeChecksPending,
             ) => self.approve_and_merge(db, &operation).await,
             // Waiting for a decision, a deploy, or an operator.
             (status, step) => {
@@ -319,6 +322,8 @@ fn poll_pause(schedule: &PollSchedule, step: StepStatus, attempts: i32) -> Durat
         | StepStatus::CloseMrCreated
         | StepStatus::HandleStarted
         | StepStatus::CalledBackApproved => schedule.pause_after(attempts),
+        // Past the deadline: checked on at the slow pace.
+        StepStatus::MergeChecksPending => schedule.long_interval,
         step => match step.resume_after() {
             Some(pause) if !pause.is_zero() => pause,
             _ => Duration::from_secs(1)

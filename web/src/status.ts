@@ -27,6 +27,7 @@ export const STEPS: [number, string][] = [
   [10303, "CALLED_BACK_WITHDRAWN"], [10304, "DEPLOY_CONFIRMED"], [10305, "DEPLOY_RECONCILED"],
   [10306, "DEPLOY_FAILED"], [10501, "PIPELINE_PENDING"], [10502, "REBASE_PENDING"],
   [10503, "MERGE_PENDING"], [10504, "MANUAL_RETRY"], [10505, "MANUAL_ABANDONED"],
+  [10506, "MERGE_CHECKS_PENDING"],
 ];
 
 /** The badge colour family of a status. */
@@ -104,7 +105,7 @@ function mrStageOf(code: number): string | null {
       return "pipeline";
     case 10101: case 10106:
       return "reviews";
-    case 10102: case 10103: case 10104: case 10105: case 10107: case 10108: case 10111: case 10502: case 10503:
+    case 10102: case 10103: case 10104: case 10105: case 10107: case 10108: case 10111: case 10502: case 10503: case 10506:
       return "merge";
     default:
       return null;

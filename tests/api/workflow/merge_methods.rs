@@ -270,3 +270,53 @@ async fn with_semi_linear_history_a_rebased_head_merges_only_after_its_own_pipel
 async fn with_fast_forward_merges_a_rebased_head_merges_only_after_its_own_pipeline() {
     a_rebased_head_waits_for_its_own_pipeline(MergeMethod::Ff).await;
 }
+
+#[tokio::test]
+async fn an_mr_not_mergeable_by_the_deadline_waits_on_and_merges_once_it_can() {
+    let db = sqlite_db().await;
+    let w = world_with(
+        &db.url,
+        WorldOptions {
+            extra: "[workflow]\nflow_order = \"mr_first\"\nshort_polls = 2\n\
+                    short_poll_interval = \"50ms\"\nlong_polls = 0\n"
+                .to_owned(),
+            ..mr_first_held()
+        },
+    )
+    .await;
+    w.gitlab
+        .update_settings(w.project, |s| s.pipelines_must_succeed = false)
+        .unwrap();
+    w.gitlab
+        .script_pipelines(
+            w.project,
+            [PipelineOutcome::Success, PipelineOutcome::StuckRunning],
+        )
+        .unwrap();
+    let id = apply(&w.app).await;
+    let iid = u64::try_from(waiting_for_approval(&w, &id).await).unwrap();
+    move_main_on(&w);
+    approve(&w, &id).await;
+
+    // The rebased head's pipeline runs past the deadline: unknown, not failed.
+    let pending = until(&w, &id, |v| {
+        v["step"]["name"] == "MERGE_CHECKS_PENDING" || finished(v)
+    })
+    .await;
+    assert_eq!(
+        (pending["status"].as_str(), pending["next"].as_str()),
+        (Some("MERGING"), Some("WAIT")),
+        "{pending}"
+    );
+    assert!(
+        pending["message"]
+            .as_str()
+            .unwrap()
+            .contains("keeps checking"),
+        "{pending}"
+    );
+
+    pass_head_pipeline(&w, iid);
+    let done: Value = settled(&w, &id).await;
+    assert_eq!(done["status"], "VALIDATED", "{done}");
+}
