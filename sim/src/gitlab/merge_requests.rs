@@ -84,6 +84,7 @@ pub async fn create_mr(
     let target = required(&params.target_branch, "target_branch")?;
     let title = required(&params.title, "title")?;
     check_title(title)?;
+    check_description(params.description.as_deref())?;
     let mut state = ctx.lock();
     let mut scope = state.scope(&project)?;
     if !scope.project.can_write(user) {
@@ -306,6 +307,7 @@ pub async fn update_mr(
         mr.title = title;
     }
     if let Some(description) = params.description {
+        check_description(Some(&description))?;
         mr.description = description;
     }
     mr.updated_at = Utc::now();
@@ -361,6 +363,20 @@ fn check_title(title: &str) -> Result<(), ApiError> {
         return Err(ApiError::FieldError(
             "title",
             "is too long (maximum is 255 characters)".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// GitLab's limit on issuable descriptions (`DESCRIPTION_LENGTH_MAX =
+/// 1.megabyte`, validated as a length in app/models/concerns/issuable.rb),
+/// counted in characters.
+fn check_description(description: Option<&str>) -> Result<(), ApiError> {
+    const MAX: usize = 1 << 20;
+    if description.is_some_and(|text| text.chars().count() > MAX) {
+        return Err(ApiError::FieldError(
+            "description",
+            format!("is too long (maximum is {MAX} characters)"),
         ));
     }
     Ok(())

@@ -41,6 +41,25 @@ async fn create_answers_gitlab_validation_errors() {
     let no_title = create(json!({ "source_branch": "bot/one", "target_branch": "main" })).await;
     assert_eq!(no_title.status, 400);
     assert_eq!(no_title.body, json!({ "error": "title is missing" }));
+    let long_title = create(json!({
+        "source_branch": "bot/two", "target_branch": "main", "title": "é".repeat(256)
+    }))
+    .await;
+    assert_eq!(long_title.status, 400);
+    assert_eq!(
+        long_title.body,
+        json!({ "message": { "title": ["is too long (maximum is 255 characters)"] } })
+    );
+    let long_description = create(json!({
+        "source_branch": "bot/two", "target_branch": "main", "title": "t",
+        "description": "x".repeat((1 << 20) + 1)
+    }))
+    .await;
+    assert_eq!(long_description.status, 400);
+    assert_eq!(
+        long_description.body,
+        json!({ "message": { "description": ["is too long (maximum is 1048576 characters)"] } })
+    );
 }
 
 #[tokio::test]
