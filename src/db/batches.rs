@@ -282,6 +282,20 @@ pub async fn live_members(db: &Db, batch_id: i64) -> Result<Vec<String>, sqlx::E
     })
 }
 
+/// Puts `operation_id`, a member of a batch that is over, back in the
+/// waiting set for the next round, in the caller's transaction.
+pub async fn rejoin_waiting_set(tx: &mut DbTx, operation_id: &str) -> Result<(), sqlx::Error> {
+    let sql =
+        "UPDATE merge_batch_request SET batch_id = NULL, split_group = '' WHERE operation_id = ?";
+    with_tx!(tx, |conn| {
+        sqlx::query(sql)
+            .bind(operation_id)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })
+}
+
 /// Takes `operation_id` out of the waiting set, if it waits there, in the
 /// caller's transaction (by its unique key: one row at most).
 pub async fn leave_waiting_set(tx: &mut DbTx, operation_id: &str) -> Result<(), sqlx::Error> {

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::db::Db;
 use crate::db::audit::{append_audit, audited_params};
-use crate::db::batches::{batch_of, batches_of, get_batch};
+use crate::db::batches::{batch_of, batches_of, get_batch, rejoin_waiting_set};
 use crate::db::history::last_statuses;
 use crate::db::leases::make_due_now;
 use crate::db::operations::OperationRow;
@@ -176,17 +176,38 @@ pub async fn retry(
 ) -> ApiResult<Json<Value>> {
     let reason = reason_of(&body, false)?;
     let (id, operation, status) = owned(&db, &operation_id).await?;
-    let plan = operator::retry(operation.kind, status, operation.step)
+    let mut plan = operator::retry(operation.kind, status, operation.step)
         .map_err(|why| ApiError::Conflict(why.message()))?;
-    // A member of a running batch moves with its batch, never on its own.
-    if let Some(batch_id) = batch_of(&db, &id).await?
-        && get_batch(&db, batch_id)
-            .await?
-            .is_some_and(|batch| batch.status == "RUNNING")
-    {
-        return Err(ApiError::Conflict(
-            "the request is in a running merge batch; settle the batch instead",
-        ));
+    // A member of a running batch moves with its batch, never on its own;
+    // one whose batch is over (its MR closed) goes back to wait for the next
+    // round, or, with batching off now, opens an MR of its own: re-running
+    // its step against the closed batch MR could only fail again.
+    let mut requeue = false;
+    if let Some(batch_id) = batch_of(&db, &id).await? {
+        match get_batch(&db, batch_id).await? {
+            Some(batch) if batch.status == "RUNNING" => {
+                return Err(ApiError::Conflict(
+                    "the request is in a running merge batch; settle the batch instead",
+                ));
+            }
+            Some(_)
+                if matches!(
+                    status,
+                    BindingStatus::CreateFailed | BindingStatus::HandleFailed
+                ) =>
+            {
+                requeue = state.config.current().batch.enabled;
+                plan = Retry::Rewind(
+                    BindingStatus::MrCreating,
+                    if requeue {
+                        StepStatus::Queued
+                    } else {
+                        StepStatus::MrCreating
+                    },
+                );
+            }
+            _ => {}
+        }
     }
     let operator = caller.identity.as_str();
     let message = format!(
@@ -225,7 +246,11 @@ pub async fn retry(
         if !done {
             return Err(changed_meanwhile());
         }
-        make_due_now(tx.db(), &id).await?;
+        if requeue {
+            rejoin_waiting_set(tx.db(), &id).await?;
+        } else {
+            make_due_now(tx.db(), &id).await?;
+        }
         append_audit(tx.db(), operator, "operation.retry", &id, &params).await?;
         Ok(())
     }

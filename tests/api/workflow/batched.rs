@@ -378,3 +378,64 @@ async fn a_request_force_failed_while_it_waits_for_a_round_is_never_merged() {
         );
     }
 }
+
+#[tokio::test]
+async fn retry_of_a_member_whose_batch_failed_puts_it_back_in_the_queue_and_it_lands() {
+    for test_db in crate::helpers::each_backend().await {
+        let w = world_with(&test_db.url, manual_rounds()).await;
+        w.gitlab
+            .update_settings(w.project, |settings| {
+                settings.failing_content = Some("POISON".to_owned());
+            })
+            .unwrap();
+        let ids = vec![apply_for(&w, "member0", "POISON").await];
+        approve_all(&w, &ids).await;
+        let failed = rounds_until_settled(&w, &ids).await;
+        assert_eq!(
+            (failed[0]["status"].as_str(), failed[0]["next"].as_str()),
+            (Some("CREATE_FAILED"), Some("CONTACT_TEAM")),
+            "{}: {}",
+            test_db.name,
+            failed[0]
+        );
+        // CI fixed meanwhile: the operator retries the request.
+        w.gitlab
+            .update_settings(w.project, |settings| settings.failing_content = None)
+            .unwrap();
+
+        let retried = w
+            .app
+            .post_as(
+                "admin",
+                &format!("/admin/v1/operations/{}/retry", ids[0]),
+                &json!({ "reason": "CI fixed" }),
+            )
+            .await;
+        assert_eq!(retried.status(), 200, "{}", test_db.name);
+        let retried: Value = retried.json().await.unwrap();
+        assert_eq!(
+            (
+                retried["operation"]["status"].as_str(),
+                retried["operation"]["step"]["name"].as_str(),
+                retried["operation"]["next"].as_str()
+            ),
+            (Some("MR_CREATING"), Some("QUEUED"), Some("WAIT")),
+            "{}: {retried}",
+            test_db.name
+        );
+        let views = rounds_until_settled(&w, &ids).await;
+
+        assert_eq!(views[0]["status"], "VALIDATED", "{}: {}", test_db.name, views[0]);
+        assert_ne!(
+            views[0]["batchId"], failed[0]["batchId"],
+            "{}: merged in a new batch",
+            test_db.name
+        );
+        assert_eq!(
+            w.gitlab.merge_request(w.project, 1).map(|mr| mr.state),
+            Some(MrState::Closed),
+            "{}: the failed batch's MR stays closed",
+            test_db.name
+        );
+    }
+}
