@@ -15,6 +15,7 @@ mod gitlab_client;
 mod health;
 mod helpers;
 mod jobs;
+mod lease_takeover;
 mod migrations;
 mod proxy;
 mod readiness;

@@ -425,7 +425,11 @@ async fn retry_of_a_member_whose_batch_failed_puts_it_back_in_the_queue_and_it_l
         );
         let views = rounds_until_settled(&w, &ids).await;
 
-        assert_eq!(views[0]["status"], "VALIDATED", "{}: {}", test_db.name, views[0]);
+        assert_eq!(
+            views[0]["status"], "VALIDATED",
+            "{}: {}",
+            test_db.name, views[0]
+        );
         assert_ne!(
             views[0]["batchId"], failed[0]["batchId"],
             "{}: merged in a new batch",
