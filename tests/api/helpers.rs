@@ -159,7 +159,13 @@ impl MySqlScratch {
 
 impl Drop for MySqlScratch {
     fn drop(&mut self) {
-        let sql = format!("DROP DATABASE IF EXISTS `{}`", self.name);
+        // A test that failed may leave a transaction open on a connection it
+        // can no longer reach; the drop then gives up after a while rather
+        // than wait for that transaction's metadata lock for ever.
+        let sql = format!(
+            "SET SESSION lock_wait_timeout = 10; DROP DATABASE IF EXISTS `{}`",
+            self.name
+        );
         let server = self.server.to_string();
         // Drop runs outside async context and possibly during a panic, so the
         // cleanup gets its own thread and runtime.
