@@ -273,12 +273,17 @@ pub async fn members(db: &Db, batch_id: i64) -> Result<Vec<String>, sqlx::Error>
 /// order: one an operator stopped is no longer written, checked or moved
 /// with its batch.
 pub async fn live_members(db: &Db, batch_id: i64) -> Result<Vec<String>, sqlx::Error> {
-    let sql = "SELECT r.operation_id FROM merge_batch_request r \
-               JOIN binding b ON b.operation_id = r.operation_id \
-               WHERE r.batch_id = ? AND b.status IN ('MR_CREATING', 'MR_CREATED', 'MERGING') \
-               ORDER BY r.operation_id";
+    let live = super::status_list(crate::domain::IN_MERGE_QUEUE);
+    let sql = format!(
+        "SELECT r.operation_id FROM merge_batch_request r \
+         JOIN binding b ON b.operation_id = r.operation_id \
+         WHERE r.batch_id = ? AND b.status IN ({live}) ORDER BY r.operation_id"
+    );
     with_pool!(db, reader, |pool| {
-        sqlx::query_scalar(sql).bind(batch_id).fetch_all(pool).await
+        sqlx::query_scalar(AssertSqlSafe(sql))
+            .bind(batch_id)
+            .fetch_all(pool)
+            .await
     })
 }
 

@@ -181,6 +181,16 @@ impl Db {
     }
 }
 
+/// `statuses` as an SQL list of string literals (`'A', 'B'`), for an `IN`
+/// over fixed status names (never user input).
+pub(crate) fn status_list(statuses: &[crate::domain::BindingStatus]) -> String {
+    statuses
+        .iter()
+        .map(|status| format!("'{}'", status.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Whether an error is a unique-key violation. Classified by kind, not by
 /// constraint name, which SQLite and MySQL do not report alike.
 pub fn is_unique_violation(err: &sqlx::Error) -> bool {

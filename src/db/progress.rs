@@ -51,11 +51,7 @@ fn millis_since(backend: Backend, column: &str) -> String {
 /// Requests in every unfinished status and step (served by
 /// `ix_binding_status_updated`: a range over the unfinished statuses).
 pub async fn in_progress(db: &Db) -> Result<Vec<InProgress>, sqlx::Error> {
-    let statuses = UNFINISHED
-        .iter()
-        .map(|status| format!("'{}'", status.as_str()))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let statuses = super::status_list(UNFINISHED);
     let sql = format!(
         "SELECT b.status, o.step_code, COUNT(*) AS requests, {} AS oldest_ms \
          FROM binding b JOIN operation o ON o.operation_id = b.operation_id \

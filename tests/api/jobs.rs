@@ -18,8 +18,13 @@ use crate::store::{apply, drive};
 
 /// Sets `column` of operation `id` to a time long past.
 async fn set_past(db: &changegate::db::Db, id: &str, column: &str) {
+    set_past_in(db, "operation", id, column).await;
+}
+
+/// Sets `column` of `table`'s row for operation `id` to a time long past.
+async fn set_past_in(db: &changegate::db::Db, table: &str, id: &str, column: &str) {
     let sql =
-        format!("UPDATE operation SET {column} = '2001-01-01 00:00:00.000' WHERE operation_id = ?");
+        format!("UPDATE {table} SET {column} = '2001-01-01 00:00:00.000' WHERE operation_id = ?");
     changegate::with_pool!(db, writer, |pool| {
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(id)
@@ -262,20 +267,6 @@ async fn an_expired_binding_gets_exactly_one_close_opened_by_changegate() {
     }
 }
 
-/// Sets the binding of operation `id` as changed long ago.
-async fn binding_changed_long_ago(db: &changegate::db::Db, id: &str) {
-    changegate::with_pool!(db, writer, |pool| {
-        sqlx::query(
-            "UPDATE binding SET updated_at = '2001-01-01 00:00:00.000' WHERE operation_id = ?",
-        )
-        .bind(id)
-        .execute(pool)
-        .await
-        .map(|_| ())
-    })
-    .unwrap();
-}
-
 #[tokio::test]
 async fn the_progress_gauges_count_unfinished_requests_by_status_and_step_and_age_the_oldest() {
     use changegate::jobs::progress::ProgressGauges;
@@ -296,7 +287,7 @@ async fn the_progress_gauges_count_unfinished_requests_by_status_and_step_and_ag
         drive(db, &apply("b", "t"), SENT).await;
         drive(db, &apply("c", "t"), QUEUED).await;
         drive(db, &apply("d", "t"), REJECTED).await;
-        binding_changed_long_ago(db, &old).await;
+        set_past_in(db, "binding", &old, "updated_at").await;
 
         let mut gauges = ProgressGauges::default();
         let mut rows = gauges.run_once(db).await.unwrap();
