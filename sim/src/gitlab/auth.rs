@@ -85,6 +85,12 @@ impl Users {
         id
     }
 
+    /// Revokes `token`: GitLab answers 401 to it from then on
+    /// (doc/api/personal_access_tokens.md, "Revoke a personal access token").
+    pub fn revoke(&mut self, token: &str) {
+        self.by_token.remove(token);
+    }
+
     /// The user a token authenticates.
     pub fn by_token(&self, token: &str) -> Option<UserId> {
         self.by_token.get(token).copied()

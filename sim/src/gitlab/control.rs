@@ -89,10 +89,22 @@ impl GitLabControl {
         state.users.add(&mut state.ids, username, token, &base_url)
     }
 
+    /// Revokes a token, as its owner or an administrator can: every call
+    /// with it is answered 401 from then on. `add_user` gives it back.
+    pub fn revoke_token(&self, token: &str) {
+        self.lock().users.revoke(token);
+    }
+
     /// Creates a project at `path` (e.g. `config/repo`, reachable as `config%2Frepo`)
     /// whose default branch `main` holds a README.
     pub fn create_project(&self, path: &str) -> ProjectId {
         projects::create(&mut self.lock(), path)
+    }
+
+    /// Deletes a project: every call naming it is answered `404 Project Not
+    /// Found` from then on (doc/api/projects.md, "Delete a project").
+    pub fn delete_project(&self, project: ProjectId) {
+        self.lock().projects.retain(|p| p.id != project);
     }
 
     /// The numeric id of the project at `path`.
