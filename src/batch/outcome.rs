@@ -13,7 +13,7 @@ use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, StoreError, StoreTx, move_members};
 use crate::workflow::{bot, file_action};
 
-use super::runner::{ACTOR, IN_FLIGHT, MergeQueue};
+use super::runner::{ACTOR, IN_FLIGHT, MergeQueue, batch_branch};
 
 impl MergeQueue {
     /// Merged: the batch SUCCEEDED and every member is MERGED, together; a
@@ -136,31 +136,50 @@ impl MergeQueue {
 
     /// Reads the MR before settling: an MR still open is closed first, and
     /// one that merged meanwhile wins (SPEC §7): `true` when it merged, and
-    /// the batch is now settled as SUCCEEDED.
+    /// the batch is now settled as SUCCEEDED. Otherwise nothing of the batch
+    /// stays behind: the branch of its closed MR (or of an MR never opened)
+    /// is deleted.
     pub(super) async fn merged_meanwhile(
         &self,
         db: &Db,
         batch: &BatchRow,
     ) -> Result<bool, StoreError> {
         let settings = self.config.current();
-        let (Ok(token), Some(iid)) = (bot(&settings), batch.mr_iid) else {
+        let Ok(token) = bot(&settings) else {
             return Ok(false);
         };
         let gitlab = &self.workflow.gitlab;
-        let mut mr = gitlab.merge_request(token, &batch.project, iid).await.ok();
-        if mr.as_ref().is_some_and(|mr| mr.state == "opened") {
-            if let Err(err) = gitlab.close_merge_request(token, &batch.project, iid).await {
-                tracing::warn!(batch = batch.id, "closing the batch MR failed: {err}");
+        let closed = match batch.mr_iid {
+            None => true,
+            Some(iid) => {
+                let mut mr = gitlab.merge_request(token, &batch.project, iid).await.ok();
+                if mr.as_ref().is_some_and(|mr| mr.state == "opened") {
+                    if let Err(err) = gitlab.close_merge_request(token, &batch.project, iid).await {
+                        tracing::warn!(batch = batch.id, "closing the batch MR failed: {err}");
+                    }
+                    mr = gitlab.merge_request(token, &batch.project, iid).await.ok();
+                }
+                match mr {
+                    Some(mr) if mr.state == "merged" => {
+                        self.succeed(db, batch, Some(&mr)).await?;
+                        return Ok(true);
+                    }
+                    Some(mr) => mr.state == "closed",
+                    None => false,
+                }
             }
-            mr = gitlab.merge_request(token, &batch.project, iid).await.ok();
-        }
-        match mr {
-            Some(mr) if mr.state == "merged" => {
-                self.succeed(db, batch, Some(&mr)).await?;
-                Ok(true)
+        };
+        if closed {
+            let branch = batch_branch(batch.id);
+            if let Err(err) = gitlab.delete_branch(token, &batch.project, &branch).await {
+                tracing::warn!(
+                    batch = batch.id,
+                    branch,
+                    "deleting the batch branch failed: {err}"
+                );
             }
-            _ => Ok(false),
         }
+        Ok(false)
     }
 
     /// A failed batch: FAILED (the guarded batch write first, so a second
@@ -241,29 +260,7 @@ impl MergeQueue {
             append_membership(tx.db(), batch.id, first, "SPLIT", Some(&group_a)).await?;
             append_membership(tx.db(), batch.id, second, "SPLIT", Some(&group_b)).await?;
         } else {
-            let change = Change {
-                step,
-                message: Some(message),
-                actor: ACTOR,
-            };
-            move_members(
-                &mut tx,
-                &ids,
-                &[BindingStatus::MrCreating, BindingStatus::MrCreated],
-                Some(BindingStatus::CreateFailed),
-                change,
-                None,
-            )
-            .await?;
-            move_members(
-                &mut tx,
-                &ids,
-                &[BindingStatus::Merging],
-                Some(BindingStatus::HandleFailed),
-                change,
-                None,
-            )
-            .await?;
+            fail_members(&mut tx, &ids, step, message).await?;
             append_membership(tx.db(), batch.id, &ids, "FAILED", None).await?;
         }
         tx.commit().await?;
@@ -275,4 +272,38 @@ impl MergeQueue {
         );
         Ok(())
     }
+}
+
+/// Fails `ids` at `step`: those not merging yet as CREATE_FAILED, those
+/// merging as HANDLE_FAILED.
+pub(super) async fn fail_members(
+    tx: &mut StoreTx,
+    ids: &[String],
+    step: StepStatus,
+    message: &str,
+) -> Result<(), StoreError> {
+    let change = Change {
+        step,
+        message: Some(message),
+        actor: ACTOR,
+    };
+    move_members(
+        tx,
+        ids,
+        &[BindingStatus::MrCreating, BindingStatus::MrCreated],
+        Some(BindingStatus::CreateFailed),
+        change,
+        None,
+    )
+    .await?;
+    move_members(
+        tx,
+        ids,
+        &[BindingStatus::Merging],
+        Some(BindingStatus::HandleFailed),
+        change,
+        None,
+    )
+    .await
+    .map(|_| ())
 }

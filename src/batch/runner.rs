@@ -15,11 +15,13 @@ use crate::db::batches::{
     waiting_partitions,
 };
 use crate::db::operations::operations_by_ids;
+use crate::db::outage::{OutageClock, batch_unreachable_for};
 use crate::db::{Db, DbSlot};
 use crate::domain::{BindingStatus, IN_MERGE_QUEUE, StepStatus};
 use crate::store::{Change, MergeRequestRef, StoreError, StoreTx, move_members};
 use crate::workflow::{
-    ChangeSet, MAX_DESCRIPTION_BYTES, Opened, Round, Workflow, bot, file_action,
+    ChangeSet, MAX_DESCRIPTION_BYTES, Opened, Round, Verdict, Workflow, bot, file_action,
+    outage_message, verdict,
 };
 
 use super::claim::{Claimed, claim_batch};
@@ -176,9 +178,8 @@ impl MergeQueue {
                     }
                     _ => self.poll(db, &batch, None).await,
                 },
-                Err(err) if err.is_transient() => self.wait_out(db, &batch, &err).await,
                 Err(err) => {
-                    self.fail(db, &batch, StepStatus::CreateFailed, &err.to_string())
+                    self.interrupted(db, &batch, &err, StepStatus::CreateFailed)
                         .await
                 }
             },
@@ -228,9 +229,8 @@ impl MergeQueue {
                         .await
                     }
                     Ok(Round::NotYet) => self.poll(db, &batch, None).await,
-                    Err(err) if err.is_transient() => self.wait_out(db, &batch, &err).await,
                     Err(err) => {
-                        self.fail(db, &batch, StepStatus::HandleMergeRefused, &err.to_string())
+                        self.interrupted(db, &batch, &err, StepStatus::HandleMergeRefused)
                             .await
                     }
                 }
@@ -260,7 +260,7 @@ impl MergeQueue {
             return self.shed(db, batch, &overflow).await;
         }
         let change = ChangeSet {
-            branch: format!("changegate/batch-{}", batch.id),
+            branch: batch_branch(batch.id),
             title: format!(
                 "changegate: merge batch #{} ({} changes)",
                 batch.id,
@@ -307,9 +307,8 @@ impl MergeQueue {
                 .await?;
                 tx.commit().await.map_err(Into::into)
             }
-            Err(err) if err.is_transient() => self.wait_out(db, batch, &err).await,
             Err(err) => {
-                self.fail(db, batch, StepStatus::CreateRefused, &err.to_string())
+                self.interrupted(db, batch, &err, StepStatus::CreateRefused)
                     .await
             }
         }
@@ -477,24 +476,43 @@ impl MergeQueue {
         tx.commit().await.map_err(Into::into)
     }
 
-    /// A round GitLab did not answer: counted as a poll, except a pause its
-    /// rate limiter asked for, which is not the batch's own slowness.
-    async fn wait_out(
+    /// A round whose GitLab call failed, by the one classification of
+    /// errors ([`verdict`]): waited out (counted as a poll, except a pause
+    /// GitLab's rate limiter asked for, which is not the batch's own
+    /// slowness) until an outage outlasts `workflow.unreachable_deadline`;
+    /// what waiting cannot cure fails the batch (`refused` for GitLab
+    /// refusing the request itself).
+    async fn interrupted(
         &self,
         db: &Db,
         batch: &BatchRow,
         err: &GitLabError,
+        refused: StepStatus,
     ) -> Result<(), StoreError> {
-        self.write(
-            db,
-            batch,
-            &BatchChange {
-                polled: err.throttled_for().is_none(),
-                obstacle: err.obstacle().as_deref(),
-                ..BatchChange::default()
-            },
-        )
-        .await
+        let (step, message) = match verdict(err, refused, self.workflow.gitlab.health()) {
+            Verdict::Wait(outage) => {
+                self.write(
+                    db,
+                    batch,
+                    &BatchChange {
+                        polled: err.throttled_for().is_none(),
+                        obstacle: err.obstacle().as_deref(),
+                        outage,
+                        ..BatchChange::default()
+                    },
+                )
+                .await?;
+                let deadline = self.config.current().unreachable_deadline;
+                if outage != OutageClock::Run
+                    || !batch_unreachable_for(db, batch.id, deadline).await?
+                {
+                    return Ok(());
+                }
+                (StepStatus::GitlabUnreachable, outage_message(err, deadline))
+            }
+            Verdict::Fail { step, message } => (step, message),
+        };
+        self.fail(db, batch, step, &message).await
     }
 
     /// Not ready yet: counted, so the deadline can be told.
@@ -528,6 +546,11 @@ pub enum ClaimError {
     /// The database failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// The source branch of a batch's MR.
+pub(super) fn batch_branch(batch_id: i64) -> String {
+    format!("changegate/batch-{batch_id}")
 }
 
 /// How many of `trailers` (one per line) fit after a header of

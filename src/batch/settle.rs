@@ -5,10 +5,12 @@ use crate::db::batches::{
     BatchChange, acquire_batch_lease, append_membership, get_batch, live_members,
     release_batch_lease, release_members, update_batch,
 };
+use crate::db::settle_counts::{count_settle, exhausted_members};
 use crate::db::{Db, is_retryable_conflict};
 use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, StoreError, StoreTx, move_members};
 
+use super::outcome::fail_members;
 use super::runner::{ACTOR, IN_FLIGHT, MergeQueue, SETTLE_TRIES};
 
 impl MergeQueue {
@@ -88,6 +90,10 @@ impl MergeQueue {
             tx.rollback().await?;
             return Ok(Settled::NotRunning);
         }
+        let max_attempts = self.config.current().batch.max_attempts;
+        let exhausted = exhausted_members(tx.db(), batch.id, max_attempts).await?;
+        let (exhausted, again): (Vec<String>, Vec<String>) =
+            ids.into_iter().partition(|id| exhausted.contains(id));
         let retry = format!(
             "batch #{} was settled ({reason}); waiting for the next round",
             batch.id
@@ -99,15 +105,43 @@ impl MergeQueue {
         };
         move_members(
             &mut tx,
-            &ids,
+            &again,
             IN_FLIGHT,
             Some(BindingStatus::MrCreating),
             change,
             None,
         )
         .await?;
-        release_members(tx.db(), &[(batch.split_group.as_str(), &ids)]).await?;
-        append_membership(tx.db(), batch.id, &ids, "RELEASED", Some(reason)).await?;
+        release_members(tx.db(), &[(batch.split_group.as_str(), &again)]).await?;
+        count_settle(tx.db(), &again).await?;
+        append_membership(tx.db(), batch.id, &again, "RELEASED", Some(reason)).await?;
+        if !exhausted.is_empty() {
+            let last_error = batch.obstacle.as_deref().unwrap_or(reason);
+            let failed = format!(
+                "batch #{} was settled ({reason}), the {max_attempts}th batch of this request without an end; last error: {last_error}",
+                batch.id
+            );
+            fail_members(
+                &mut tx,
+                &exhausted,
+                StepStatus::HandleBatchExhausted,
+                &failed,
+            )
+            .await?;
+            append_membership(
+                tx.db(),
+                batch.id,
+                &exhausted,
+                "FAILED",
+                Some("max_attempts"),
+            )
+            .await?;
+            tracing::warn!(
+                batch = batch.id,
+                members = exhausted.len(),
+                "merge batch settled; its members reached batch.max_attempts and failed: {last_error}"
+            );
+        }
         tx.commit().await?;
         Ok(Settled::Released)
     }

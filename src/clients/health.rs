@@ -85,6 +85,9 @@ struct Inner {
     records: HashMap<System, Record>,
     /// The connection failure each host is in, for logging once.
     failing_hosts: HashMap<(System, String), Unreachable>,
+    /// The refusal a system answers with that waiting cannot cure (a
+    /// refused token, a missing project), for logging once.
+    refusals: HashMap<System, &'static str>,
 }
 
 /// Shared by every client of one instance; cheap to clone.
@@ -178,6 +181,47 @@ impl Dependencies {
         Some(line)
     }
 
+    /// A step failed because `system` refuses changegate itself (`reason`:
+    /// `access_denied`, `project_not_found`, …), which waiting cannot cure:
+    /// counted every time, logged at warn when it starts or its reason
+    /// changes (the line logged is returned then).
+    pub fn refused(&self, system: System, reason: &'static str, detail: &str) -> Option<String> {
+        metrics::counter!(
+            "changegate_outbound_failures_total",
+            "system" => system.label(),
+            "reason" => reason
+        )
+        .increment(1);
+        let changed = self.with(|inner| inner.refusals.insert(system, reason) != Some(reason));
+        if !changed {
+            return None;
+        }
+        let line = format!(
+            "{} refuses changegate ({reason}): {detail}; requests fail until the team fixes it",
+            system.display_name()
+        );
+        tracing::warn!(system = system.label(), reason, "{line}");
+        Some(line)
+    }
+
+    /// `system` accepted a call (a 2xx answer): the recovery line logged at
+    /// info, when it ended a refusal.
+    pub fn accepted(&self, system: System) -> Option<String> {
+        let was = self.with(|inner| {
+            if inner.refusals.is_empty() {
+                None
+            } else {
+                inner.refusals.remove(&system)
+            }
+        })?;
+        let line = format!(
+            "{} accepts changegate's calls again (was: {was})",
+            system.display_name()
+        );
+        tracing::info!(system = system.label(), "{line}");
+        Some(line)
+    }
+
     /// The reported systems, in a fixed order.
     pub fn report(&self) -> Vec<DependencyView> {
         self.with(|inner| {
@@ -237,6 +281,27 @@ mod tests {
             "{recovered:?}"
         );
         assert_eq!(health.succeeded(System::GitLab, "gitlab.example"), None);
+    }
+
+    #[test]
+    fn a_refusal_is_warned_once_per_reason_and_its_end_once() {
+        let health = Dependencies::default();
+        assert_eq!(health.accepted(System::GitLab), None);
+        let mut warned: Vec<String> = (0..3)
+            .filter_map(|_| health.refused(System::GitLab, "access_denied", "401 Unauthorized"))
+            .collect();
+        warned.extend(health.refused(System::GitLab, "project_not_found", "404 Project Not Found"));
+        assert_eq!(warned.len(), 2, "{warned:#?}");
+        assert!(warned[0].contains("GitLab refuses changegate (access_denied): 401 Unauthorized"));
+        let recovered = health.accepted(System::GitLab);
+        assert!(
+            recovered
+                .as_deref()
+                .is_some_and(|line| line
+                    .contains("accepts changegate's calls again (was: project_not_found)")),
+            "{recovered:?}"
+        );
+        assert_eq!(health.accepted(System::GitLab), None);
     }
 
     #[test]

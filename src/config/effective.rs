@@ -137,6 +137,7 @@ pub fn effective(settings: &Settings) -> Value {
             "shortPollInterval": duration(s.polling.short_interval),
             "longPolls": s.polling.long_polls,
             "longPollInterval": duration(s.polling.long_interval),
+            "unreachableDeadline": duration(s.unreachable_deadline),
         },
         "gitlab": {
             "baseUrl": without_credentials(&s.gitlab.base_url),
@@ -165,6 +166,7 @@ pub fn effective(settings: &Settings) -> Value {
             "enabled": s.batch.enabled,
             "interval": duration(s.batch.interval),
             "maxRequests": s.batch.max_requests,
+            "maxAttempts": s.batch.max_attempts,
         },
         "webhooks": {
             "silent": s.webhooks_silent,

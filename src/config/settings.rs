@@ -50,6 +50,10 @@ pub struct Settings {
     pub flow_order: FlowOrder,
     /// Dynamic: how waits on GitLab poll.
     pub polling: PollSchedule,
+    /// Dynamic (`workflow.unreachable_deadline`, default `15m`): how long a
+    /// step or batch goes on trying a system it cannot connect to before it
+    /// fails (waiting no longer looks like it will help).
+    pub unreachable_deadline: Duration,
     /// Closing out lost deploy callbacks.
     pub reconcile: ReconcileSettings,
     /// GitLab connection (static) and approve implementation (dynamic).
@@ -202,6 +206,10 @@ pub struct BatchSettings {
     /// `partition_by_project`, default false: one active batch per GitLab
     /// project instead of one in all.
     pub partition_by_project: bool,
+    /// `max_attempts`, default 3: how many batches a request may be in
+    /// that end without merging or failing (settled, for example when
+    /// GitLab never answered) before it fails with the last batch's error.
+    pub max_attempts: u32,
 }
 
 /// Keys each section accepts; `None` means any key (a map such as `rate_limit`).
@@ -236,6 +244,7 @@ const SCHEMA: &[(&str, Option<&[&str]>)] = &[
             "short_poll_interval",
             "long_polls",
             "long_poll_interval",
+            "unreachable_deadline",
         ]),
     ),
     (
@@ -274,6 +283,7 @@ const SCHEMA: &[(&str, Option<&[&str]>)] = &[
             "timeout",
             "max_split_depth",
             "partition_by_project",
+            "max_attempts",
         ]),
     ),
     ("webhooks", Some(sections::WEBHOOK_KEYS)),
@@ -404,6 +414,13 @@ impl Settings {
         let reconcile = sections::reconcile(&mut r);
         let web = sections::web(&mut r);
 
+        let unreachable_deadline = r.resolved(
+            "workflow.unreachable_deadline",
+            resolve::duration(
+                r.get("workflow", "unreachable_deadline"),
+                Duration::from_secs(15 * 60),
+            ),
+        );
         let flow_order = r.resolved(
             "workflow.flow_order",
             resolve::flow_order(
@@ -486,6 +503,10 @@ impl Settings {
                 "batch.partition_by_project",
                 resolve::flag(r.get("batch", "partition_by_project"), false),
             ),
+            max_attempts: r.resolved(
+                "batch.max_attempts",
+                resolve::positive_count(r.get("batch", "max_attempts"), 3),
+            ),
         };
 
         let settings = Settings {
@@ -501,6 +522,7 @@ impl Settings {
             executor,
             flow_order,
             polling,
+            unreachable_deadline,
             reconcile,
             gitlab,
             approval,

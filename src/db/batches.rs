@@ -6,6 +6,7 @@ use std::time::Duration;
 use chrono::NaiveDateTime;
 use sqlx::AssertSqlSafe;
 
+use super::outage::OutageClock;
 use super::{Db, DbTx, IN_LIST_CHUNK, dialect, is_retryable_conflict, is_unique_violation};
 use crate::{with_pool, with_tx};
 
@@ -49,7 +50,7 @@ pub struct BatchRow {
 const COLUMNS: &str = "id, status, partition_key, project, split_group, phase, mr_iid, mr_url, \
     merge_sha, merge_commit_sha, polls, message, obstacle, version, created_at, updated_at";
 
-fn placeholders(count: usize) -> String {
+pub(super) fn placeholders(count: usize) -> String {
     vec!["?"; count].join(", ")
 }
 
@@ -290,8 +291,8 @@ pub async fn live_members(db: &Db, batch_id: i64) -> Result<Vec<String>, sqlx::E
 /// Puts `operation_id`, a member of a batch that is over, back in the
 /// waiting set for the next round, in the caller's transaction.
 pub async fn rejoin_waiting_set(tx: &mut DbTx, operation_id: &str) -> Result<(), sqlx::Error> {
-    let sql =
-        "UPDATE merge_batch_request SET batch_id = NULL, split_group = '' WHERE operation_id = ?";
+    let sql = "UPDATE merge_batch_request SET batch_id = NULL, split_group = '', settled_count = 0 \
+         WHERE operation_id = ?";
     with_tx!(tx, |conn| {
         sqlx::query(sql)
             .bind(operation_id)
@@ -456,6 +457,8 @@ pub struct BatchChange<'a> {
     pub polled: bool,
     /// What keeps it from progressing; every other write clears it.
     pub obstacle: Option<&'a str>,
+    /// The outage clock: stopped by default, as a write follows an answer.
+    pub outage: OutageClock,
 }
 
 /// Writes `change` if the batch is still at `version` (and RUNNING); the
@@ -470,6 +473,7 @@ pub async fn update_batch(
         "version = version + 1".to_owned(),
         format!("updated_at = {}", dialect::now_ms(tx.backend())),
         "obstacle = ?".to_owned(),
+        change.outage.assignment(tx.backend()),
     ];
     sets.push(
         if change.polled {

@@ -3,6 +3,7 @@
 use chrono::NaiveDateTime;
 use sqlx::AssertSqlSafe;
 
+use super::outage::OutageClock;
 use super::statement::{SqlValue, Statement};
 use super::{Backend, Db, DbTx, dialect};
 use crate::config::resolve::FlowOrder;
@@ -35,6 +36,8 @@ pub struct OperationRow {
     pub message: Option<String>,
     /// What keeps it from progressing right now, if anything (migration 0009).
     pub obstacle: Option<String>,
+    /// Since when its step cannot connect to GitLab (migration 0012).
+    pub unreachable_since: Option<NaiveDateTime>,
     /// Requested parameters (JSON).
     pub params: String,
     /// The requester's reason.
@@ -59,7 +62,7 @@ pub struct OperationRow {
 }
 
 const COLUMNS: &str = "id, operation_id, kind, subject_id, target_key, requested_by, flow_order, \
-    step_code, message, obstacle, params, reason, expires_at, mr_iid, mr_url, version, due_at, attempts, \
+    step_code, message, obstacle, unreachable_since, params, reason, expires_at, mr_iid, mr_url, version, due_at, attempts, \
     created_at, updated_at";
 
 /// What a new operation row holds.
@@ -167,7 +170,8 @@ pub async fn update_operation_step(
     message: Option<&str>,
 ) -> Result<u64, sqlx::Error> {
     let sql = format!(
-        "UPDATE operation SET step_code = ?, message = ?, obstacle = NULL, version = version + 1, \
+        "UPDATE operation SET step_code = ?, message = ?, obstacle = NULL, unreachable_since = NULL, \
+         version = version + 1, \
          updated_at = {}, due_at = {}, attempts = 0 WHERE operation_id = ? AND version = ?",
         dialect::now_ms(tx.backend()),
         due_at_of(tx.backend(), step)
@@ -185,16 +189,20 @@ pub async fn update_operation_step(
 }
 
 /// Records (or, with `None`, clears) what keeps an operation from
-/// progressing. Not versioned: it describes the moment, not the step, and
-/// every step change clears it anyway.
+/// progressing, and moves its outage clock. Not versioned: it describes the
+/// moment, not the step, and every step change clears both anyway.
 pub async fn set_operation_obstacle(
     db: &Db,
     operation_id: &str,
     obstacle: Option<&str>,
+    clock: OutageClock,
 ) -> Result<(), sqlx::Error> {
-    let sql = "UPDATE operation SET obstacle = ? WHERE operation_id = ?";
+    let sql = format!(
+        "UPDATE operation SET obstacle = ?, {} WHERE operation_id = ?",
+        clock.assignment(db.backend())
+    );
     with_pool!(db, writer, |pool| {
-        sqlx::query(sql)
+        sqlx::query(AssertSqlSafe(sql))
             .bind(obstacle)
             .bind(operation_id)
             .execute(pool)

@@ -80,6 +80,9 @@ steps! {
     CreateRefused = 10012, "CREATE_REFUSED", "GitLab refused the branch, commit or MR.";
     AlreadyInPlace = 10013, "ALREADY_IN_PLACE", "The target branch already held the file as requested; nothing had to be merged.";
     PipelineRetrying = 10014, "PIPELINE_RETRYING", "An operator asked for the failed pipeline to run again.";
+    GitlabUnreachable = 10015, "GITLAB_UNREACHABLE", "GitLab could not be reached for longer than changegate waits, or its certificate is not accepted.";
+    GitlabAccessDenied = 10016, "GITLAB_ACCESS_DENIED", "GitLab refused changegate's token, or the token lacks a right the step needs.";
+    GitlabProjectNotFound = 10017, "GITLAB_PROJECT_NOT_FOUND", "The GitLab project does not exist, or changegate's token cannot see it.";
     HandleStarted = 10101, "HANDLE_STARTED", "Reviewer bots are approving.";
     HandleApproved = 10102, "HANDLE_APPROVED", "Both reviewer bots approved.";
     HandleMerging = 10103, "HANDLE_MERGING", "Merging the MR.";
@@ -91,6 +94,7 @@ steps! {
     HandleFailed = 10109, "HANDLE_FAILED", "Unexpected failure while approving or merging.";
     HandleBatchRetry = 10110, "HANDLE_BATCH_RETRY", "Its batch failed; it will be merged in a smaller batch.";
     HandleNotLanded = 10111, "HANDLE_NOT_LANDED", "The MR merged, but the file on the target branch is not what was rendered.";
+    HandleBatchExhausted = 10112, "HANDLE_BATCH_EXHAUSTED", "Its merge batches were settled batch.max_attempts times without an end; it failed with the last batch's error.";
     CloseRequested = 10201, "CLOSE_REQUESTED", "Removal requested.";
     CloseExpired = 10202, "CLOSE_EXPIRED", "Expired; removal started by changegate.";
     CloseMrCreated = 10203, "CLOSE_MR_CREATED", "The removal MR is open.";
@@ -117,12 +121,16 @@ pub const DETERMINISTIC_FAILURES: &[StepStatus] = &[
     StepStatus::CreateFailed,
     StepStatus::CreatePipelineFailed,
     StepStatus::CreateRefused,
+    StepStatus::GitlabUnreachable,
+    StepStatus::GitlabAccessDenied,
+    StepStatus::GitlabProjectNotFound,
     StepStatus::HandleRebaseConflict,
     StepStatus::HandleApproveFailed,
     StepStatus::HandleMergeRefused,
     StepStatus::HandleMrClosed,
     StepStatus::HandleFailed,
     StepStatus::HandleNotLanded,
+    StepStatus::HandleBatchExhausted,
     StepStatus::CloseFailed,
     StepStatus::DeployFailed,
 ];

@@ -14,7 +14,8 @@ use crate::config::Settings;
 
 use crate::db::Db;
 use crate::db::callbacks::deployed_since;
-use crate::db::operations::{OperationRow, record_merge_request, set_operation_obstacle};
+use crate::db::operations::{OperationRow, record_merge_request};
+use crate::db::outage::OutageClock;
 use crate::domain::render::{BindingFile, canonical_json, file_path};
 use crate::domain::{BindingStatus, OperationKind, StepStatus};
 use crate::store::{self, Change, StoreError};
@@ -37,14 +38,6 @@ impl Outcome {
             status: Some(status),
             step,
             message: None,
-        }
-    }
-
-    pub(super) fn failed(status: BindingStatus, step: StepStatus, err: &GitLabError) -> Self {
-        Self {
-            status: Some(status),
-            step,
-            message: Some(err.to_string()),
         }
     }
 }
@@ -204,12 +197,16 @@ impl Workflow {
                     )
                     .await;
             }
-            Err(err) if err.is_transient() => {
-                tracing::warn!(operation_id = %operation.operation_id, "MR creation unclear, will re-read: {err}");
-                return self.note_obstacle(db, operation, err.obstacle()).await;
-            }
             Err(err) => {
-                Outcome::failed(BindingStatus::CreateFailed, StepStatus::CreateRefused, &err)
+                return self
+                    .interrupted(
+                        db,
+                        operation,
+                        &err,
+                        BindingStatus::CreateFailed,
+                        StepStatus::CreateRefused,
+                    )
+                    .await;
             }
         };
         self.settle(db, operation, operation.version, outcome).await
@@ -231,20 +228,6 @@ impl Workflow {
         };
         self.open_change(settings, project_of(settings, operation), &change)
             .await
-    }
-
-    /// Records what kept this round from an answer (`None`: nothing did),
-    /// when that differs from what the operation says already.
-    pub(super) async fn note_obstacle(
-        &self,
-        db: &Db,
-        operation: &OperationRow,
-        obstacle: Option<String>,
-    ) -> Result<(), StoreError> {
-        if operation.obstacle != obstacle {
-            set_operation_obstacle(db, &operation.operation_id, obstacle.as_deref()).await?;
-        }
-        Ok(())
     }
 
     /// One round of the merge step: read the MR (merged → done, closed →
@@ -280,7 +263,15 @@ impl Workflow {
                     // Checked again next round: merged is merged.
                     Err(err) => {
                         tracing::warn!(iid, "cannot check the merged file yet: {err}");
-                        return self.note_obstacle(db, operation, err.obstacle()).await;
+                        return self
+                            .interrupted(
+                                db,
+                                operation,
+                                &err,
+                                BindingStatus::HandleFailed,
+                                StepStatus::HandleNotLanded,
+                            )
+                            .await;
                     }
                 }
             }
@@ -292,16 +283,22 @@ impl Workflow {
                     "MR !{iid} is behind its target branch: rebasing it"
                 )),
             },
-            Ok(Round::NotYet) => return self.note_obstacle(db, operation, None).await,
-            Err(err) if err.is_transient() => {
-                tracing::debug!(iid, "merge round interrupted, polling on: {err}");
-                return self.note_obstacle(db, operation, err.obstacle()).await;
+            Ok(Round::NotYet) => {
+                return self
+                    .note_obstacle(db, operation, None, OutageClock::Stop)
+                    .await;
             }
-            Err(err) => Outcome::failed(
-                BindingStatus::HandleFailed,
-                StepStatus::HandleMergeRefused,
-                &err,
-            ),
+            Err(err) => {
+                return self
+                    .interrupted(
+                        db,
+                        operation,
+                        &err,
+                        BindingStatus::HandleFailed,
+                        StepStatus::HandleMergeRefused,
+                    )
+                    .await;
+            }
         };
         let merged = outcome.status == Some(BindingStatus::Merged);
         self.settle(db, operation, operation.version, outcome)

@@ -3,6 +3,7 @@
 
 mod approval;
 mod executor;
+mod interrupted;
 mod landed;
 mod merge_request;
 mod merge_state;
@@ -10,6 +11,7 @@ mod open;
 mod pipeline;
 mod review;
 
+pub(crate) use interrupted::{Verdict, outage_message, verdict};
 pub(crate) use merge_request::{Round, bot, file_action};
 pub(crate) use open::{ChangeSet, MAX_DESCRIPTION_BYTES, Opened};
 

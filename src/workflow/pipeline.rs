@@ -6,6 +6,7 @@ use super::merge_request::{Outcome, bot, project_of};
 use crate::config::resolve::FlowOrder;
 use crate::db::Db;
 use crate::db::operations::OperationRow;
+use crate::db::outage::OutageClock;
 use crate::domain::{BindingStatus, OperationKind, StepStatus};
 use crate::store::StoreError;
 
@@ -42,7 +43,9 @@ impl Workflow {
                 _ if operation.step == StepStatus::PipelinePending
                     || !settings.polling.deadline_reached(operation.attempts) =>
                 {
-                    return self.note_obstacle(db, operation, None).await;
+                    return self
+                        .note_obstacle(db, operation, None, OutageClock::Stop)
+                        .await;
                 }
                 _ => Outcome {
                     status: None,
@@ -53,8 +56,15 @@ impl Workflow {
                 },
             },
             Err(err) => {
-                tracing::debug!(iid, "reading the MR failed, polling on: {err}");
-                return self.note_obstacle(db, operation, err.obstacle()).await;
+                return self
+                    .interrupted(
+                        db,
+                        operation,
+                        &err,
+                        BindingStatus::CreateFailed,
+                        StepStatus::CreateFailed,
+                    )
+                    .await;
             }
         };
         self.settle(db, operation, operation.version, outcome).await
@@ -83,13 +93,16 @@ impl Workflow {
         };
         let mr = match self.gitlab.merge_request(token, project, iid).await {
             Ok(mr) => mr,
-            Err(err) if err.is_transient() => {
-                return self.note_obstacle(db, operation, err.obstacle()).await;
-            }
             Err(err) => {
-                let outcome =
-                    Outcome::failed(BindingStatus::CreateFailed, StepStatus::CreateFailed, &err);
-                return self.settle(db, operation, operation.version, outcome).await;
+                return self
+                    .interrupted(
+                        db,
+                        operation,
+                        &err,
+                        BindingStatus::CreateFailed,
+                        StepStatus::CreateFailed,
+                    )
+                    .await;
             }
         };
         let outcome = match (mr.state.as_str(), mr.head_pipeline.as_ref()) {
@@ -117,14 +130,17 @@ impl Workflow {
                         message: Some(format!("pipeline #{} of MR !{iid} runs again", pipeline.id)),
                     },
                     // Whether it runs again is read from the MR next time.
-                    Err(err) if err.is_transient() => {
-                        return self.note_obstacle(db, operation, err.obstacle()).await;
+                    Err(err) => {
+                        return self
+                            .interrupted(
+                                db,
+                                operation,
+                                &err,
+                                BindingStatus::CreateFailed,
+                                StepStatus::CreatePipelineFailed,
+                            )
+                            .await;
                     }
-                    Err(err) => Outcome::failed(
-                        BindingStatus::CreateFailed,
-                        StepStatus::CreatePipelineFailed,
-                        &err,
-                    ),
                 }
             }
             _ => Outcome {

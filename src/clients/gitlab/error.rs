@@ -83,14 +83,88 @@ impl GitLabError {
         }
     }
 
-    /// Whether trying again later may succeed: the outcome is unknown, the
-    /// connection failed, or GitLab is throttling. Anything else is GitLab's
-    /// answer about the request itself.
+    /// Whether trying again later may succeed: anything but a verdict
+    /// that waiting cannot help.
     pub fn is_transient(&self) -> bool {
-        self.outcome_unknown()
-            || matches!(self, Self::Unreachable(_) | Self::Throttled { .. })
-            || self
-                .status()
-                .is_some_and(|s| s == reqwest::StatusCode::TOO_MANY_REQUESTS)
+        !matches!(self.class(), FailureClass::Permanent(_))
+    }
+
+    /// What this failure means for the step that made the call: the one
+    /// classification every GitLab call goes through.
+    pub fn class(&self) -> FailureClass {
+        match self {
+            Self::Throttled { wait } => FailureClass::Waiting(*wait),
+            Self::Unreachable(failure) if failure.is_certificate() => {
+                FailureClass::Permanent(Permanent::Certificate(*failure))
+            }
+            Self::Unreachable(failure) => FailureClass::Unreachable(*failure),
+            Self::Timeout | Self::Transport(_) => FailureClass::Transient,
+            Self::Status { status, .. }
+                if status.is_server_error() || *status == StatusCode::TOO_MANY_REQUESTS =>
+            {
+                FailureClass::Transient
+            }
+            // The token is refused, or lacks the rights (doc/api/rest/troubleshooting.md,
+            // "Status codes"; lib/api/helpers.rb `unauthorized!`, `forbidden!`).
+            Self::Status { status, .. }
+                if *status == StatusCode::UNAUTHORIZED || *status == StatusCode::FORBIDDEN =>
+            {
+                FailureClass::Permanent(Permanent::AccessDenied)
+            }
+            // `not_found!('Project')` (lib/api/helpers.rb `find_project!`): the
+            // project is gone, renamed, or invisible to the token.
+            Self::Status { status, message }
+                if *status == StatusCode::NOT_FOUND && message.starts_with("404 Project") =>
+            {
+                FailureClass::Permanent(Permanent::ProjectNotFound)
+            }
+            Self::Status { .. } | Self::Decode(_) => FailureClass::Permanent(Permanent::Refused),
+            Self::NotConfigured(_) => FailureClass::Permanent(Permanent::NotConfigured),
+        }
+    }
+}
+
+/// How a failed call to another system is handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureClass {
+    /// Try again after a backoff; an outcome-unknown write is re-read first.
+    Transient,
+    /// A durable wait: nothing is asked before the pause is over.
+    Waiting(std::time::Duration),
+    /// No connection could be made: tried again until the outage has lasted
+    /// `workflow.unreachable_deadline`, then permanent.
+    Unreachable(Unreachable),
+    /// Waiting cannot help: the step fails, and the requester is told to
+    /// contact the team.
+    Permanent(Permanent),
+}
+
+/// Why waiting cannot help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permanent {
+    /// The server's certificate is not accepted: a setting or the server
+    /// must change first.
+    Certificate(Unreachable),
+    /// A 401 or 403: the token is refused or lacks a right.
+    AccessDenied,
+    /// The project does not exist for the token.
+    ProjectNotFound,
+    /// changegate lacks a setting the call needs.
+    NotConfigured,
+    /// GitLab's answer about the request itself (each step tells what it means).
+    Refused,
+}
+
+impl Permanent {
+    /// The metric label of a failure about the system rather than the
+    /// request, counted and logged as such; `None` for a refusal of the request.
+    pub fn reason(self) -> Option<&'static str> {
+        match self {
+            Self::Certificate(failure) => Some(failure.reason()),
+            Self::AccessDenied => Some("access_denied"),
+            Self::ProjectNotFound => Some("project_not_found"),
+            Self::NotConfigured => Some("not_configured"),
+            Self::Refused => None,
+        }
     }
 }

@@ -14,8 +14,9 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-pub use error::GitLabError;
+pub use error::{FailureClass, GitLabError, Permanent};
 
+use super::health::{Dependencies, System};
 use super::http::{CallError, SystemClient};
 pub use types::{
     ApprovalRule, ApprovalUser, Approvals, ApprovedBy, Commit, FileAction, MergeRequest, Pipeline,
@@ -99,6 +100,11 @@ impl GitLabClient {
             checklists: checklist::ChecklistCache::default(),
             quiet_until: Arc::default(),
         }
+    }
+
+    /// The instance's record of what GitLab answered.
+    pub fn health(&self) -> &Dependencies {
+        self.http.health()
     }
 
     /// What is left of the pause GitLab's rate limiter asked for, if any.
@@ -201,6 +207,7 @@ impl GitLabClient {
     ) -> Result<Response, GitLabError> {
         let response = self.exchange(token, method, path, body).await?;
         if response.status().is_success() {
+            self.http.health().accepted(System::GitLab);
             Ok(response)
         } else {
             Err(failure(response).await)
@@ -255,6 +262,27 @@ impl GitLabClient {
         match self.send(token, Method::GET, &path, None).await {
             Ok(_) => Ok(true),
             Err(GitLabError::Status { status, .. }) if status == StatusCode::NOT_FOUND => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Deletes `branch` (`DELETE repository/branches/:branch`,
+    /// doc/api/branches.md, "Delete repository branch": 204, 404 `Branch
+    /// Not Found` when it is gone, which is as good).
+    pub async fn delete_branch(
+        &self,
+        token: &SecretString,
+        project: &str,
+        branch: &str,
+    ) -> Result<(), GitLabError> {
+        let path = format!(
+            "/projects/{}/repository/branches/{}",
+            project_ref(project),
+            query_value(branch)
+        );
+        match self.send(token, Method::DELETE, &path, None).await {
+            Ok(_) => Ok(()),
+            Err(GitLabError::Status { status, .. }) if status == StatusCode::NOT_FOUND => Ok(()),
             Err(err) => Err(err),
         }
     }

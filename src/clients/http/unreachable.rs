@@ -81,6 +81,15 @@ impl Unreachable {
         }
     }
 
+    /// Whether the server's certificate was refused: trying again cannot
+    /// help until the certificate or changegate's trust changes.
+    pub fn is_certificate(self) -> bool {
+        matches!(
+            self,
+            Self::UntrustedCertificate | Self::ExpiredCertificate | Self::WrongHostName
+        )
+    }
+
     /// The metric label.
     pub fn reason(self) -> &'static str {
         match self {

@@ -39,6 +39,8 @@ pub struct WorldOptions {
     pub gitlab: GitLabSimOptions,
     /// The identity the approval and deploy simulators serve HTTPS with.
     pub tls: Option<ServerTls>,
+    /// Where changegate calls GitLab, when not the simulator.
+    pub gitlab_url: Option<String>,
 }
 
 impl Default for WorldOptions {
@@ -54,6 +56,7 @@ impl Default for WorldOptions {
             },
             gitlab: GitLabSimOptions::default(),
             tls: None,
+            gitlab_url: None,
         }
     }
 }
@@ -111,7 +114,10 @@ pub async fn world_with(db_url: &str, options: WorldOptions) -> World {
          [executor]\npoll_interval = \"100ms\"\n{}\n[batch]\n{}\n\
          [approval]\nprovider = \"http\"\nurl = \"{}/approvals\"\ncallback_secret = {:?}\n\
          [deploy]\ncallback_secret = {:?}\n",
-        gitlab.base_url(),
+        options
+            .gitlab_url
+            .as_deref()
+            .unwrap_or_else(|| gitlab.base_url()),
         options.gitlab_keys,
         options.executor_keys,
         options.batch_keys,

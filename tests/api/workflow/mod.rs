@@ -38,12 +38,22 @@ async fn wired_app(db_url: &str, sim: &ApprovalSimHandle, timeout: &str) -> Test
     app
 }
 
-/// Polls the operation until `done` holds for its status view.
+/// Polls alice's operation until `done` holds for its status view.
 pub async fn wait_for(app: &TestApp, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    wait_for_as(app, "alice", id, done).await
+}
+
+/// Polls the operation, as `who` sees it, until `done` holds for its status view.
+pub async fn wait_for_as(
+    app: &TestApp,
+    who: &str,
+    id: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let view: Value = app
-            .get_as("alice", &format!("/api/v1/operations/{id}"))
+            .get_as(who, &format!("/api/v1/operations/{id}"))
             .await
             .json()
             .await
@@ -60,9 +70,14 @@ pub async fn wait_for(app: &TestApp, id: &str, done: impl Fn(&Value) -> bool) ->
 }
 
 pub async fn apply(app: &TestApp) -> String {
+    apply_as(app, "alice").await
+}
+
+/// `who` applies for itself on `demo.feature-flags`.
+pub async fn apply_as(app: &TestApp, who: &str) -> String {
     let answer: Value = app
         .post_as(
-            "alice",
+            who,
             "/api/v1/applications",
             &apply_body("demo.feature-flags"),
         )
@@ -230,6 +245,7 @@ async fn with_the_builtin_provider_the_request_waits_for_an_operator() {
 
 mod batched;
 mod end_to_end;
+mod failure_classes;
 mod gitlab_faults;
 mod gitlab_truth;
 mod https;
