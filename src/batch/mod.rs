@@ -2,6 +2,7 @@
 //! claims the waiting ones into one batch, which becomes one MR.
 
 mod claim;
+mod departed;
 mod enqueue;
 mod outcome;
 mod runner;

@@ -142,6 +142,9 @@ impl MergeQueue {
                     .await;
             }
         };
+        if batch.mr_iid.is_some() && self.take_out_departed(db, settings, &batch).await? {
+            return Ok(());
+        }
         let gitlab = &self.workflow.gitlab;
         match (batch.phase.as_str(), batch.mr_iid) {
             ("OPENING", _) => self.open(db, settings, &batch).await,

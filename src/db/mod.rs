@@ -9,6 +9,7 @@ pub mod audit;
 pub mod batches;
 pub mod bindings;
 pub mod callbacks;
+pub mod departed;
 pub mod dialect;
 pub mod events;
 pub mod history;

@@ -303,6 +303,34 @@ impl GitLabClient {
         self.call(token, Method::POST, &path, Some(&body)).await
     }
 
+    /// The content of the file at `file_path` on `reference`, `None` when
+    /// there is none (`GET repository/files/:file_path/raw`,
+    /// doc/api/repository_files.md, "Get raw file from repository": 404
+    /// `File Not Found`).
+    pub async fn file_content(
+        &self,
+        token: &SecretString,
+        project: &str,
+        file_path: &str,
+        reference: &str,
+    ) -> Result<Option<String>, GitLabError> {
+        let path = format!(
+            "/projects/{}/repository/files/{}/raw?ref={}",
+            project_ref(project),
+            query_value(file_path),
+            query_value(reference)
+        );
+        match self.send(token, Method::GET, &path, None).await {
+            Ok(response) => response
+                .text()
+                .await
+                .map(Some)
+                .map_err(|err| GitLabError::Decode(err.without_url().to_string())),
+            Err(GitLabError::Status { status, .. }) if status == StatusCode::NOT_FOUND => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
     /// The files directly in `directory` at `reference`, path → git blob
     /// id, every page read (`GET repository/tree`, doc/api/repositories.md;
     /// offset pagination with `x-next-page`, 100 entries a page at most). A

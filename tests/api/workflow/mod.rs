@@ -254,3 +254,4 @@ mod pipeline_retry;
 mod project_settings;
 mod rate_limits;
 mod soak;
+mod withdrawn;
