@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use crate::clients::gitlab::GitLabError;
+use crate::clients::gitlab::{FileAction, GitLabError};
 use crate::config::{LiveConfig, Settings};
 use crate::db::batches::{
     BatchChange, BatchRow, acquire_batch_lease, append_membership, frozen_by_operator, get_batch,
@@ -243,9 +243,10 @@ impl MergeQueue {
     }
 
     /// Branch, one commit of every member's file, and the MR. A batch whose
-    /// trailers would not fit in one MR description first sends the members
-    /// that do not fit back to wait for the next round, so no trailer is
-    /// ever cut off (the deploy pipeline reads them).
+    /// trailers would not fit in one MR description, or whose files would
+    /// make a commit GitLab throttles, first sends the members that do not
+    /// fit back to wait for the next round, so no trailer is ever cut off
+    /// (the deploy pipeline reads them) and no commit is refused for its size.
     async fn open(&self, db: &Db, settings: &Settings, batch: &BatchRow) -> Result<(), StoreError> {
         let ids = live_members(db, batch.id).await?;
         let operations = operations_by_ids(db, &ids).await?;
@@ -254,7 +255,13 @@ impl MergeQueue {
             .iter()
             .map(|o| format!("Changegate-Operation: {}", o.operation_id))
             .collect();
-        let fit = members_that_fit(header.len(), &trailers, MAX_DESCRIPTION_BYTES).max(1);
+        let actions: Vec<FileAction> = operations
+            .iter()
+            .map(|o| file_action(settings, o))
+            .collect();
+        let fit = members_that_fit(header.len(), &trailers, MAX_DESCRIPTION_BYTES)
+            .min(actions_that_fit(&actions, MAX_COMMIT_BYTES))
+            .max(1);
         if fit < trailers.len() {
             let overflow: Vec<String> = operations[fit..]
                 .iter()
@@ -270,10 +277,7 @@ impl MergeQueue {
                 operations.len()
             ),
             description: format!("{header}{}", trailers.join("\n")),
-            actions: operations
-                .iter()
-                .map(|o| file_action(settings, o))
-                .collect(),
+            actions,
         };
         match self
             .workflow
@@ -556,6 +560,27 @@ pub(super) fn batch_branch(batch_id: i64) -> String {
     format!("changegate/batch-{batch_id}")
 }
 
+/// The most file bytes one batch commit carries. GitLab's commits API
+/// refuses a request over 300 MiB and lets a user make only three commits
+/// over 20 MiB every 30 seconds (app/uploaders/repositories/commits_uploader.rb
+/// `MAX_RATE_LIMITED_REQUEST_SIZE`, lib/api/helpers/commits_body_uploader_helper.rb
+/// `check_large_request_rate_limit!`): a batch stays below the throttled size,
+/// with room for the JSON around the contents.
+const MAX_COMMIT_BYTES: usize = 16 << 20;
+
+/// How many of `actions`, in order, fit in one commit of at most `limit`
+/// bytes of paths and contents.
+fn actions_that_fit(actions: &[FileAction], limit: usize) -> usize {
+    let mut used = 0;
+    for (fitted, action) in actions.iter().enumerate() {
+        used += action.file_path.len() + action.content.as_ref().map_or(0, String::len);
+        if used > limit {
+            return fitted;
+        }
+    }
+    actions.len()
+}
+
 /// How many of `trailers` (one per line) fit after a header of
 /// `header_len` bytes in a description of at most `limit` bytes.
 fn members_that_fit(header_len: usize, trailers: &[String], limit: usize) -> usize {
@@ -572,7 +597,7 @@ fn members_that_fit(header_len: usize, trailers: &[String], limit: usize) -> usi
 
 #[cfg(test)]
 mod tests {
-    use super::members_that_fit;
+    use super::{FileAction, actions_that_fit, members_that_fit};
 
     #[test]
     fn only_whole_trailers_that_fit_the_description_are_kept() {
@@ -582,5 +607,28 @@ mod tests {
         assert_eq!(members_that_fit(6, &trailers, 24), 1);
         assert_eq!(members_that_fit(6, &trailers, 1 << 20), 5);
         assert_eq!(members_that_fit(6, &trailers, 6), 0);
+    }
+
+    #[test]
+    fn only_files_that_fit_one_commit_are_kept() {
+        let action = |content: Option<&str>| FileAction {
+            action: if content.is_some() {
+                "create"
+            } else {
+                "delete"
+            },
+            file_path: "a/b.json".to_owned(),
+            content: content.map(str::to_owned),
+        };
+        // Each create is 8 bytes of path and 10 of content; a delete only its path.
+        let actions = [
+            action(Some("0123456789")),
+            action(None),
+            action(Some("0123456789")),
+        ];
+        assert_eq!(actions_that_fit(&actions, 18), 1);
+        assert_eq!(actions_that_fit(&actions, 26), 2);
+        assert_eq!(actions_that_fit(&actions, 44), 3);
+        assert_eq!(actions_that_fit(&actions, 17), 0);
     }
 }

@@ -165,6 +165,15 @@ impl Workflow {
     /// branch other than the actions expect (a file created meanwhile, one
     /// deleted), or the answer is lost (the commit may be there), what the
     /// branch still lacks is read again and only that is committed.
+    ///
+    /// The actions carry no `last_commit_id`: it guards an edit against a
+    /// file changed since it was read, but on changegate's own branch the
+    /// rendering must win over whatever is there, so an `update` that
+    /// overwrites a concurrent edit is the intended outcome, and a `create`
+    /// or `delete` that no longer fits is refused by GitLab anyway and read
+    /// again here. What could change under a request, the target branch,
+    /// is not written by this commit: a move there shows as `need_rebase`
+    /// or `conflict`, and the merged files are read back.
     async fn commit_missing(
         &self,
         token: &SecretString,
