@@ -9,11 +9,18 @@
 //! While the lock is held no other instance is between writing a migration's
 //! row and marking it applied, so a row left unfinished is one a crashed
 //! migration left behind, never one still in progress.
+//!
+//! On MySQL and MariaDB the lock is a row, not `GET_LOCK`: advisory locks
+//! belong to one server, and on a Galera cluster each node grants its own
+//! (two instances on two nodes would both migrate), whereas a row written by
+//! compare-and-swap is certified cluster-wide. The row names its holder and
+//! expires unless the holder renews it, so a crashed holder's lock frees
+//! itself.
 
 use std::time::Duration;
 
 use sqlx::migrate::{Migrate, MigrateError, Migrator};
-use sqlx::{AssertSqlSafe, Connection, MySqlConnection, MySqlPool, SqliteConnection, SqlitePool};
+use sqlx::{AssertSqlSafe, Connection, MySqlPool, SqliteConnection, SqlitePool};
 
 use super::{MYSQL_MIGRATIONS, SQLITE_MIGRATIONS};
 
@@ -37,9 +44,6 @@ pub enum MigrationError {
     /// `database.url` selects no database, so there is nothing to lock or migrate.
     #[error("database.url names no database")]
     NoDatabase,
-    /// The server answered `GET_LOCK` with NULL (an error, such as the session being killed).
-    #[error("the server refused the migration lock {0:?}")]
-    LockRefused(String),
     /// A statement around the migrator (taking or releasing the lock) failed.
     #[error(transparent)]
     Database(#[from] sqlx::Error),
@@ -58,45 +62,110 @@ async fn run_unlocked<C: Migrate>(migrations: &Migrator, conn: &mut C) -> Result
     migrator.run_direct(None, conn, false).await
 }
 
-/// Applies the MySQL/MariaDB migrations holding an advisory lock named for
-/// the database (`GET_LOCK` names are server-wide). The lock belongs to the
-/// session, so the migrations run on the session that holds it: should the
-/// connection drop, the lock and the migration end together. The connection
-/// is taken out of the pool and closed afterwards, so no pooled connection
-/// can go on holding the lock after a failed run.
-pub(super) async fn mysql(pool: &MySqlPool) -> Result<(), MigrationError> {
-    let mut conn = pool.acquire().await?.detach();
-    let result = mysql_locked(&mut conn).await;
-    // Closing the session releases the lock even if RELEASE_LOCK failed.
-    let _ = conn.close().await;
-    result
-}
+/// The lock row's table. It guards the migrations, so it cannot be one of
+/// them: it is created here, idempotently, before the lock is taken.
+const LOCK_TABLE: &str = "CREATE TABLE IF NOT EXISTS changegate_migration_lock (\
+    id INT NOT NULL PRIMARY KEY, \
+    holder VARCHAR(191) NULL, \
+    expires_at DATETIME(3) NULL\
+    ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin";
 
-async fn mysql_locked(conn: &mut MySqlConnection) -> Result<(), MigrationError> {
-    // SHA1 keeps the name within MySQL's 64 characters for any database name.
-    let name: Option<String> =
-        sqlx::query_scalar("SELECT CONCAT('changegate-migrations-', SHA1(DATABASE()))")
-            .fetch_one(&mut *conn)
-            .await?;
-    let name = name.ok_or(MigrationError::NoDatabase)?;
-    let locked: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
-        .bind(&name)
-        .bind(LOCK_WAIT.as_secs())
-        .fetch_one(&mut *conn)
+/// How long the lock row holds without renewal: a holder that crashed
+/// frees it after this.
+const LOCK_TTL: Duration = Duration::from_secs(60);
+
+/// How often a waiter tries for the lock again.
+const LOCK_POLL: Duration = Duration::from_millis(250);
+
+/// Applies the MySQL/MariaDB migrations holding the lock row, renewed while
+/// they run and released after.
+pub(super) async fn mysql(pool: &MySqlPool) -> Result<(), MigrationError> {
+    let database: Option<String> = sqlx::query_scalar("SELECT DATABASE()")
+        .fetch_one(pool)
         .await?;
-    match locked {
-        Some(1) => {}
-        Some(_) => return Err(MigrationError::LockTimeout),
-        None => return Err(MigrationError::LockRefused(name)),
-    }
-    let applied = run_unlocked(&MYSQL_MIGRATIONS, conn).await;
-    let released = sqlx::query("SELECT RELEASE_LOCK(?)")
-        .bind(&name)
-        .execute(&mut *conn)
-        .await;
+    database.ok_or(MigrationError::NoDatabase)?;
+    let holder = format!(
+        "migrate-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    );
+    take_lock_row(pool, &holder).await?;
+    let renewer = {
+        let (pool, holder) = (pool.clone(), holder.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(LOCK_TTL / 4).await;
+                if let Err(err) = renew_lock_row(&pool, &holder).await {
+                    tracing::warn!("cannot renew the migration lock: {err}");
+                }
+            }
+        })
+    };
+    let applied = match pool.acquire().await {
+        Ok(mut conn) => run_unlocked(&MYSQL_MIGRATIONS, &mut *conn)
+            .await
+            .map_err(MigrationError::from),
+        Err(err) => Err(err.into()),
+    };
+    renewer.abort();
+    let released = sqlx::query(
+        "UPDATE changegate_migration_lock SET holder = NULL, expires_at = NULL \
+         WHERE id = 1 AND holder = ?",
+    )
+    .bind(&holder)
+    .execute(pool)
+    .await;
     applied?;
     released?;
     Ok(())
+}
+
+/// Waits up to [`LOCK_WAIT`] for the lock row to be free (or expired) and
+/// takes it. A write that loses a race (a deadlock here, a certification
+/// conflict on Galera) is a try that failed, like a held lock.
+async fn take_lock_row(pool: &MySqlPool, holder: &str) -> Result<(), MigrationError> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match try_lock_row(pool, holder).await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(err) if super::is_retryable_conflict(&err) => {}
+            Err(err) => return Err(err.into()),
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(MigrationError::LockTimeout);
+        }
+        tokio::time::sleep(LOCK_POLL).await;
+    }
+}
+
+async fn try_lock_row(pool: &MySqlPool, holder: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query(LOCK_TABLE).execute(pool).await?;
+    sqlx::query("INSERT IGNORE INTO changegate_migration_lock (id) VALUES (1)")
+        .execute(pool)
+        .await?;
+    let taken = sqlx::query(
+        "UPDATE changegate_migration_lock \
+         SET holder = ?, expires_at = CURRENT_TIMESTAMP(3) + INTERVAL ? SECOND \
+         WHERE id = 1 AND (holder IS NULL OR expires_at < CURRENT_TIMESTAMP(3))",
+    )
+    .bind(holder)
+    .bind(LOCK_TTL.as_secs())
+    .execute(pool)
+    .await?;
+    Ok(taken.rows_affected() == 1)
+}
+
+async fn renew_lock_row(pool: &MySqlPool, holder: &str) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE changegate_migration_lock \
+         SET expires_at = CURRENT_TIMESTAMP(3) + INTERVAL ? SECOND WHERE id = 1 AND holder = ?",
+    )
+    .bind(LOCK_TTL.as_secs())
+    .bind(holder)
+    .execute(pool)
+    .await
+    .map(drop)
 }
 
 /// Applies the SQLite migrations inside one `BEGIN IMMEDIATE` transaction.

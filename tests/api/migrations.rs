@@ -156,3 +156,60 @@ async fn services_started_together_on_a_fresh_mariadb_database_all_become_ready(
         drop(scratch);
     }
 }
+
+/// The lock row as a holder left it: expiring `seconds` from now (negative:
+/// already expired).
+async fn leave_lock_row(url: &str, seconds: i64) {
+    let mut conn = sqlx::MySqlConnection::connect(url).await.unwrap();
+    sqlx::query(
+        "CREATE TABLE changegate_migration_lock (id INT NOT NULL PRIMARY KEY, \
+         holder VARCHAR(191) NULL, expires_at DATETIME(3) NULL)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO changegate_migration_lock VALUES \
+         (1, 'migrate-elsewhere', CURRENT_TIMESTAMP(3) + INTERVAL ? SECOND)",
+    )
+    .bind(seconds)
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_crashed_holders_lock_expires_and_a_live_one_is_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    for (left_for, waits) in [(-30, false), (3, true)] {
+        let Some(scratch) = MySqlScratch::create().await else {
+            return;
+        };
+        leave_lock_row(&scratch.url(), left_for).await;
+        let started = Instant::now();
+        let output = changegate_command()
+            .arg("migrate")
+            .current_dir(dir.path())
+            .env("CHANGEGATE_DATABASE_URL", scratch.url())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let took = started.elapsed();
+        assert_eq!(
+            took >= Duration::from_millis(2500),
+            waits,
+            "a lock expiring in {left_for} s: migrate took {took:?}"
+        );
+        let mut conn = sqlx::MySqlConnection::connect(&scratch.url())
+            .await
+            .unwrap();
+        let holder: Option<String> =
+            sqlx::query_scalar("SELECT holder FROM changegate_migration_lock WHERE id = 1")
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+        assert_eq!(holder, None, "released after migrating");
+        conn.close().await.unwrap();
+    }
+}
