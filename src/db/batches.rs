@@ -6,7 +6,9 @@ use std::time::Duration;
 use chrono::NaiveDateTime;
 use sqlx::AssertSqlSafe;
 
-use super::{Db, DbTx, IN_LIST_CHUNK, dialect, is_retryable_conflict, is_unique_violation};
+use super::{
+    Db, DbTx, IN_LIST_CHUNK, dialect, is_retryable_conflict, is_unique_violation, placeholders,
+};
 use crate::{with_pool, with_tx};
 
 /// A batch.
@@ -48,10 +50,6 @@ pub struct BatchRow {
 
 const COLUMNS: &str = "id, status, partition_key, project, split_group, phase, mr_iid, mr_url, \
     merge_sha, merge_commit_sha, polls, message, obstacle, version, created_at, updated_at";
-
-fn placeholders(count: usize) -> String {
-    vec!["?"; count].join(", ")
-}
 
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
