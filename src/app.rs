@@ -19,6 +19,7 @@ use crate::clients::gitlab::{GitLabClient, RetryPolicy};
 use crate::clients::health::{Dependencies, System};
 use crate::clients::http::{Outbound, ProxyRules, SystemClient, Trust};
 use crate::config::LiveConfig;
+use crate::config::projects::Projects;
 use crate::db::lease_owners::{self, Owners};
 use crate::db::{self, Backend, DbSlot};
 use crate::http;
@@ -406,14 +407,14 @@ fn spawn_jobs(
         intervals.reconcile,
         shutdown.child_token(),
         move || {
-            let (db, window) = (
-                reconcile_db.get().cloned(),
-                reconcile_config.current().reconcile,
-            );
+            let (db, settings) = (reconcile_db.get().cloned(), reconcile_config.current());
             async move {
                 match db {
                     Some(db) => {
-                        jobs::reconcile::run_once(&db, window.min_age, window.max_age).await
+                        let window = &settings.reconcile;
+                        let projects = Projects::of(&settings);
+                        jobs::reconcile::run_once(&db, &projects, window.min_age, window.max_age)
+                            .await
                     }
                     None => Ok(Outcome::Idle),
                 }

@@ -2,6 +2,7 @@
 //! members split in halves for later rounds, or failed on their own).
 
 use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest};
+use crate::config::projects::{ProjectKey, Projects};
 use crate::db::Db;
 use crate::db::batches::{
     BatchChange, BatchRow, append_membership, get_batch, live_members, record_merged_sha,
@@ -113,7 +114,9 @@ impl MergeQueue {
         let Some(iid) = batch.mr_iid else {
             return Ok(());
         };
-        if deployed_since(db, iid, batch.created_at).await? {
+        let projects = Projects::of(&settings);
+        let project = ProjectKey::new(&batch.project);
+        if deployed_since(db, &projects.report_keys(&project), iid, batch.created_at).await? {
             let mut tx = StoreTx::begin(db).await?;
             let change = Change {
                 step: StepStatus::DeployConfirmed,

@@ -4,6 +4,7 @@
 pub mod effective;
 mod git_ref;
 mod live;
+pub mod projects;
 mod reader;
 pub mod resolve;
 mod secrets;

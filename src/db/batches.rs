@@ -7,7 +7,9 @@ use chrono::NaiveDateTime;
 use sqlx::AssertSqlSafe;
 
 use super::outage::OutageClock;
-use super::{Db, DbTx, IN_LIST_CHUNK, dialect, is_retryable_conflict, is_unique_violation};
+use super::{
+    Db, DbTx, IN_LIST_CHUNK, dialect, is_retryable_conflict, is_unique_violation, placeholders,
+};
 use crate::{with_pool, with_tx};
 
 /// A batch.
@@ -49,10 +51,6 @@ pub struct BatchRow {
 
 const COLUMNS: &str = "id, status, partition_key, project, split_group, phase, mr_iid, mr_url, \
     merge_sha, merge_commit_sha, polls, message, obstacle, version, created_at, updated_at";
-
-pub(super) fn placeholders(count: usize) -> String {
-    vec!["?"; count].join(", ")
-}
 
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)

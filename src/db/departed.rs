@@ -5,8 +5,7 @@
 
 use sqlx::AssertSqlSafe;
 
-use super::batches::placeholders;
-use super::{Db, DbTx, IN_LIST_CHUNK};
+use super::{Db, DbTx, IN_LIST_CHUNK, placeholders};
 use crate::{with_pool, with_tx};
 
 /// The members of `batch_id` whose binding is no longer in the merge

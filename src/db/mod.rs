@@ -184,6 +184,11 @@ impl Db {
     }
 }
 
+/// `count` bind placeholders for an `IN (...)` list: `?, ?, ?`.
+pub(crate) fn placeholders(count: usize) -> String {
+    vec!["?"; count].join(", ")
+}
+
 /// `statuses` as an SQL list of string literals (`'A', 'B'`), for an `IN`
 /// over fixed status names (never user input).
 pub(crate) fn status_list(statuses: &[crate::domain::BindingStatus]) -> String {

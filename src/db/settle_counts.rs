@@ -4,8 +4,7 @@
 
 use sqlx::AssertSqlSafe;
 
-use super::batches::placeholders;
-use super::{DbTx, IN_LIST_CHUNK};
+use super::{DbTx, IN_LIST_CHUNK, placeholders};
 use crate::with_tx;
 
 /// The members of `batch_id` for whom one more settle would reach

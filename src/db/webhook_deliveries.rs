@@ -9,15 +9,11 @@ use sqlx::AssertSqlSafe;
 
 use super::events::EventRow;
 use super::webhook_endpoints::{EndpointRow, list_enabled_in};
-use super::{Db, IN_LIST_CHUNK, dialect};
+use super::{Db, IN_LIST_CHUNK, dialect, placeholders};
 use crate::{with_pool, with_tx};
 
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn placeholders(count: usize) -> String {
-    vec!["?"; count].join(", ")
 }
 
 const COLUMNS: &str = "id, endpoint_id, event_id, event_type, msg_id, body, status, version, \

@@ -9,7 +9,7 @@ use sqlx::AssertSqlSafe;
 
 use super::{Change, Flip, StoreError, StoreTx, count_flip, event_payload};
 use crate::db::events::BINDING_STATUS_CHANGED;
-use crate::db::{IN_LIST_CHUNK, dialect};
+use crate::db::{IN_LIST_CHUNK, dialect, placeholders};
 use crate::domain::{BindingStatus, StepStatus, check_transition};
 use crate::with_tx;
 
@@ -31,10 +31,6 @@ pub struct MergeRequestRef<'a> {
     pub iid: i64,
     /// Its web address.
     pub url: Option<&'a str>,
-}
-
-fn placeholders(count: usize) -> String {
-    vec!["?"; count].join(", ")
 }
 
 /// Moves every operation of `operation_ids` whose binding is in one of

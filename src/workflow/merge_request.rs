@@ -11,6 +11,7 @@ use super::open::{ChangeSet, Opened};
 use super::review::ApproveFailure;
 use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest};
 use crate::config::Settings;
+use crate::config::projects::{ProjectKey, Projects};
 
 use crate::db::Db;
 use crate::db::callbacks::deployed_since;
@@ -341,7 +342,17 @@ impl Workflow {
         operation: &OperationRow,
         iid: i64,
     ) -> Result<(), StoreError> {
-        if !deployed_since(db, iid, operation.created_at).await? {
+        let settings = self.config.current();
+        let projects = Projects::of(&settings);
+        let project = ProjectKey::new(project_of(&settings, operation));
+        if !deployed_since(
+            db,
+            &projects.report_keys(&project),
+            iid,
+            operation.created_at,
+        )
+        .await?
+        {
             return Ok(());
         }
         let change = Change {

@@ -22,7 +22,7 @@ fn secrets() -> String {
 }
 
 /// POSTs `body` signed with `secret` at `timestamp` (default now).
-async fn post_signed(
+pub async fn post_signed(
     app: &TestApp,
     path: &str,
     secret: &str,

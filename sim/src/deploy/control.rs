@@ -1,10 +1,10 @@
 //! The control API: methods on [`DeployControl`] that steer the simulator (callback URL,
-//! operation ids, faults) and inspect what it noticed and sent. Tests call them on the
+//! operation ids, project field, faults) and inspect what it noticed and sent. Tests call them on the
 //! handle; the `/_sim` HTTP routes call the same methods.
 
 use std::time::Duration;
 
-use super::{DeployControl, DeployFault, NoticedMerge};
+use super::{DeployControl, DeployFault, NoticedMerge, ProjectField};
 use crate::callback::{CallbackDelivery, wait_for_len};
 
 impl DeployControl {
@@ -21,6 +21,11 @@ impl DeployControl {
     /// Whether the next callbacks carry `operationIds`.
     pub fn set_send_operation_ids(&self, send: bool) {
         self.shared.lock().send_operation_ids = send;
+    }
+
+    /// How the next callbacks name the merge request's project.
+    pub fn set_project_field(&self, field: ProjectField) {
+        self.shared.lock().project_field = field;
     }
 
     /// Queues a fault behind those already queued; each merge takes one strike of the first

@@ -7,7 +7,7 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 
-use super::{DeployControl, DeployFault, DeployFaultKind, NoticedMerge};
+use super::{DeployControl, DeployFault, DeployFaultKind, NoticedMerge, ProjectField};
 use crate::callback::CallbackDelivery;
 use crate::control::{Body, ControlResult, Strikes};
 
@@ -17,6 +17,7 @@ pub(super) fn router(control: DeployControl) -> Router {
         .route("/faults", post(inject_fault).delete(clear_faults))
         .route("/callback_url", put(set_callback_url))
         .route("/send_operation_ids", put(set_send_operation_ids))
+        .route("/project_field", put(set_project_field))
         .route("/merges", get(list_merges))
         .route("/callbacks", get(list_callbacks))
         .with_state(control)
@@ -79,6 +80,21 @@ async fn set_send_operation_ids(
     Body(body): Body<SendOperationIds>,
 ) -> StatusCode {
     control.set_send_operation_ids(body.send);
+    StatusCode::NO_CONTENT
+}
+
+/// Body of `PUT /_sim/project_field`: `{"field": "path" | "id" | "omitted"}`.
+#[derive(Debug, Deserialize)]
+struct SetProjectField {
+    field: ProjectField,
+}
+
+/// `PUT /_sim/project_field`
+async fn set_project_field(
+    State(control): State<DeployControl>,
+    Body(body): Body<SetProjectField>,
+) -> StatusCode {
+    control.set_project_field(body.field);
     StatusCode::NO_CONTENT
 }
 

@@ -1,8 +1,10 @@
 //! A simulator of the deploy pipeline: it watches the GitLab simulator for newly merged
 //! merge requests and reports each deployment to changegate's `/callbacks/deploy` as a
 //! Standard Webhooks signed callback
-//! `{callbackId, mrIid, status, sha, operationIds?}`, where the operation ids come from the
-//! `Changegate-Operation: <uuid>` lines of the merge request's description.
+//! `{callbackId, project?, mrIid, status, sha, operationIds?}`, where `project` names the
+//! merge request's project as a GitLab CI job knows it (`CI_PROJECT_PATH` by default, or
+//! `CI_PROJECT_ID`), and the operation ids come from the `Changegate-Operation: <uuid>` lines
+//! of the merge request's description.
 //!
 //! Queued [`DeployFault`]s reproduce the pipeline's failure modes: lost, duplicate, reordered
 //! and late callbacks, and failed deployments. What was noticed and what was sent (with
@@ -29,7 +31,7 @@ use std::ops::Deref;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -57,6 +59,8 @@ pub struct DeploySimOptions {
     pub poll_interval: Duration,
     /// Whether callbacks carry `operationIds` (older pipelines send only the iid and sha).
     pub send_operation_ids: bool,
+    /// How callbacks name the merge request's project.
+    pub project_field: ProjectField,
     /// Timeouts and retries of callbacks.
     pub delivery: DeliverySettings,
     /// Seed of the draws that decide whether a fault with a probability strikes; the same
@@ -78,12 +82,27 @@ impl Default for DeploySimOptions {
             secret: generate_secret(),
             poll_interval: Duration::from_millis(50),
             send_operation_ids: true,
+            project_field: ProjectField::Path,
             delivery: DeliverySettings::default(),
             fault_seed: 0,
             tls: None,
             callback_ca_pem: None,
         }
     }
+}
+
+/// How a callback names the merge request's project, as the deploy job reads it from GitLab
+/// CI's predefined variables.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProjectField {
+    /// `"project": "group/repo"`, from `CI_PROJECT_PATH`.
+    #[default]
+    Path,
+    /// `"project": 42`, from `CI_PROJECT_ID`.
+    Id,
+    /// No `project`, as pipelines built for a single project send.
+    Omitted,
 }
 
 /// A merge the simulator noticed, and the fault its callback got.
@@ -117,6 +136,7 @@ impl DeploySim {
             state: Mutex::new(State {
                 callback_url: options.callback_url,
                 send_operation_ids: options.send_operation_ids,
+                project_field: options.project_field,
                 faults: FaultQueue::new(options.fault_seed),
                 merges: Vec::new(),
             }),
@@ -188,6 +208,7 @@ pub struct DeployControl {
 struct State {
     callback_url: Option<String>,
     send_operation_ids: bool,
+    project_field: ProjectField,
     faults: FaultQueue<DeployFault>,
     merges: Vec<NoticedMerge>,
 }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use super::{DeployFaultKind, NoticedMerge, Shared, spawn_until_released};
+use super::{DeployFaultKind, NoticedMerge, ProjectField, Shared, spawn_until_released};
 use crate::gitlab::{GitLabObserver, MergedMergeRequest, ProjectId};
 
 /// The description line that names an operation merged by the merge request.
@@ -63,7 +63,7 @@ impl Watcher {
     async fn on_merge(&mut self, mr: MergedMergeRequest) {
         let fault = self.shared.take_fault();
         let operation_ids = operation_ids(&mr.description);
-        let send_ids = {
+        let (send_ids, project_field) = {
             let mut state = self.shared.lock();
             state.merges.push(NoticedMerge {
                 project: mr.project,
@@ -72,7 +72,7 @@ impl Watcher {
                 operation_ids: operation_ids.clone(),
                 fault,
             });
-            state.send_operation_ids
+            (state.send_operation_ids, state.project_field)
         };
         tracing::debug!(iid = mr.iid, ?fault, "deploy simulator noticed a merge");
         let status = if fault == Some(DeployFaultKind::Failed) {
@@ -87,6 +87,11 @@ impl Watcher {
             "status": status,
             "sha": mr.merged_sha,
         });
+        match project_field {
+            ProjectField::Path => body["project"] = json!(mr.project_path),
+            ProjectField::Id => body["project"] = json!(mr.project),
+            ProjectField::Omitted => {}
+        }
         if send_ids && !operation_ids.is_empty() {
             let ids: Vec<String> = operation_ids.iter().map(Uuid::to_string).collect();
             body["operationIds"] = json!(ids);

@@ -15,6 +15,8 @@ use super::state::{MrState, ProjectId, SimState};
 pub struct MergedMergeRequest {
     /// The project's numeric id.
     pub project: ProjectId,
+    /// The project's full path (`group/repo`).
+    pub project_path: String,
     /// The project-scoped number.
     pub iid: u64,
     /// The commit the merge put on the target branch: the merge commit, or the merge
@@ -69,6 +71,7 @@ fn merged(state: &Mutex<SimState>) -> Vec<MergedMergeRequest> {
                 }
                 Some(MergedMergeRequest {
                     project: project.id,
+                    project_path: project.path.clone(),
                     iid: mr.iid,
                     merged_sha: mr.merge_commit_sha.clone().unwrap_or(mr.sha.clone()),
                     description: mr.description.clone(),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::receiver::Receiver;
 use changegate_sim::callback::generate_secret;
 use changegate_sim::deploy::{
-    DeployFault, DeployFaultKind, DeploySim, DeploySimHandle, DeploySimOptions,
+    DeployFault, DeployFaultKind, DeploySim, DeploySimHandle, DeploySimOptions, ProjectField,
 };
 use changegate_sim::gitlab::{AccessLevel, GitLabSim, GitLabSimHandle, PipelineOutcome, ProjectId};
 use serde_json::{Value, json};
@@ -158,6 +158,7 @@ async fn a_merge_leads_to_a_verified_deploy_callback() {
     assert_eq!(callback.verified, Ok(()));
     assert_eq!(callback.status, 200);
     assert_eq!(callback.body["mrIid"], iid);
+    assert_eq!(callback.body["project"], "config/repo", "CI_PROJECT_PATH");
     assert_eq!(callback.body["sha"], sha.as_str());
     assert_eq!(callback.body["status"], "success");
     let ids: Vec<String> = ops.iter().map(Uuid::to_string).collect();
@@ -194,6 +195,19 @@ async fn operation_ids_are_omitted_when_none_or_when_switched_off() {
     assert!(received[1].body.get("operationIds").is_none());
     // Still parsed, for inspection.
     assert_eq!(fx.deploy.merges()[1].operation_ids.len(), 1);
+}
+
+#[tokio::test]
+async fn a_single_project_pipeline_names_no_project() {
+    let fx = Fixture::start().await;
+    fx.deploy.set_project_field(ProjectField::Omitted);
+    fx.merge("single", "").await;
+    let received = fx.receiver.wait_for(1, WAIT).await;
+    assert!(
+        received[0].body.get("project").is_none(),
+        "{:?}",
+        received[0].body
+    );
 }
 
 #[tokio::test]

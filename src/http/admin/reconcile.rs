@@ -5,6 +5,7 @@ use axum::Json;
 use axum::extract::State;
 use serde_json::{Value, json};
 
+use crate::config::projects::Projects;
 use crate::db::audit::{append_audit, audited_params};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AppJson, AuthUser, Database};
@@ -20,8 +21,10 @@ pub async fn run(
     Database(db): Database,
     AppJson(body): AppJson<Value>,
 ) -> ApiResult<Json<Value>> {
-    let window = state.config.current().reconcile;
-    let validated = match reconcile::run_once(&db, window.min_age, window.max_age)
+    let settings = state.config.current();
+    let window = &settings.reconcile;
+    let projects = Projects::of(&settings);
+    let validated = match reconcile::run_once(&db, &projects, window.min_age, window.max_age)
         .await
         .map_err(ApiError::internal)?
     {

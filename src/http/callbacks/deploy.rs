@@ -1,15 +1,19 @@
 //! `POST /callbacks/deploy`: the deploy pipeline reports a merged MR deployed.
 
 use axum::Json;
+use axum::extract::State;
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::signed::{DeployPipeline, SignedJson};
 use super::{Answer, first_receipt, valid_callback_id};
+use crate::config::Settings;
+use crate::config::projects::{NamedProject, ProjectKey, Projects};
 use crate::db::callbacks::{CallbackSource, insert_deploy_report, operations_of_mr};
 use crate::domain::{BindingStatus, OperationId, StepStatus};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::Database;
+use crate::state::AppState;
 use crate::store::{Change, StoreError, StoreTx, flip_in, note_in};
 
 /// The deploy outcome.
@@ -20,30 +24,66 @@ enum DeployStatus {
     Failed,
 }
 
+/// The longest project name stored with a deploy report (as
+/// `merge_batch.project` holds a configured one).
+const MAX_PROJECT_CHARS: usize = 191;
+
+/// A GitLab project, by numeric id or full path.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+enum ProjectName {
+    /// Its numeric id, e.g. `42` (CI's `CI_PROJECT_ID`).
+    Id(u64),
+    /// Its full path, e.g. `"group/repo"` (CI's `CI_PROJECT_PATH`), or its id
+    /// as a string.
+    Path(String),
+}
+
+impl ProjectName {
+    fn text(&self) -> String {
+        match self {
+            Self::Id(id) => id.to_string(),
+            Self::Path(path) => path.clone(),
+        }
+    }
+}
+
 /// What the deploy pipeline sends.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeployCallback {
     callback_id: String,
+    /// The deployed MR's iid, numbered within `project`.
     mr_iid: i64,
     status: DeployStatus,
     #[serde(default)]
     operation_ids: Option<Vec<String>>,
     #[serde(default)]
     sha: Option<String>,
+    /// The MR's project, in the form the configuration names it (an id
+    /// matches only a project configured by id, a path one configured by
+    /// path, case-insensitively). Required when the targets span several
+    /// projects; without it the one project they use is meant.
+    #[serde(default)]
+    project: Option<ProjectName>,
 }
 
-/// Marks the MR's MERGED operations VALIDATED (or notes the failure). When the
-/// callback names its operations, exactly those are meant (beyond the notes,
-/// which match by MR only). Each flip goes through flip-once, so this and the
-/// reconciliation job never both count a binding.
+/// Marks the MR's MERGED operations VALIDATED (or notes the failure). The MR
+/// is the iid within the callback's project: operations of another
+/// project's MR with the same iid are not touched. When the callback names
+/// its operations, exactly those are meant (beyond the notes, which match by
+/// MR only). Each flip goes through flip-once, so this and the
+/// reconciliation job never both count a binding. A project no target uses
+/// is answered as an unknown MR is: stored, and IGNORED_STALE.
 #[utoipa::path(post, path = "/callbacks/deploy", tag = "callbacks",
     request_body = DeployCallback,
     params(("webhook-id" = String, Header), ("webhook-timestamp" = String, Header),
         ("webhook-signature" = String, Header, description = "Standard Webhooks `v1,<base64 HMAC-SHA256>`")),
     responses((status = 200, description = "`{code: OK | DUPLICATE | IGNORED_STALE}`", body = Object),
+        (status = 400, description = "INVALID_ARGUMENT: a bad `callbackId`; `project` missing while the targets span several projects, empty, or in a form no configured project can be matched in (an id where projects are configured by path, or the reverse)"),
         (status = 401, description = "INVALID_SIGNATURE")))]
 pub async fn deploy_callback(
+    State(state): State<AppState>,
     Database(db): Database,
     SignedJson(callback, _): SignedJson<DeployCallback, DeployPipeline>,
 ) -> ApiResult<Json<Value>> {
@@ -52,6 +92,8 @@ pub async fn deploy_callback(
             "field `callbackId`: 1 to 191 printable characters".to_owned(),
         ));
     }
+    let settings = state.config.current();
+    let project = named_project(&settings, callback.project.as_ref())?;
     let mut tx = StoreTx::begin(&db).await?;
     if !first_receipt(&mut tx, CallbackSource::Deploy, &callback.callback_id).await? {
         tx.rollback().await?;
@@ -63,22 +105,18 @@ pub async fn deploy_callback(
         insert_deploy_report(
             tx.db(),
             &callback.callback_id,
+            project.key().as_str(),
             callback.mr_iid,
             sha,
             success,
         )
         .await?;
-        // Named operations count only if they are this MR's; the list comes
-        // sorted, so concurrent callbacks lock rows in one order.
-        let mut operations = operations_of_mr(tx.db(), callback.mr_iid).await?;
-        if let Some(named) = &callback.operation_ids {
-            let named: Vec<String> = named
-                .iter()
-                .filter_map(|id| OperationId::parse(id).ok())
-                .map(|id| id.as_string())
-                .collect();
-            operations.retain(|id| named.contains(id));
-        }
+        let operations = match &project {
+            NamedProject::Known(key) => {
+                operations_meant(&mut tx, &settings, key, &callback).await?
+            }
+            NamedProject::Unknown(_) => Vec::new(),
+        };
         let mut applied = 0;
         for operation_id in &operations {
             let outcome = if success {
@@ -120,4 +158,49 @@ pub async fn deploy_callback(
         Answer::IgnoredStale
     }
     .json())
+}
+
+/// The configured project the callback's `project` names (SPEC §2: a 400
+/// says what to send instead).
+fn named_project(settings: &Settings, given: Option<&ProjectName>) -> ApiResult<NamedProject> {
+    let given = given.map(ProjectName::text);
+    if given
+        .as_ref()
+        .is_some_and(|text| text.chars().count() > MAX_PROJECT_CHARS)
+    {
+        return Err(ApiError::InvalidArgument(format!(
+            "field `project`: at most {MAX_PROJECT_CHARS} characters"
+        )));
+    }
+    Projects::of(settings)
+        .resolve(given.as_deref())
+        .map_err(|err| ApiError::InvalidArgument(err.to_string()))
+}
+
+/// The operations the callback is about: those of its MR in `project`
+/// (an MR iid is numbered per project), and of those only the ones it
+/// names, if it names any. Sorted by id, so concurrent callbacks lock rows
+/// in one order.
+async fn operations_meant(
+    tx: &mut StoreTx,
+    settings: &Settings,
+    project: &ProjectKey,
+    callback: &DeployCallback,
+) -> Result<Vec<String>, sqlx::Error> {
+    let named: Option<Vec<String>> = callback.operation_ids.as_ref().map(|named| {
+        named
+            .iter()
+            .filter_map(|id| OperationId::parse(id).ok())
+            .map(|id| id.as_string())
+            .collect()
+    });
+    Ok(operations_of_mr(tx.db(), callback.mr_iid)
+        .await?
+        .into_iter()
+        .filter(|operation| {
+            ProjectKey::new(settings.project_for(&operation.target_key)) == *project
+        })
+        .map(|operation| operation.operation_id)
+        .filter(|id| named.as_ref().is_none_or(|named| named.contains(id)))
+        .collect())
 }

@@ -195,6 +195,19 @@ async fn the_openapi_document_describes_every_route() {
         );
     }
     assert!(document["components"]["schemas"]["ApplyBody"].is_object());
+    let schemas = &document["components"]["schemas"];
+    let project = schemas["DeployCallback"]["properties"]["project"].to_string();
+    assert!(
+        project.contains("Required when the targets span several")
+            && project.contains("ProjectName"),
+        "{project}"
+    );
+    assert_eq!(
+        schemas["ProjectName"]["oneOf"].as_array().map(Vec::len),
+        Some(2),
+        "an id or a path: {}",
+        schemas["ProjectName"]
+    );
 }
 
 #[tokio::test]

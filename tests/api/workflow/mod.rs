@@ -244,6 +244,7 @@ async fn with_the_builtin_provider_the_request_waits_for_an_operator() {
 }
 
 mod batched;
+mod deploy_projects;
 mod end_to_end;
 mod failure_classes;
 mod gitlab_faults;

@@ -29,6 +29,9 @@ async fn faults_and_settings_are_controlled_over_http() {
     let quiet = Some(json!({ "send": false }));
     let set = fx.control(Method::PUT, "/send_operation_ids", quiet).await;
     assert_eq!(set.status, 204);
+    let by_id = Some(json!({ "field": "id" }));
+    let set = fx.control(Method::PUT, "/project_field", by_id).await;
+    assert_eq!(set.status, 204);
     let operation = Uuid::new_v4();
     let (lost, sha) = fx.merge("one", &trailers(&[operation])).await;
     fx.noticed(1).await;
@@ -50,6 +53,7 @@ async fn faults_and_settings_are_controlled_over_http() {
     let (late, _) = fx.merge("two", &trailers(&[operation])).await;
     let received = fx.receiver.wait_for(1, WAIT).await;
     assert_eq!(received[0].body["mrIid"], late);
+    assert_eq!(received[0].body["project"], fx.project, "CI_PROJECT_ID");
     assert!(received[0].body.get("operationIds").is_none());
     // The receiver records a callback before the simulator has read its answer.
     fx.deploy.wait_for_callbacks(1, WAIT).await;
