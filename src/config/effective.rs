@@ -90,6 +90,7 @@ pub fn effective(settings: &Settings) -> Value {
             "passwordFile": path(s.database.password_file.as_deref()),
             "maxConnections": s.database.max_connections,
             "connectTimeout": duration(s.database.connect_timeout),
+            "galeraSyncWait": s.database.galera_sync_wait,
         },
         "log": {
             "level": s.log.level,

@@ -114,6 +114,10 @@ pub struct DatabaseSettings {
     /// `retry_max_interval`, default `10s`: the longest pause between attempts
     /// to reach a database that is down or does not exist yet.
     pub retry_max_interval: Duration,
+    /// `galera_sync_wait`, default 1: the `wsrep_sync_wait` each connection
+    /// to a Galera node sets, so a read sees every write the cluster has
+    /// acknowledged (0 turns it off; see MariaDB's `wsrep_sync_wait`).
+    pub galera_sync_wait: u32,
 }
 
 /// `[log]`
@@ -226,6 +230,7 @@ const SCHEMA: &[(&str, Option<&[&str]>)] = &[
             "max_connections",
             "connect_timeout",
             "retry_max_interval",
+            "galera_sync_wait",
         ]),
     ),
     ("log", Some(&["level", "format"])),
@@ -365,6 +370,7 @@ impl Settings {
                 "retry_max_interval",
                 Duration::from_secs(10),
             ),
+            galera_sync_wait: r.count_at(&["database", "galera_sync_wait"], 0..=15, 1),
         };
 
         let current_level = previous.map_or("info", |p| p.log.level.as_str());

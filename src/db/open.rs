@@ -108,8 +108,12 @@ async fn open_mysql(settings: &DatabaseSettings) -> Result<MySqlPool, OpenError>
             });
         }
     }
+    let sync_wait = settings.galera_sync_wait;
     let connected = MySqlPoolOptions::new()
         .max_connections(settings.max_connections)
+        .after_connect(move |conn, _| {
+            Box::pin(async move { read_your_writes(conn, sync_wait).await })
+        })
         .acquire_timeout(settings.connect_timeout)
         // sqlx pings every pooled connection before handing it out: one
         // more round trip per query. As HikariCP does, only a connection
@@ -129,6 +133,37 @@ async fn open_mysql(settings: &DatabaseSettings) -> Result<MySqlPool, OpenError>
         Ok(pool) => Ok(pool),
         Err(err) => Err(mysql_connect_error(err, &url, settings.connect_timeout).await),
     }
+}
+
+/// On a Galera node, makes `conn` wait before each read until the node has
+/// applied every write the cluster acknowledged (`wsrep_sync_wait`): without
+/// it, a read on one node right after a write on another may miss it (a
+/// request just answered 202 on one instance, then 404 on the next). It
+/// costs each read a wait for the node's replication queue. MySQL has no
+/// `wsrep_on`; a MariaDB server outside a cluster has it off.
+async fn read_your_writes(conn: &mut MySqlConnection, sync_wait: u32) -> Result<(), sqlx::Error> {
+    let galera: Option<i64> = match sqlx::query_scalar("SELECT @@wsrep_on")
+        .fetch_one(&mut *conn)
+        .await
+    {
+        Ok(on) => on,
+        // 1193: unknown system variable, as on MySQL.
+        Err(sqlx::Error::Database(err))
+            if err
+                .try_downcast_ref::<MySqlDatabaseError>()
+                .is_some_and(|e| e.number() == 1193) =>
+        {
+            None
+        }
+        Err(err) => return Err(err),
+    };
+    if galera == Some(1) {
+        sqlx::query("SET SESSION wsrep_sync_wait = ?")
+            .bind(sync_wait)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
 }
 
 /// The error for a failed MySQL connection; a TLS failure says what to change

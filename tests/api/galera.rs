@@ -1,0 +1,159 @@
+//! changegate on a multi-primary MariaDB Galera cluster, one instance per
+//! node, run by `.ci/galera.sh`, which starts a 3-node cluster of its own
+//! and names its nodes in `CHANGEGATE_TEST_GALERA_URLS` (comma-separated
+//! server URLs, node 1 first). Without it these tests are skipped, unless
+//! `CHANGEGATE_TEST_REQUIRE_GALERA` says they must run.
+
+use std::time::Duration;
+
+use changegate::db::{Db, open};
+use sqlx::Connection;
+
+use crate::helpers::database_settings;
+
+const NODES_VAR: &str = "CHANGEGATE_TEST_GALERA_URLS";
+const REQUIRE_VAR: &str = "CHANGEGATE_TEST_REQUIRE_GALERA";
+
+/// One database, created on node 1 (Galera replicates the DDL), named
+/// through each node; dropped at the end.
+pub struct GaleraDb {
+    nodes: Vec<url::Url>,
+    name: String,
+}
+
+impl GaleraDb {
+    /// A new database on the cluster, if one is configured.
+    pub async fn create() -> Option<Self> {
+        let nodes: Vec<url::Url> = match std::env::var(NODES_VAR) {
+            Ok(text) if !text.trim().is_empty() => text
+                .split(',')
+                .map(|node| url::Url::parse(node.trim()).expect("a node URL"))
+                .collect(),
+            _ => {
+                assert!(
+                    std::env::var_os(REQUIRE_VAR).is_none(),
+                    "{REQUIRE_VAR} is set but {NODES_VAR} is not: the Galera tests cannot run"
+                );
+                eprintln!("skipped: {NODES_VAR} is not set (run .ci/galera.sh)");
+                return None;
+            }
+        };
+        let db = Self {
+            nodes,
+            name: format!("cg_galera_{}", uuid::Uuid::new_v4().simple()),
+        };
+        db.admin(&format!("CREATE DATABASE `{}`", db.name)).await;
+        Some(db)
+    }
+
+    /// The database's URL through node `index` (0-based).
+    pub fn url(&self, index: usize) -> String {
+        let mut url = self.nodes[index].clone();
+        url.set_path(&self.name);
+        url.into()
+    }
+
+    /// How many nodes the cluster has.
+    pub fn nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    async fn admin(&self, sql: &str) {
+        let mut conn = sqlx::MySqlConnection::connect(self.nodes[0].as_str())
+            .await
+            .expect("connect to Galera node 1");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(&mut conn)
+            .await
+            .expect("admin statement");
+    }
+}
+
+impl Drop for GaleraDb {
+    fn drop(&mut self) {
+        let sql = format!("DROP DATABASE IF EXISTS `{}`", self.name);
+        let server = self.nodes[0].to_string();
+        let cleanup = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("cleanup runtime");
+            runtime.block_on(async {
+                if let Ok(mut conn) = sqlx::MySqlConnection::connect(&server).await {
+                    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                        .execute(&mut conn)
+                        .await;
+                }
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+async fn session_sync_wait(db: &Db) -> i64 {
+    let Db::MySql(pool) = db else {
+        panic!("a Galera node is MySQL");
+    };
+    sqlx::query_scalar("SELECT @@SESSION.wsrep_sync_wait")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn every_connection_to_a_galera_node_waits_to_read_its_writes() {
+    let Some(cluster) = GaleraDb::create().await else {
+        return;
+    };
+    let mut settings = database_settings(&cluster.url(1));
+    settings.connect_timeout = Duration::from_secs(10);
+    let db = open(&settings).await.unwrap();
+    assert_eq!(session_sync_wait(&db).await, 1, "the default: reads wait");
+    db.close().await;
+    settings.galera_sync_wait = 0;
+    let db = open(&settings).await.unwrap();
+    assert_eq!(session_sync_wait(&db).await, 0, "as configured");
+    db.close().await;
+}
+
+#[tokio::test]
+async fn three_migrates_on_three_nodes_at_once_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..10 {
+        let Some(cluster) = GaleraDb::create().await else {
+            return;
+        };
+        let children: Vec<std::process::Child> = (0..cluster.nodes())
+            .map(|node| {
+                crate::helpers::changegate_command()
+                    .arg("migrate")
+                    .current_dir(dir.path())
+                    .env("CHANGEGATE_DATABASE_URL", cluster.url(node))
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for (node, child) in children.into_iter().enumerate() {
+            let output = child.wait_with_output().unwrap();
+            assert!(
+                output.status.success(),
+                "round {round}, node {}: {}",
+                node + 1,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let mut conn = sqlx::MySqlConnection::connect(&cluster.url(2))
+            .await
+            .unwrap();
+        let recorded: (i64, i64) =
+            sqlx::query_as("SELECT COUNT(*), CAST(SUM(success) AS SIGNED) FROM _sqlx_migrations")
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+        let all = i64::try_from(changegate::db::MYSQL_MIGRATIONS.iter().count()).unwrap();
+        assert_eq!(recorded, (all, all), "round {round}");
+        conn.close().await.unwrap();
+    }
+}
