@@ -1,13 +1,14 @@
 //! Settling a batch that must not keep its slot: the timeout sweep or an
 //! operator; merged wins, otherwise its members wait for the next round.
 
+use crate::db::Db;
 use crate::db::batches::{
     BatchChange, acquire_batch_lease, append_membership, get_batch, live_members,
     release_batch_lease, release_members, update_batch,
 };
-use crate::db::{Db, is_retryable_conflict};
 use crate::domain::{BindingStatus, StepStatus};
-use crate::store::{Change, StoreError, StoreTx, move_members};
+use crate::store::{Change, StoreError, move_members};
+use crate::write_tx;
 
 use super::runner::{ACTOR, IN_FLIGHT, MergeQueue, SETTLE_TRIES};
 
@@ -40,17 +41,7 @@ impl MergeQueue {
             }
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
-        // A claim racing for the slot may make InnoDB pick this transaction
-        // as a deadlock victim: it was rolled back whole, so try again.
-        let mut outcome = self.settle_held(db, batch_id, reason).await;
-        for _ in 0..3 {
-            match &outcome {
-                Err(StoreError::Db(err)) if is_retryable_conflict(err) => {
-                    outcome = self.settle_held(db, batch_id, reason).await;
-                }
-                _ => break,
-            }
-        }
+        let outcome = self.settle_held(db, batch_id, reason).await;
         release_batch_lease(db, batch_id, &settler).await?;
         outcome
     }
@@ -77,38 +68,44 @@ impl MergeQueue {
             return Ok(Settled::NotRunning);
         };
         let ids = live_members(db, batch.id).await?;
-        let mut tx = StoreTx::begin(db).await?;
         let message = format!("settled: {reason}");
-        let failed = BatchChange {
-            status: Some("FAILED"),
-            message: Some(&message),
-            ..BatchChange::default()
-        };
-        if update_batch(tx.db(), batch.id, batch.version, &failed).await? != 1 {
-            tx.rollback().await?;
-            return Ok(Settled::NotRunning);
-        }
         let retry = format!(
             "batch #{} was settled ({reason}); waiting for the next round",
             batch.id
         );
-        let change = Change {
-            step: StepStatus::Queued,
-            message: Some(&retry),
-            actor: ACTOR,
-        };
-        move_members(
-            &mut tx,
-            &ids,
-            IN_FLIGHT,
-            Some(BindingStatus::MrCreating),
-            change,
-            None,
-        )
+        // A claim racing for the slot may make InnoDB pick this transaction
+        // as a deadlock victim: it is then written again, whole.
+        let written = write_tx!(db, |tx| {
+            let failed = BatchChange {
+                status: Some("FAILED"),
+                message: Some(&message),
+                ..BatchChange::default()
+            };
+            if update_batch(tx.db(), batch.id, batch.version, &failed).await? != 1 {
+                return Ok(false);
+            }
+            let change = Change {
+                step: StepStatus::Queued,
+                message: Some(&retry),
+                actor: ACTOR,
+            };
+            move_members(
+                tx,
+                &ids,
+                IN_FLIGHT,
+                Some(BindingStatus::MrCreating),
+                change,
+                None,
+            )
+            .await?;
+            release_members(tx.db(), &[(batch.split_group.as_str(), &ids)]).await?;
+            append_membership(tx.db(), batch.id, &ids, "RELEASED", Some(reason)).await?;
+            Ok::<_, StoreError>(true)
+        })
         .await?;
-        release_members(tx.db(), &[(batch.split_group.as_str(), &ids)]).await?;
-        append_membership(tx.db(), batch.id, &ids, "RELEASED", Some(reason)).await?;
-        tx.commit().await?;
+        if !written {
+            return Ok(Settled::NotRunning);
+        }
         Ok(Settled::Released)
     }
 }

@@ -10,7 +10,8 @@ use crate::db::callbacks::{CallbackSource, insert_deploy_report, operations_of_m
 use crate::domain::{BindingStatus, OperationId, StepStatus};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::Database;
-use crate::store::{Change, StoreError, StoreTx, flip_in, note_in};
+use crate::store::{Change, StoreError, flip_in, note_in};
+use crate::write_tx;
 
 /// The deploy outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
@@ -52,14 +53,12 @@ pub async fn deploy_callback(
             "field `callbackId`: 1 to 191 printable characters".to_owned(),
         ));
     }
-    let mut tx = StoreTx::begin(&db).await?;
-    if !first_receipt(&mut tx, CallbackSource::Deploy, &callback.callback_id).await? {
-        tx.rollback().await?;
-        return Ok(Answer::Duplicate.json());
-    }
     let success = callback.status == DeployStatus::Success;
     let sha = callback.sha.as_deref().filter(|sha| sha.len() <= 64);
-    let applied = async {
+    let applied = write_tx!(&db, |tx| {
+        if !first_receipt(tx, CallbackSource::Deploy, &callback.callback_id).await? {
+            return Ok(None);
+        }
         insert_deploy_report(
             tx.db(),
             &callback.callback_id,
@@ -88,7 +87,7 @@ pub async fn deploy_callback(
                     actor: "deploy-callback",
                 };
                 flip_in(
-                    &mut tx,
+                    tx,
                     operation_id,
                     &[BindingStatus::Merged],
                     BindingStatus::Validated,
@@ -102,7 +101,7 @@ pub async fn deploy_callback(
                     message: Some("the deploy pipeline reported a failure"),
                     actor: "deploy-callback",
                 };
-                note_in(&mut tx, operation_id, &[BindingStatus::Merged], change).await
+                note_in(tx, operation_id, &[BindingStatus::Merged], change).await
             };
             match outcome {
                 Ok(true) => applied += 1,
@@ -110,10 +109,12 @@ pub async fn deploy_callback(
                 Err(err) => return Err(ApiError::internal(err)),
             }
         }
-        Ok::<_, ApiError>(applied)
-    }
-    .await;
-    let applied = tx.finish(applied).await?;
+        Ok::<_, ApiError>(Some(applied))
+    })
+    .await?;
+    let Some(applied) = applied else {
+        return Ok(Answer::Duplicate.json());
+    };
     Ok(if applied > 0 {
         Answer::Ok
     } else {
