@@ -10,6 +10,7 @@ mod admin;
 mod batches;
 mod callbacks;
 mod cli;
+mod contention;
 mod durability;
 mod gitlab_client;
 mod health;
