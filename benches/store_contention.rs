@@ -133,7 +133,11 @@ async fn apply_and_decide(
         let Some(id) = body["operationId"].as_str() else {
             continue;
         };
-        let decision = if n % 3 == 0 { "reject" } else { "approve" };
+        let decision = if n.is_multiple_of(3) {
+            "reject"
+        } else {
+            "approve"
+        };
         let deciding = &addresses[(n + 1) % addresses.len()];
         let decide = client
             .post(format!("{deciding}/admin/v1/approvals/{id}/{decision}"))

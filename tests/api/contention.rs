@@ -45,7 +45,11 @@ async fn apply_then_decide(apps: &[TestApp], n: usize) -> Vec<(StatusCode, Value
     let Some(id) = body["operationId"].as_str() else {
         return answers;
     };
-    let decision = if n % 3 == 0 { "reject" } else { "approve" };
+    let decision = if n.is_multiple_of(3) {
+        "reject"
+    } else {
+        "approve"
+    };
     let deciding = &apps[(n + 1) % apps.len()];
     let decided = deciding
         .post_as(

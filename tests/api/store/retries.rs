@@ -13,8 +13,11 @@ use sqlx::Connection;
 use super::{apply, change};
 use crate::helpers::{TestDb, database_settings, mysql_db, settings_from, sqlite_db};
 
-/// Counter values by name and labels, as one snapshot took them.
-struct Counters(Vec<(String, Vec<(String, String)>, u64)>);
+/// A counter's name, its labels and its value.
+type CounterValue = (String, Vec<(String, String)>, u64);
+
+/// Counter values, as one snapshot took them.
+struct Counters(Vec<CounterValue>);
 
 impl Counters {
     /// The value of counter `name` with `labels`, 0 when it was never touched.
