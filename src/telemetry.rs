@@ -157,6 +157,7 @@ fn describe_metrics() {
         "changegate_database_ready",
         "1 when the database answers and migrations are applied."
     );
+    crate::db::describe_retry_metrics();
 }
 
 #[cfg(test)]

@@ -7,10 +7,12 @@
 //!    duplicate-key errors: a normal answer, tried again next round;
 //! 2. a plain (non-locking) read of the oldest waiting requests, created
 //!    before the database's now, so enqueues never wait (I3);
-//! 3. the guarded claim UPDATE, whose affected rows must equal the rows read
+//! 3. the members' operations and bindings, locked in that order and moved
+//!    to their batch step (the lock order of every store write);
+//! 4. the guarded claim UPDATE, whose affected rows must equal the rows read
 //!    (I2), else everything rolls back;
-//! 4. membership history, in multi-row inserts;
-//! 5. nothing to claim → roll back, so no empty batch holds the slot.
+//! 5. membership history, in multi-row inserts;
+//! 6. nothing to claim → roll back, so no empty batch holds the slot.
 //!
 //! No lock is held beyond this transaction: a batch runs for minutes, its
 //! slot is data (the batch's status), not a lock.
@@ -18,7 +20,7 @@
 use crate::db::batches::{
     append_membership, claim, describe_batch, insert_batch, oldest_waiting, waiting_group,
 };
-use crate::db::{Db, is_retryable_conflict, is_unique_violation};
+use crate::db::{Db, is_retryable_conflict, is_unique_violation, retrying};
 use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, StoreError, StoreTx, move_members};
 
@@ -41,7 +43,12 @@ pub enum Claimed {
 }
 
 /// Claims up to `max` waiting requests of `partition_key` into a new batch.
+/// A claim that lost a lock race is tried again whole.
 pub async fn claim_batch(db: &Db, partition_key: &str, max: u32) -> Result<Claimed, StoreError> {
+    retrying(|| claim_once(db, partition_key, max)).await
+}
+
+async fn claim_once(db: &Db, partition_key: &str, max: u32) -> Result<Claimed, StoreError> {
     let mut tx = StoreTx::begin(db).await?;
     match claim_in(&mut tx, partition_key, max).await {
         Ok(Claimed::Batch { id, members }) => {
@@ -86,12 +93,10 @@ pub async fn claim_in(
     )
     .await?;
     let ids: Vec<i64> = waiting.iter().map(|w| w.id).collect();
-    if claim(tx.db(), batch_id, &ids).await? != ids.len() as u64 {
-        return Ok(Claimed::Raced);
-    }
-    describe_batch(tx.db(), batch_id, &first.project, &first.split_group).await?;
     let members: Vec<String> = waiting.into_iter().map(|w| w.operation_id).collect();
-    append_membership(tx.db(), batch_id, &members, "CLAIMED", None).await?;
+    // The members' operations and bindings are locked (by the move) before
+    // their waiting rows (by the claim), as a single transition that takes
+    // a request out of the waiting set locks them.
     let message = format!("in merge batch #{batch_id}");
     let change = Change {
         step: StepStatus::MrCreating,
@@ -107,6 +112,11 @@ pub async fn claim_in(
         None,
     )
     .await?;
+    if claim(tx.db(), batch_id, &ids).await? != ids.len() as u64 {
+        return Ok(Claimed::Raced);
+    }
+    describe_batch(tx.db(), batch_id, &first.project, &first.split_group).await?;
+    append_membership(tx.db(), batch_id, &members, "CLAIMED", None).await?;
     Ok(Claimed::Batch {
         id: batch_id,
         members,

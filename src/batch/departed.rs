@@ -12,8 +12,9 @@ use crate::db::batches::{BatchChange, BatchRow, append_membership, live_members,
 use crate::db::departed::{departed_members, leave_batch};
 use crate::db::operations::operations_by_ids;
 use crate::domain::StepStatus;
-use crate::store::{StoreError, StoreTx};
+use crate::store::StoreError;
 use crate::workflow::{bot, file_action};
+use crate::write_tx;
 
 use super::runner::{MergeQueue, batch_branch};
 
@@ -38,9 +39,10 @@ impl MergeQueue {
             );
             self.fail(db, batch, StepStatus::ManualAbandoned, &message)
                 .await?;
-            let mut tx = StoreTx::begin(db).await?;
-            append_membership(tx.db(), batch.id, &departed, "REMOVED", None).await?;
-            tx.commit().await?;
+            write_tx!(db, |tx| {
+                append_membership(tx.db(), batch.id, &departed, "REMOVED", None).await
+            })
+            .await?;
             return Ok(true);
         }
         let (Ok(token), Some(iid)) = (bot(settings), batch.mr_iid) else {
@@ -133,25 +135,23 @@ impl MergeQueue {
             batch.id,
             departed.len()
         );
-        let mut tx = StoreTx::begin(db).await?;
-        let noted = BatchChange {
-            message: Some(&message),
-            ..BatchChange::default()
-        };
-        if update_batch(tx.db(), batch.id, batch.version, &noted).await? != 1 {
-            tx.rollback().await?;
+        let detail = format!("!{iid}");
+        let written = write_tx!(db, |tx| {
+            let noted = BatchChange {
+                message: Some(&message),
+                ..BatchChange::default()
+            };
+            if update_batch(tx.db(), batch.id, batch.version, &noted).await? != 1 {
+                return Ok(false);
+            }
+            leave_batch(tx.db(), batch.id, &departed).await?;
+            append_membership(tx.db(), batch.id, &departed, "REMOVED", Some(&detail)).await?;
+            Ok::<_, sqlx::Error>(true)
+        })
+        .await?;
+        if !written {
             return Ok(true);
         }
-        leave_batch(tx.db(), batch.id, &departed).await?;
-        append_membership(
-            tx.db(),
-            batch.id,
-            &departed,
-            "REMOVED",
-            Some(&format!("!{iid}")),
-        )
-        .await?;
-        tx.commit().await?;
         tracing::info!(
             batch = batch.id,
             removed = departed.len(),

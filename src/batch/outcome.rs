@@ -11,8 +11,9 @@ use crate::db::batches::{
 use crate::db::callbacks::deployed_since;
 use crate::db::operations::operations_by_ids;
 use crate::domain::{BindingStatus, StepStatus};
-use crate::store::{Change, StoreError, StoreTx, move_members};
+use crate::store::{Change, StoreError, StoreTx, lock_members, move_members};
 use crate::workflow::{bot, file_action};
+use crate::write_tx;
 
 use super::runner::{ACTOR, IN_FLIGHT, MergeQueue, batch_branch};
 
@@ -57,59 +58,66 @@ impl MergeQueue {
             .filter(|id| !not_landed.contains(id))
             .cloned()
             .collect();
-        let mut tx = StoreTx::begin(db).await?;
-        let done = BatchChange {
-            status: Some("SUCCEEDED"),
-            merge_sha: sha,
-            // The commit the deploy pipeline reports: the merge commit, or
-            // the head a fast-forward merge put on the target.
-            merge_commit_sha: landed_at,
-            ..BatchChange::default()
-        };
-        if update_batch(tx.db(), batch.id, batch.version, &done).await? != 1 {
-            return tx.rollback().await.map_err(Into::into);
-        }
-        let message = format!("merged in batch #{}", batch.id);
-        let change = Change {
-            step: StepStatus::HandleMerged,
-            message: Some(&message),
-            actor: ACTOR,
-        };
-        move_members(
-            &mut tx,
-            &ids,
-            IN_FLIGHT,
-            Some(BindingStatus::Merged),
-            change,
-            None,
-        )
-        .await?;
-        if let Some(sha) = sha {
-            record_merged_sha(tx.db(), batch.id, sha).await?;
-        }
-        append_membership(tx.db(), batch.id, &ids, "MERGED", sha).await?;
-        if !not_landed.is_empty() {
-            let message = format!(
-                "batch MR !{} merged, but this request's file on the target branch is not what was rendered",
-                batch.mr_iid.unwrap_or_default()
-            );
+        let written = write_tx!(db, |tx| {
+            let done = BatchChange {
+                status: Some("SUCCEEDED"),
+                merge_sha: sha,
+                // The commit the deploy pipeline reports: the merge commit, or
+                // the head a fast-forward merge put on the target.
+                merge_commit_sha: landed_at,
+                ..BatchChange::default()
+            };
+            if update_batch(tx.db(), batch.id, batch.version, &done).await? != 1 {
+                return Ok(false);
+            }
+            // Merged and not-landed members move apart: lock them together.
+            lock_members(tx, &all).await?;
+            let message = format!("merged in batch #{}", batch.id);
             let change = Change {
-                step: StepStatus::HandleNotLanded,
+                step: StepStatus::HandleMerged,
                 message: Some(&message),
                 actor: ACTOR,
             };
             move_members(
-                &mut tx,
-                &not_landed,
+                tx,
+                &ids,
                 IN_FLIGHT,
-                Some(BindingStatus::HandleFailed),
+                Some(BindingStatus::Merged),
                 change,
                 None,
             )
             .await?;
-            tracing::warn!(batch = batch.id, members = ?not_landed, "merged, but files on the target branch are not as rendered");
+            if let Some(sha) = sha {
+                record_merged_sha(tx.db(), batch.id, sha).await?;
+            }
+            append_membership(tx.db(), batch.id, &ids, "MERGED", sha).await?;
+            if !not_landed.is_empty() {
+                let message = format!(
+                    "batch MR !{} merged, but this request's file on the target branch is not what was rendered",
+                    batch.mr_iid.unwrap_or_default()
+                );
+                let change = Change {
+                    step: StepStatus::HandleNotLanded,
+                    message: Some(&message),
+                    actor: ACTOR,
+                };
+                move_members(
+                    tx,
+                    &not_landed,
+                    IN_FLIGHT,
+                    Some(BindingStatus::HandleFailed),
+                    change,
+                    None,
+                )
+                .await?;
+                tracing::warn!(batch = batch.id, members = ?not_landed, "merged, but files on the target branch are not as rendered");
+            }
+            Ok::<_, StoreError>(true)
+        })
+        .await?;
+        if !written {
+            return Ok(());
         }
-        tx.commit().await?;
         tracing::info!(batch = batch.id, members = ids.len(), "merge batch merged");
         let Some(iid) = batch.mr_iid else {
             return Ok(());
@@ -117,22 +125,24 @@ impl MergeQueue {
         let projects = Projects::of(&settings);
         let project = ProjectKey::new(&batch.project);
         if deployed_since(db, &projects.report_keys(&project), iid, batch.created_at).await? {
-            let mut tx = StoreTx::begin(db).await?;
-            let change = Change {
-                step: StepStatus::DeployConfirmed,
-                message: Some("the deploy was reported before the merge was recorded"),
-                actor: "deploy-callback",
-            };
-            move_members(
-                &mut tx,
-                &ids,
-                &[BindingStatus::Merged],
-                Some(BindingStatus::Validated),
-                change,
-                None,
-            )
+            write_tx!(db, |tx| {
+                let change = Change {
+                    step: StepStatus::DeployConfirmed,
+                    message: Some("the deploy was reported before the merge was recorded"),
+                    actor: "deploy-callback",
+                };
+                move_members(
+                    tx,
+                    &ids,
+                    &[BindingStatus::Merged],
+                    Some(BindingStatus::Validated),
+                    change,
+                    None,
+                )
+                .await?;
+                Ok::<_, StoreError>(())
+            })
             .await?;
-            tx.commit().await?;
         }
         Ok(())
     }
@@ -217,56 +227,61 @@ impl MergeQueue {
             StepStatus::CreatePipelineFailed | StepStatus::HandleRebaseConflict
         );
         let bisect = splittable && ids.len() > 1 && depth < settings.batch.max_split_depth as usize;
-        let mut tx = StoreTx::begin(db).await?;
-        let failed = BatchChange {
-            status: Some("FAILED"),
-            message: Some(message),
-            ..BatchChange::default()
-        };
-        if update_batch(tx.db(), batch.id, batch.version, &failed).await? != 1 {
-            return tx.rollback().await.map_err(Into::into);
-        }
-        if bisect {
-            let (first, second) = ids.split_at(ids.len() / 2);
-            let parent = if batch.split_group.is_empty() {
-                String::new()
+        let written = write_tx!(db, |tx| {
+            let failed = BatchChange {
+                status: Some("FAILED"),
+                message: Some(message),
+                ..BatchChange::default()
+            };
+            if update_batch(tx.db(), batch.id, batch.version, &failed).await? != 1 {
+                return Ok(false);
+            }
+            if bisect {
+                let (first, second) = ids.split_at(ids.len() / 2);
+                let parent = if batch.split_group.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}/", batch.split_group)
+                };
+                let (group_a, group_b) = (
+                    format!("{parent}{}a", batch.id),
+                    format!("{parent}{}b", batch.id),
+                );
+                let retry = format!(
+                    "batch #{} failed ({message}); retried in a smaller batch",
+                    batch.id
+                );
+                let change = Change {
+                    step: StepStatus::HandleBatchRetry,
+                    message: Some(&retry),
+                    actor: ACTOR,
+                };
+                move_members(
+                    tx,
+                    &ids,
+                    IN_FLIGHT,
+                    Some(BindingStatus::MrCreating),
+                    change,
+                    None,
+                )
+                .await?;
+                release_members(
+                    tx.db(),
+                    &[(group_a.as_str(), first), (group_b.as_str(), second)],
+                )
+                .await?;
+                append_membership(tx.db(), batch.id, first, "SPLIT", Some(&group_a)).await?;
+                append_membership(tx.db(), batch.id, second, "SPLIT", Some(&group_b)).await?;
             } else {
-                format!("{}/", batch.split_group)
-            };
-            let (group_a, group_b) = (
-                format!("{parent}{}a", batch.id),
-                format!("{parent}{}b", batch.id),
-            );
-            let retry = format!(
-                "batch #{} failed ({message}); retried in a smaller batch",
-                batch.id
-            );
-            let change = Change {
-                step: StepStatus::HandleBatchRetry,
-                message: Some(&retry),
-                actor: ACTOR,
-            };
-            move_members(
-                &mut tx,
-                &ids,
-                IN_FLIGHT,
-                Some(BindingStatus::MrCreating),
-                change,
-                None,
-            )
-            .await?;
-            release_members(
-                tx.db(),
-                &[(group_a.as_str(), first), (group_b.as_str(), second)],
-            )
-            .await?;
-            append_membership(tx.db(), batch.id, first, "SPLIT", Some(&group_a)).await?;
-            append_membership(tx.db(), batch.id, second, "SPLIT", Some(&group_b)).await?;
-        } else {
-            fail_members(&mut tx, &ids, step, message).await?;
-            append_membership(tx.db(), batch.id, &ids, "FAILED", None).await?;
+                fail_members(tx, &ids, step, message).await?;
+                append_membership(tx.db(), batch.id, &ids, "FAILED", None).await?;
+            }
+            Ok::<_, StoreError>(true)
+        })
+        .await?;
+        if !written {
+            return Ok(());
         }
-        tx.commit().await?;
         tracing::warn!(
             batch = batch.id,
             members = ids.len(),

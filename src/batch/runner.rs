@@ -18,13 +18,14 @@ use crate::db::operations::operations_by_ids;
 use crate::db::outage::{OutageClock, batch_unreachable_for};
 use crate::db::{Db, DbSlot};
 use crate::domain::{BindingStatus, IN_MERGE_QUEUE, StepStatus};
-use crate::store::{Change, MergeRequestRef, StoreError, StoreTx, move_members};
+use crate::store::{Change, MergeRequestRef, StoreError, move_members};
 use crate::workflow::{
     ChangeSet, MAX_DESCRIPTION_BYTES, Opened, Round, Verdict, Workflow, bot, file_action,
     outage_message, verdict,
 };
 
 use super::claim::{Claimed, claim_batch};
+use crate::write_tx;
 
 pub(super) const ACTOR: &str = "merge-queue";
 /// Attempts at a batch's lease before a settle answers "busy".
@@ -293,26 +294,28 @@ impl MergeQueue {
                     ..BatchChange::default()
                 };
                 let message = format!("merge batch #{} opened MR !{}", batch.id, mr.iid);
-                let mut tx = StoreTx::begin(db).await?;
-                if update_batch(tx.db(), batch.id, batch.version, &opened).await? != 1 {
-                    return tx.rollback().await.map_err(Into::into);
-                }
-                let change = Change {
-                    step: StepStatus::MrCreated,
-                    message: Some(&message),
-                    actor: ACTOR,
-                };
-                let mr_ref = MergeRequestRef { iid: mr.iid, url };
-                move_members(
-                    &mut tx,
-                    &ids,
-                    &[BindingStatus::MrCreating],
-                    Some(BindingStatus::MrCreated),
-                    change,
-                    Some(mr_ref),
-                )
-                .await?;
-                tx.commit().await.map_err(Into::into)
+                write_tx!(db, |tx| {
+                    if update_batch(tx.db(), batch.id, batch.version, &opened).await? != 1 {
+                        return Ok(());
+                    }
+                    let change = Change {
+                        step: StepStatus::MrCreated,
+                        message: Some(&message),
+                        actor: ACTOR,
+                    };
+                    let mr_ref = MergeRequestRef { iid: mr.iid, url };
+                    move_members(
+                        tx,
+                        &ids,
+                        &[BindingStatus::MrCreating],
+                        Some(BindingStatus::MrCreated),
+                        change,
+                        Some(mr_ref),
+                    )
+                    .await?;
+                    Ok::<_, StoreError>(())
+                })
+                .await
             }
             Err(err) => {
                 self.interrupted(db, batch, &err, StepStatus::CreateRefused)
@@ -329,31 +332,36 @@ impl MergeQueue {
             batch.id,
             overflow.len()
         );
-        let mut tx = StoreTx::begin(db).await?;
-        let noted = BatchChange {
-            message: Some(&message),
-            ..BatchChange::default()
-        };
-        if update_batch(tx.db(), batch.id, batch.version, &noted).await? != 1 {
-            return tx.rollback().await.map_err(Into::into);
-        }
-        let change = Change {
-            step: StepStatus::Queued,
-            message: Some(&message),
-            actor: ACTOR,
-        };
-        move_members(
-            &mut tx,
-            overflow,
-            &[BindingStatus::MrCreating],
-            None,
-            change,
-            None,
-        )
+        let written = write_tx!(db, |tx| {
+            let noted = BatchChange {
+                message: Some(&message),
+                ..BatchChange::default()
+            };
+            if update_batch(tx.db(), batch.id, batch.version, &noted).await? != 1 {
+                return Ok(false);
+            }
+            let change = Change {
+                step: StepStatus::Queued,
+                message: Some(&message),
+                actor: ACTOR,
+            };
+            move_members(
+                tx,
+                overflow,
+                &[BindingStatus::MrCreating],
+                None,
+                change,
+                None,
+            )
+            .await?;
+            release_members(tx.db(), &[(batch.split_group.as_str(), overflow)]).await?;
+            append_membership(tx.db(), batch.id, overflow, "SHED", None).await?;
+            Ok::<_, StoreError>(true)
+        })
         .await?;
-        release_members(tx.db(), &[(batch.split_group.as_str(), overflow)]).await?;
-        append_membership(tx.db(), batch.id, overflow, "SHED", None).await?;
-        tx.commit().await?;
+        if !written {
+            return Ok(());
+        }
         tracing::info!(
             batch = batch.id,
             shed = overflow.len(),
@@ -375,31 +383,36 @@ impl MergeQueue {
             "merge batch #{}: the target branch already holds this file as requested: nothing to merge",
             batch.id
         );
-        let mut tx = StoreTx::begin(db).await?;
-        let done = BatchChange {
-            status: Some("SUCCEEDED"),
-            message: Some(&message),
-            ..BatchChange::default()
-        };
-        if update_batch(tx.db(), batch.id, batch.version, &done).await? != 1 {
-            return tx.rollback().await.map_err(Into::into);
-        }
-        let change = Change {
-            step: StepStatus::AlreadyInPlace,
-            message: Some(&message),
-            actor: ACTOR,
-        };
-        move_members(
-            &mut tx,
-            ids,
-            &[BindingStatus::MrCreating],
-            Some(BindingStatus::Validated),
-            change,
-            None,
-        )
+        let written = write_tx!(db, |tx| {
+            let done = BatchChange {
+                status: Some("SUCCEEDED"),
+                message: Some(&message),
+                ..BatchChange::default()
+            };
+            if update_batch(tx.db(), batch.id, batch.version, &done).await? != 1 {
+                return Ok(false);
+            }
+            let change = Change {
+                step: StepStatus::AlreadyInPlace,
+                message: Some(&message),
+                actor: ACTOR,
+            };
+            move_members(
+                tx,
+                ids,
+                &[BindingStatus::MrCreating],
+                Some(BindingStatus::Validated),
+                change,
+                None,
+            )
+            .await?;
+            append_membership(tx.db(), batch.id, ids, "IN_PLACE", None).await?;
+            Ok::<_, StoreError>(true)
+        })
         .await?;
-        append_membership(tx.db(), batch.id, ids, "IN_PLACE", None).await?;
-        tx.commit().await?;
+        if !written {
+            return Ok(());
+        }
         tracing::info!(
             batch = batch.id,
             members = ids.len(),
@@ -421,17 +434,19 @@ impl MergeQueue {
         message: &str,
     ) -> Result<(), StoreError> {
         let ids = live_members(db, batch.id).await?;
-        let mut tx = StoreTx::begin(db).await?;
-        if update_batch(tx.db(), batch.id, batch.version, change).await? != 1 {
-            return tx.rollback().await.map_err(Into::into);
-        }
-        let member_change = Change {
-            step,
-            message: Some(message),
-            actor: ACTOR,
-        };
-        move_members(&mut tx, &ids, from, Some(to), member_change, None).await?;
-        tx.commit().await.map_err(Into::into)
+        write_tx!(db, |tx| {
+            if update_batch(tx.db(), batch.id, batch.version, change).await? != 1 {
+                return Ok(());
+            }
+            let member_change = Change {
+                step,
+                message: Some(message),
+                actor: ACTOR,
+            };
+            move_members(tx, &ids, from, Some(to), member_change, None).await?;
+            Ok::<_, StoreError>(())
+        })
+        .await
     }
 
     async fn write(
@@ -440,9 +455,11 @@ impl MergeQueue {
         batch: &BatchRow,
         change: &BatchChange<'_>,
     ) -> Result<(), StoreError> {
-        let mut tx = StoreTx::begin(db).await?;
-        update_batch(tx.db(), batch.id, batch.version, change).await?;
-        tx.commit().await.map_err(Into::into)
+        write_tx!(db, |tx| {
+            update_batch(tx.db(), batch.id, batch.version, change).await?;
+            Ok::<_, StoreError>(())
+        })
+        .await
     }
 
     /// The pipeline passed its deadline: its outcome is unknown, and the
@@ -457,30 +474,24 @@ impl MergeQueue {
         let ids = live_members(db, batch.id).await?;
         let message =
             format!("the pipeline of batch MR !{iid} has not finished; its outcome is unknown");
-        let mut tx = StoreTx::begin(db).await?;
-        let polled = BatchChange {
-            polled: true,
-            message: Some(&message),
-            ..BatchChange::default()
-        };
-        if update_batch(tx.db(), batch.id, batch.version, &polled).await? != 1 {
-            return tx.rollback().await.map_err(Into::into);
-        }
-        let change = Change {
-            step: StepStatus::PipelinePending,
-            message: Some(&message),
-            actor: ACTOR,
-        };
-        move_members(
-            &mut tx,
-            &ids,
-            &[BindingStatus::MrCreated],
-            None,
-            change,
-            None,
-        )
-        .await?;
-        tx.commit().await.map_err(Into::into)
+        write_tx!(db, |tx| {
+            let polled = BatchChange {
+                polled: true,
+                message: Some(&message),
+                ..BatchChange::default()
+            };
+            if update_batch(tx.db(), batch.id, batch.version, &polled).await? != 1 {
+                return Ok(());
+            }
+            let change = Change {
+                step: StepStatus::PipelinePending,
+                message: Some(&message),
+                actor: ACTOR,
+            };
+            move_members(tx, &ids, &[BindingStatus::MrCreated], None, change, None).await?;
+            Ok::<_, StoreError>(())
+        })
+        .await
     }
 
     /// A round whose GitLab call failed, by the one classification of

@@ -1,14 +1,15 @@
 //! Settling a batch that must not keep its slot: the timeout sweep or an
 //! operator; merged wins, otherwise its members wait for the next round.
 
+use crate::db::Db;
 use crate::db::batches::{
     BatchChange, acquire_batch_lease, append_membership, get_batch, live_members,
     release_batch_lease, release_members, update_batch,
 };
 use crate::db::settle_counts::{count_settle, exhausted_members};
-use crate::db::{Db, is_retryable_conflict};
 use crate::domain::{BindingStatus, StepStatus};
-use crate::store::{Change, StoreError, StoreTx, move_members};
+use crate::store::{Change, StoreError, move_members};
+use crate::write_tx;
 
 use super::outcome::fail_members;
 use super::runner::{ACTOR, IN_FLIGHT, MergeQueue, SETTLE_TRIES};
@@ -42,17 +43,7 @@ impl MergeQueue {
             }
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
-        // A claim racing for the slot may make InnoDB pick this transaction
-        // as a deadlock victim: it was rolled back whole, so try again.
-        let mut outcome = self.settle_held(db, batch_id, reason).await;
-        for _ in 0..3 {
-            match &outcome {
-                Err(StoreError::Db(err)) if is_retryable_conflict(err) => {
-                    outcome = self.settle_held(db, batch_id, reason).await;
-                }
-                _ => break,
-            }
-        }
+        let outcome = self.settle_held(db, batch_id, reason).await;
         release_batch_lease(db, batch_id, &settler).await?;
         outcome
     }
@@ -79,70 +70,78 @@ impl MergeQueue {
             return Ok(Settled::NotRunning);
         };
         let ids = live_members(db, batch.id).await?;
-        let mut tx = StoreTx::begin(db).await?;
         let message = format!("settled: {reason}");
-        let failed = BatchChange {
-            status: Some("FAILED"),
-            message: Some(&message),
-            ..BatchChange::default()
-        };
-        if update_batch(tx.db(), batch.id, batch.version, &failed).await? != 1 {
-            tx.rollback().await?;
-            return Ok(Settled::NotRunning);
-        }
         let max_attempts = self.config.current().batch.max_attempts;
-        let exhausted = exhausted_members(tx.db(), batch.id, max_attempts).await?;
-        let (exhausted, again): (Vec<String>, Vec<String>) =
-            ids.into_iter().partition(|id| exhausted.contains(id));
         let retry = format!(
             "batch #{} was settled ({reason}); waiting for the next round",
             batch.id
         );
-        let change = Change {
-            step: StepStatus::Queued,
-            message: Some(&retry),
-            actor: ACTOR,
-        };
-        move_members(
-            &mut tx,
-            &again,
-            IN_FLIGHT,
-            Some(BindingStatus::MrCreating),
-            change,
-            None,
-        )
+        let last_error = batch.obstacle.as_deref().unwrap_or(reason);
+        let failed_message = format!(
+            "batch #{} was settled ({reason}), the {max_attempts}th batch of this request without an end; last error: {last_error}",
+            batch.id
+        );
+        // A claim racing for the slot may make InnoDB pick this transaction
+        // as a deadlock victim: it is then written again, whole.
+        let written = write_tx!(db, |tx| {
+            let failed = BatchChange {
+                status: Some("FAILED"),
+                message: Some(&message),
+                ..BatchChange::default()
+            };
+            if update_batch(tx.db(), batch.id, batch.version, &failed).await? != 1 {
+                return Ok(None);
+            }
+            let exhausted = exhausted_members(tx.db(), batch.id, max_attempts).await?;
+            let (exhausted, again): (Vec<String>, Vec<String>) =
+                ids.iter().cloned().partition(|id| exhausted.contains(id));
+            let change = Change {
+                step: StepStatus::Queued,
+                message: Some(&retry),
+                actor: ACTOR,
+            };
+            move_members(
+                tx,
+                &again,
+                IN_FLIGHT,
+                Some(BindingStatus::MrCreating),
+                change,
+                None,
+            )
+            .await?;
+            release_members(tx.db(), &[(batch.split_group.as_str(), &again)]).await?;
+            count_settle(tx.db(), &again).await?;
+            append_membership(tx.db(), batch.id, &again, "RELEASED", Some(reason)).await?;
+            if !exhausted.is_empty() {
+                fail_members(
+                    tx,
+                    &exhausted,
+                    StepStatus::HandleBatchExhausted,
+                    &failed_message,
+                )
+                .await?;
+                append_membership(
+                    tx.db(),
+                    batch.id,
+                    &exhausted,
+                    "FAILED",
+                    Some("max_attempts"),
+                )
+                .await?;
+            }
+            Ok::<_, StoreError>(Some(exhausted.len()))
+        })
         .await?;
-        release_members(tx.db(), &[(batch.split_group.as_str(), &again)]).await?;
-        count_settle(tx.db(), &again).await?;
-        append_membership(tx.db(), batch.id, &again, "RELEASED", Some(reason)).await?;
-        if !exhausted.is_empty() {
-            let last_error = batch.obstacle.as_deref().unwrap_or(reason);
-            let failed = format!(
-                "batch #{} was settled ({reason}), the {max_attempts}th batch of this request without an end; last error: {last_error}",
-                batch.id
-            );
-            fail_members(
-                &mut tx,
-                &exhausted,
-                StepStatus::HandleBatchExhausted,
-                &failed,
-            )
-            .await?;
-            append_membership(
-                tx.db(),
-                batch.id,
-                &exhausted,
-                "FAILED",
-                Some("max_attempts"),
-            )
-            .await?;
+        let Some(exhausted) = written else {
+            return Ok(Settled::NotRunning);
+        };
+        if exhausted > 0 {
             tracing::warn!(
                 batch = batch.id,
-                members = exhausted.len(),
+                members = exhausted,
                 "merge batch settled; its members reached batch.max_attempts and failed: {last_error}"
             );
         }
-        tx.commit().await?;
         Ok(Settled::Released)
     }
 }

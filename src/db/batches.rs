@@ -9,6 +9,7 @@ use sqlx::AssertSqlSafe;
 use super::outage::OutageClock;
 use super::{
     Db, DbTx, IN_LIST_CHUNK, dialect, is_retryable_conflict, is_unique_violation, placeholders,
+    retrying,
 };
 use crate::{with_pool, with_tx};
 
@@ -415,25 +416,21 @@ pub async fn acquire_batch_lease(
 }
 
 /// Gives a batch's lease back. A release picked as a deadlock victim is
-/// tried again: a lease left held keeps every other holder waiting until it
-/// expires.
+/// tried again ([`retrying`]): a lease left held keeps every other holder
+/// waiting until it expires.
 pub async fn release_batch_lease(db: &Db, batch_id: i64, owner: &str) -> Result<(), sqlx::Error> {
     let sql = "UPDATE merge_batch SET lease_owner = NULL, lease_until = NULL WHERE id = ? AND lease_owner = ?";
-    let mut tries = 0;
-    loop {
-        let released = with_pool!(db, writer, |pool| {
+    retrying(|| async {
+        with_pool!(db, writer, |pool| {
             sqlx::query(sql)
                 .bind(batch_id)
                 .bind(owner)
                 .execute(pool)
                 .await
                 .map(|_| ())
-        });
-        match released {
-            Err(err) if is_retryable_conflict(&err) && tries < 3 => tries += 1,
-            other => return other,
-        }
-    }
+        })
+    })
+    .await
 }
 
 /// What a guarded batch write changes.

@@ -23,6 +23,7 @@ pub mod operations;
 pub mod outage;
 pub mod progress;
 mod readiness;
+mod retry;
 pub mod script;
 pub mod settle_counts;
 pub mod statement;
@@ -36,6 +37,10 @@ use sqlx::{MySqlPool, SqlitePool};
 pub use migrate::MigrationError;
 pub use open::{OpenError, open};
 pub use readiness::{DbSlot, connect_until_ready};
+pub use retry::{
+    Conflict, Contended, RETRIES, describe_metrics as describe_retry_metrics, retrying,
+    retrying_with,
+};
 pub use tx::DbTx;
 
 /// Most ids bound in one `IN (...)` list: far below every backend's limit
@@ -208,15 +213,9 @@ pub fn is_unique_violation(err: &sqlx::Error) -> bool {
 
 /// Whether an error means "lost a race for locks; trying again may work":
 /// an InnoDB deadlock (1213) or lock-wait timeout (1205), or SQLite busy or
-/// locked. Such a failure changed nothing (the transaction was rolled back).
+/// locked ([`Conflict`]).
 pub fn is_retryable_conflict(err: &sqlx::Error) -> bool {
-    let Some(db_error) = err.as_database_error() else {
-        return false;
-    };
-    if let Some(mysql) = db_error.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-        return matches!(mysql.number(), 1205 | 1213);
-    }
-    matches!(db_error.code().as_deref(), Some("5" | "6" | "517"))
+    Conflict::of(err).is_some()
 }
 
 #[cfg(test)]

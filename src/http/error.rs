@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::request_id;
+use crate::db::{Conflict, Contended};
 
 /// The fixed answer to a caller without permission: it never names what is missing.
 pub const ACCESS_DENIED: &str = "Access denied";
@@ -112,6 +113,15 @@ impl ApiError {
 impl From<sqlx::Error> for ApiError {
     fn from(err: sqlx::Error) -> Self {
         Self::Internal(err.into())
+    }
+}
+
+impl Contended for ApiError {
+    fn conflict(&self) -> Option<Conflict> {
+        match self {
+            Self::Internal(err) => err.conflict(),
+            _ => None,
+        }
     }
 }
 

@@ -22,7 +22,8 @@ use crate::config::projects::{ProjectKey, Projects};
 use crate::db::Db;
 use crate::db::callbacks::{deploy_watermarks, merged_below_watermark, merged_by_deployed_commit};
 use crate::domain::{BindingStatus, StepStatus};
-use crate::store::{Change, StoreTx, move_members};
+use crate::store::{Change, move_members};
+use crate::write_tx;
 
 const BATCH: u32 = 500;
 
@@ -99,17 +100,18 @@ async fn validate(db: &Db, candidates: &[String], why: &str) -> anyhow::Result<u
         message: Some(why),
         actor: "reconciliation",
     };
-    let mut tx = StoreTx::begin(db).await?;
-    let moved = move_members(
-        &mut tx,
-        candidates,
-        &[BindingStatus::Merged],
-        Some(BindingStatus::Validated),
-        change,
-        None,
-    )
-    .await
-    .context("validating reconciled bindings")?;
-    tx.commit().await?;
+    let moved = write_tx!(db, |tx| {
+        move_members(
+            tx,
+            candidates,
+            &[BindingStatus::Merged],
+            Some(BindingStatus::Validated),
+            change,
+            None,
+        )
+        .await
+        .context("validating reconciled bindings")
+    })
+    .await?;
     Ok(moved.len() as u64)
 }

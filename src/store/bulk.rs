@@ -1,9 +1,12 @@
 //! Moving many operations at once (the members of a merge batch) with
-//! set-based SQL: one locking read, one UPDATE per table and one multi-row
-//! INSERT per history and outbox, each per chunk of ids; never one round
-//! trip per member. The same guards as a single transition apply: the lock
-//! order operation → binding, the transition table, and the flip-once rule
-//! (a member whose binding is no longer in `from` is skipped, not moved).
+//! set-based SQL: a locking read and an UPDATE per table, and one multi-row
+//! INSERT per history and outbox, each per chunk of ids in id order; never
+//! one round trip per member. The same guards as a single transition apply:
+//! the lock order operation → binding, the transition table, and the
+//! flip-once rule (a member whose binding is no longer in `from` is skipped,
+//! not moved).
+
+use std::collections::HashMap;
 
 use sqlx::AssertSqlSafe;
 
@@ -14,11 +17,27 @@ use crate::domain::{BindingStatus, StepStatus, check_transition};
 use crate::with_tx;
 
 /// A member as locked for the move.
-#[derive(sqlx::FromRow)]
 struct Member {
     operation_id: String,
     step_code: i32,
     version: i64,
+    subject_id: String,
+    target_key: String,
+    status: String,
+}
+
+/// An operation row as locked.
+#[derive(sqlx::FromRow)]
+struct LockedOperation {
+    operation_id: String,
+    step_code: i32,
+    version: i64,
+}
+
+/// A binding row as locked.
+#[derive(sqlx::FromRow)]
+struct LockedBinding {
+    operation_id: String,
     subject_id: String,
     target_key: String,
     status: String,
@@ -50,7 +69,7 @@ pub async fn move_members(
     let mut sorted: Vec<&String> = operation_ids.iter().collect();
     sorted.sort();
     for chunk in sorted.chunks(IN_LIST_CHUNK) {
-        let members = lock_members(tx, chunk).await?;
+        let members = lock_chunk(tx, chunk).await?;
         let members: Vec<Member> = members
             .into_iter()
             .filter(|m| from.iter().any(|status| status.as_str() == m.status))
@@ -81,22 +100,71 @@ pub async fn move_members(
     Ok(moved)
 }
 
-async fn lock_members(tx: &mut StoreTx, ids: &[&String]) -> Result<Vec<Member>, sqlx::Error> {
+/// Locks the rows of `operation_ids` in the store's one lock order: every
+/// operation row first, then every binding row, each in id order. A
+/// transaction that moves several subsets of one set (a batch's merged and
+/// not-landed members) locks the whole set first, so that it never takes a
+/// lock out of that order.
+pub async fn lock_members(tx: &mut StoreTx, operation_ids: &[String]) -> Result<(), StoreError> {
+    let mut sorted: Vec<&String> = operation_ids.iter().collect();
+    sorted.sort();
+    for chunk in sorted.chunks(IN_LIST_CHUNK) {
+        lock_chunk(tx, chunk).await?;
+    }
+    Ok(())
+}
+
+/// Locks one chunk of sorted ids, operations then bindings (never one JOIN:
+/// the optimizer may read either table first), and pairs the rows up.
+async fn lock_chunk(tx: &mut StoreTx, ids: &[&String]) -> Result<Vec<Member>, sqlx::Error> {
     let backend = tx.db().backend();
-    let sql = format!(
-        "SELECT o.operation_id, o.step_code, o.version, b.subject_id, b.target_key, b.status \
-         FROM operation o JOIN binding b ON b.operation_id = o.operation_id \
-         WHERE o.operation_id IN ({}) ORDER BY o.operation_id{}",
+    let operations_sql = format!(
+        "SELECT operation_id, step_code, version FROM operation \
+         WHERE operation_id IN ({}) ORDER BY operation_id{}",
         placeholders(ids.len()),
         dialect::for_update(backend)
     );
-    with_tx!(tx.db(), |conn| {
-        let mut query = sqlx::query_as(AssertSqlSafe(sql));
+    let operations: Vec<LockedOperation> = with_tx!(tx.db(), |conn| {
+        let mut query = sqlx::query_as(AssertSqlSafe(operations_sql));
         for id in ids {
             query = query.bind(id.as_str());
         }
         query.fetch_all(conn).await
-    })
+    })?;
+    let bindings_sql = format!(
+        "SELECT operation_id, subject_id, target_key, status FROM binding \
+         WHERE operation_id IN ({}) ORDER BY operation_id{}",
+        placeholders(ids.len()),
+        dialect::for_update(backend)
+    );
+    let bindings: Vec<LockedBinding> = with_tx!(tx.db(), |conn| {
+        let mut query = sqlx::query_as(AssertSqlSafe(bindings_sql));
+        for id in ids {
+            query = query.bind(id.as_str());
+        }
+        query.fetch_all(conn).await
+    })?;
+    // An operation without a binding (superseded by a re-apply) is not a
+    // member to move.
+    let mut operations: HashMap<String, LockedOperation> = operations
+        .into_iter()
+        .map(|operation| (operation.operation_id.clone(), operation))
+        .collect();
+    let members = bindings
+        .into_iter()
+        .filter_map(|binding| {
+            let operation = operations.remove(&binding.operation_id)?;
+            Some(Member {
+                operation_id: binding.operation_id,
+                step_code: operation.step_code,
+                version: operation.version,
+                subject_id: binding.subject_id,
+                target_key: binding.target_key,
+                status: binding.status,
+            })
+        })
+        .collect();
+    Ok(members)
 }
 
 async fn update_operations(

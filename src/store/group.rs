@@ -23,7 +23,7 @@ use super::first::FirstApplies;
 use super::submit::{NewRequest, Submitted, submit};
 use super::{StoreError, StoreTx, count_committed_flip, count_flip};
 use crate::db::bindings::get_bindings;
-use crate::db::{Backend, Db, script};
+use crate::db::{Backend, Db, retrying, script};
 use crate::domain::OperationKind;
 
 /// The most requests written in one transaction.
@@ -188,8 +188,16 @@ async fn split(db: &Db, group: Vec<Pending>) -> Result<(Vec<Pending>, Vec<Pendin
 }
 
 /// Records first requests for relations without a row, all or none, as
-/// [`submit`] records each: on MySQL as one script.
+/// [`submit`] records each: on MySQL as one script. A group that lost a
+/// lock race is written again whole, before falling back to one by one.
 async fn record_together(db: &Db, requests: &[&NewRequest]) -> Result<Vec<Submitted>, StoreError> {
+    retrying(|| record_together_once(db, requests)).await
+}
+
+async fn record_together_once(
+    db: &Db,
+    requests: &[&NewRequest],
+) -> Result<Vec<Submitted>, StoreError> {
     let rows = FirstApplies::new(requests);
     let statements: Vec<_> = rows
         .statements(db.backend(), requests)

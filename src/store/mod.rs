@@ -13,7 +13,7 @@ mod submit;
 mod transition;
 mod tx;
 
-pub use bulk::{MergeRequestRef, move_members};
+pub use bulk::{MergeRequestRef, lock_members, move_members};
 pub use group::SubmissionQueue;
 pub use submit::{IdempotencyClaim, NewRequest, Submitted, submit};
 pub use transition::{
@@ -21,6 +21,7 @@ pub use transition::{
 };
 pub use tx::StoreTx;
 
+use crate::db::{Conflict, Contended};
 use crate::domain::{BindingStatus, IllegalTransition};
 
 /// Why a store write did not happen.
@@ -52,6 +53,28 @@ pub enum StoreError {
     /// The database failed.
     #[error(transparent)]
     Db(#[from] sqlx::Error),
+}
+
+impl Contended for StoreError {
+    fn conflict(&self) -> Option<Conflict> {
+        match self {
+            Self::Db(err) => Conflict::of(err),
+            _ => None,
+        }
+    }
+}
+
+/// A database error anywhere in the chain, as such or inside a
+/// [`StoreError`] (whose `Db` variant is transparent, so the chain skips it).
+impl Contended for anyhow::Error {
+    fn conflict(&self) -> Option<Conflict> {
+        self.chain().find_map(|cause| {
+            cause
+                .downcast_ref::<sqlx::Error>()
+                .and_then(Conflict::of)
+                .or_else(|| cause.downcast_ref::<StoreError>()?.conflict())
+        })
+    }
 }
 
 /// The outbox payload of a flip: what subscribers receive.

@@ -14,7 +14,7 @@ use crate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_event};
 use crate::db::history::{NewHistory, append_history};
 use crate::db::idempotency::{NewIdempotency, insert_idempotency};
 use crate::db::operations::{NewOperation, insert_operation};
-use crate::db::{Db, is_unique_violation, script};
+use crate::db::{Db, is_unique_violation, retrying, script};
 use crate::domain::{BindingStatus, OperationId, OperationKind, StepStatus, check_transition};
 
 /// A validated request to record.
@@ -106,7 +106,14 @@ impl NewRequest {
 /// status and version read, so of several concurrent submissions for one
 /// relation exactly one wins and the others get [`StoreError::Preempted`]
 /// with nothing written.
+///
+/// A submission that lost a lock race is recorded again from the start,
+/// reading the relation anew ([`retrying`]): the caller never sees one.
 pub async fn submit(db: &Db, request: &NewRequest) -> Result<Submitted, StoreError> {
+    retrying(|| submit_once(db, request)).await
+}
+
+async fn submit_once(db: &Db, request: &NewRequest) -> Result<Submitted, StoreError> {
     let (status, step) = request.start();
     if request.kind == OperationKind::Apply {
         match write_first_apply(db, request, status, step).await {

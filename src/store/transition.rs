@@ -8,6 +8,7 @@ use crate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_event};
 use crate::db::history::{NewHistory, append_history};
 use crate::db::operations::{OperationRow, lock_operation, update_operation_step};
 use crate::domain::{BindingStatus, IN_MERGE_QUEUE, StepStatus, check_transition};
+use crate::write_tx;
 
 /// The operation side of a change: its new step, why, and who.
 #[derive(Debug, Clone, Copy)]
@@ -47,7 +48,8 @@ pub struct Transitioned {
 /// Writes `change`, and moves the binding to `status` when given, if the
 /// operation is still at `expected_version` (I6): one transaction over both
 /// tables. A writer that read an older version gets [`StoreError::Preempted`]
-/// and nothing is written.
+/// and nothing is written. A transaction that lost a lock race is retried
+/// ([`write_tx!`]).
 pub async fn transition(
     db: &Db,
     operation_id: &str,
@@ -55,9 +57,10 @@ pub async fn transition(
     status: Option<BindingStatus>,
     change: Change<'_>,
 ) -> Result<Transitioned, StoreError> {
-    let mut tx = StoreTx::begin(db).await?;
-    let outcome = transition_in(&mut tx, operation_id, expected_version, status, change).await;
-    tx.finish(outcome).await
+    write_tx!(db, |tx| {
+        transition_in(tx, operation_id, expected_version, status, change).await
+    })
+    .await
 }
 
 /// [`transition`] inside the caller's transaction.
@@ -104,9 +107,7 @@ pub async fn flip(
     to: BindingStatus,
     change: Change<'_>,
 ) -> Result<Option<Flip>, StoreError> {
-    let mut tx = StoreTx::begin(db).await?;
-    let outcome = flip_in(&mut tx, operation_id, from, to, change).await;
-    tx.finish(outcome).await
+    write_tx!(db, |tx| flip_in(tx, operation_id, from, to, change).await).await
 }
 
 /// [`flip`] inside the caller's transaction.

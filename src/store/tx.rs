@@ -6,6 +6,34 @@ use crate::db::{Db, DbTx};
 
 type Effect = Box<dyn FnOnce() + Send>;
 
+/// Runs `$body` with `$tx` bound to a new [`StoreTx`] on `$db`, commits
+/// when it evaluates to `Ok` and rolls back when `Err` ([`StoreTx::finish`]);
+/// a transaction that lost a lock race (a deadlock, a lock-wait timeout,
+/// SQLite busy) is begun again and `$body` runs again, whole
+/// ([`crate::db::retrying`]). So `$body` reads what it decides on inside
+/// the transaction, and may borrow its surroundings only immutably.
+///
+/// ```text
+/// let moved = write_tx!(db, |tx| {
+///     move_members(tx, &ids, from, Some(to), change, None).await
+/// })
+/// .await?;
+/// ```
+#[macro_export]
+macro_rules! write_tx {
+    ($db:expr, |$tx:ident| $body:expr) => {
+        $crate::db::retrying(|| async {
+            let mut transaction = $crate::store::StoreTx::begin($db).await?;
+            let outcome = async {
+                let $tx = &mut transaction;
+                $body
+            }
+            .await;
+            transaction.finish(outcome).await
+        })
+    };
+}
+
 /// A write transaction plus the effects (metrics, notifications) that must
 /// happen only if it commits. [`StoreTx::rollback`] (or dropping it) rolls
 /// back and discards the effects, so a rolled-back flip is never counted.

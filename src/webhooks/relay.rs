@@ -3,8 +3,8 @@
 
 use anyhow::Context;
 
-use crate::db::Db;
 use crate::db::webhook_deliveries::{Relayed, relay_events};
+use crate::db::{Db, retrying};
 use crate::jobs::Outcome;
 
 /// Events fanned out per transaction.
@@ -13,8 +13,8 @@ pub const PAGE: u32 = 200;
 /// One round: relays one page of events. In silent mode the deliveries are
 /// recorded `silent`, so ending silent mode never sends them.
 pub async fn run_once(db: &Db, silent: bool) -> anyhow::Result<Outcome> {
-    let relayed = match relay_events(db, PAGE, silent, super::body_of).await {
-        // A deadlock or lock timeout rolled everything back: try again later.
+    let relayed = match retrying(|| relay_events(db, PAGE, silent, super::body_of)).await {
+        // Lock races lost on every retry rolled everything back: next round.
         Err(err) if crate::db::is_retryable_conflict(&err) => Relayed::Lost,
         other => other.context("relaying events to webhook deliveries")?,
     };

@@ -10,6 +10,7 @@ mod admin;
 mod batches;
 mod callbacks;
 mod cli;
+mod contention;
 mod durability;
 mod galera;
 mod gitlab_client;

@@ -14,7 +14,7 @@ use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AppJson, AuthUser, Database};
 use crate::http::layers::authz::Authorized;
 use crate::state::AppState;
-use crate::store::StoreTx;
+use crate::write_tx;
 
 /// Approves a request awaiting approval. Body: `{"reason"?: string}`.
 #[utoipa::path(post, path = "/admin/v1/approvals/{operationId}/approve", tag = "admin",
@@ -98,10 +98,9 @@ async fn decide(
     };
 
     let settings = state.config.current();
-    let mut tx = StoreTx::begin(db).await?;
-    let outcome = async {
+    let to = write_tx!(db, |tx| {
         let to = apply_decision(
-            &mut tx,
+            tx,
             &settings,
             &operation,
             decision,
@@ -115,9 +114,8 @@ async fn decide(
         ))?;
         append_audit(tx.db(), operator, action, &id, &params).await?;
         Ok::<_, ApiError>(to)
-    }
-    .await;
-    let to = tx.finish(outcome).await?;
+    })
+    .await?;
     if to != BindingStatus::Rejected && state.executor.try_submit(id.clone()).is_err() {
         tracing::warn!(operation_id = %id, "approved, but the worker pool is busy; the resume job will pick it up");
     }

@@ -20,6 +20,7 @@ use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AppJson, AppQuery, AuthUser, Database};
 use crate::http::page::PageRequest;
 use crate::state::AppState;
+use crate::write_tx;
 
 const DEFAULT_PAGE: u32 = 50;
 const MAX_PAGE: u32 = 200;
@@ -137,16 +138,18 @@ pub async fn run(
         Err(ClaimError::Store(err)) => return Err(ApiError::internal(err)),
     };
     let operator = caller.identity.as_str();
-    let mut tx = db.begin().await?;
-    append_audit(
-        &mut tx,
-        operator,
-        "batch.run",
-        "merge-queue",
-        &audited_params(&body, operator),
-    )
+    write_tx!(&db, |tx| {
+        append_audit(
+            tx.db(),
+            operator,
+            "batch.run",
+            "merge-queue",
+            &audited_params(&body, operator),
+        )
+        .await?;
+        Ok::<_, ApiError>(())
+    })
     .await?;
-    tx.commit().await?;
     let claimed: Vec<Value> = outcomes
         .iter()
         .filter_map(|outcome| match outcome {
@@ -213,16 +216,18 @@ pub async fn settle(
             ));
         }
     }
-    let mut tx = db.begin().await?;
-    append_audit(
-        &mut tx,
-        operator,
-        "batch.settle",
-        &batch_id.to_string(),
-        &audited_params(&body, operator),
-    )
+    write_tx!(&db, |tx| {
+        append_audit(
+            tx.db(),
+            operator,
+            "batch.settle",
+            &batch_id.to_string(),
+            &audited_params(&body, operator),
+        )
+        .await?;
+        Ok::<_, ApiError>(())
+    })
     .await?;
-    tx.commit().await?;
     let batch = get_batch(&db, batch_id).await?.ok_or(ApiError::NotFound)?;
     Ok(Json(
         json!({ "code": "OK", "batch": BatchView::from(batch) }),
@@ -257,18 +262,20 @@ pub async fn freeze(
         }
     };
     let operator = caller.identity.as_str();
-    let mut tx = db.begin().await?;
-    set_frozen(&mut tx, frozen, reason, operator).await?;
-    let action = if frozen { "batch.freeze" } else { "batch.thaw" };
-    append_audit(
-        &mut tx,
-        operator,
-        action,
-        "merge-queue",
-        &audited_params(&body, operator),
-    )
+    write_tx!(&db, |tx| {
+        set_frozen(tx.db(), frozen, reason, operator).await?;
+        let action = if frozen { "batch.freeze" } else { "batch.thaw" };
+        append_audit(
+            tx.db(),
+            operator,
+            action,
+            "merge-queue",
+            &audited_params(&body, operator),
+        )
+        .await?;
+        Ok::<_, ApiError>(())
+    })
     .await?;
-    tx.commit().await?;
     Ok(Json(json!({
         "code": "OK",
         "frozen": frozen,

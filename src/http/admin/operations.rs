@@ -23,7 +23,8 @@ use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AppJson, AppQuery, AuthUser, Database};
 use crate::http::page::PageRequest;
 use crate::state::AppState;
-use crate::store::{Change, StoreError, StoreTx, flip_in, note_in};
+use crate::store::{Change, StoreError, flip_in, note_in};
+use crate::write_tx;
 
 const DEFAULT_PAGE: u32 = 50;
 const MAX_PAGE: u32 = 200;
@@ -218,8 +219,7 @@ pub async fn retry(
             .unwrap_or_default()
     );
     let params = audited_params(&body, operator);
-    let mut tx = StoreTx::begin(&db).await?;
-    let outcome = async {
+    write_tx!(&db, |tx| {
         let done = match plan {
             Retry::Rewind(to, step) => {
                 let change = Change {
@@ -227,7 +227,7 @@ pub async fn retry(
                     message: Some(&message),
                     actor: operator,
                 };
-                flip_in(&mut tx, &id, &[status], to, change)
+                flip_in(tx, &id, &[status], to, change)
                     .await
                     .map_err(store_error)?
                     .is_some()
@@ -238,7 +238,7 @@ pub async fn retry(
                     message: Some(&message),
                     actor: operator,
                 };
-                note_in(&mut tx, &id, &[status], change)
+                note_in(tx, &id, &[status], change)
                     .await
                     .map_err(store_error)?
             }
@@ -252,10 +252,9 @@ pub async fn retry(
             make_due_now(tx.db(), &id).await?;
         }
         append_audit(tx.db(), operator, "operation.retry", &id, &params).await?;
-        Ok(())
-    }
-    .await;
-    tx.finish(outcome).await?;
+        Ok::<_, ApiError>(())
+    })
+    .await?;
     if state.executor.try_submit(id.clone()).is_err() {
         tracing::info!(operation_id = %id, "retry recorded; the worker pool is busy, the dispatcher runs it when there is room");
     }
@@ -282,14 +281,13 @@ pub async fn force_fail(
     let operator = caller.identity.as_str();
     let message = format!("force-failed by {operator}: {reason}");
     let params = audited_params(&body, operator);
-    let mut tx = StoreTx::begin(&db).await?;
-    let outcome = async {
+    write_tx!(&db, |tx| {
         let change = Change {
             step: StepStatus::ManualAbandoned,
             message: Some(&message),
             actor: operator,
         };
-        if flip_in(&mut tx, &id, &[status], to, change)
+        if flip_in(tx, &id, &[status], to, change)
             .await
             .map_err(store_error)?
             .is_none()
@@ -297,10 +295,9 @@ pub async fn force_fail(
             return Err(changed_meanwhile());
         }
         append_audit(tx.db(), operator, "operation.force_fail", &id, &params).await?;
-        Ok(())
-    }
-    .await;
-    tx.finish(outcome).await?;
+        Ok::<_, ApiError>(())
+    })
+    .await?;
     answer(&db, &id).await
 }
 

@@ -11,6 +11,7 @@ use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AppJson, AuthUser, Database};
 use crate::jobs::{Outcome, reconcile};
 use crate::state::AppState;
+use crate::write_tx;
 
 /// Runs one reconciliation round. Body: `{}` (or `{"reason"}`, audited).
 #[utoipa::path(post, path = "/admin/v1/reconcile/run", tag = "admin", request_body = Object,
@@ -32,15 +33,17 @@ pub async fn run(
         Outcome::Worked { done, .. } => done,
     };
     let operator = caller.identity.as_str();
-    let mut tx = db.begin().await?;
-    append_audit(
-        &mut tx,
-        operator,
-        "reconcile.run",
-        "deploys",
-        &audited_params(&body, operator),
-    )
+    write_tx!(&db, |tx| {
+        append_audit(
+            tx.db(),
+            operator,
+            "reconcile.run",
+            "deploys",
+            &audited_params(&body, operator),
+        )
+        .await?;
+        Ok::<_, ApiError>(())
+    })
     .await?;
-    tx.commit().await?;
     Ok(Json(json!({ "code": "OK", "validated": validated })))
 }

@@ -24,6 +24,7 @@ use crate::http::page::PageRequest;
 use crate::signature::WebhookSecret;
 use crate::state::AppState;
 use crate::webhooks::target;
+use crate::write_tx;
 
 const DEFAULT_PAGE: u32 = 50;
 const MAX_PAGE: u32 = 200;
@@ -149,17 +150,19 @@ pub async fn create_endpoint(
     }
     let secret = WebhookSecret::generate().expose();
     let operator = caller.identity.as_str();
-    let mut tx = db.begin().await?;
-    let id = insert_endpoint(&mut tx, &url, &description, &stored_types, &secret).await?;
-    append_audit(
-        &mut tx,
-        operator,
-        "webhook.endpoint.create",
-        &format!("webhook-endpoint:{id}"),
-        &audited_params(&body, operator),
-    )
+    let id = write_tx!(&db, |tx| {
+        let id = insert_endpoint(tx.db(), &url, &description, &stored_types, &secret).await?;
+        append_audit(
+            tx.db(),
+            operator,
+            "webhook.endpoint.create",
+            &format!("webhook-endpoint:{id}"),
+            &audited_params(&body, operator),
+        )
+        .await?;
+        Ok::<_, ApiError>(id)
+    })
     .await?;
-    tx.commit().await?;
     Ok((
         StatusCode::CREATED,
         Json(json!({
@@ -200,19 +203,21 @@ pub async fn update_endpoint(
         enabled: change.enabled,
     };
     let operator = caller.identity.as_str();
-    let mut tx = db.begin().await?;
-    if !update_row(&mut tx, id, &patch).await? {
-        return Err(ApiError::NotFound);
-    }
-    append_audit(
-        &mut tx,
-        operator,
-        "webhook.endpoint.update",
-        &format!("webhook-endpoint:{id}"),
-        &audited_params(&body, operator),
-    )
+    write_tx!(&db, |tx| {
+        if !update_row(tx.db(), id, &patch).await? {
+            return Err(ApiError::NotFound);
+        }
+        append_audit(
+            tx.db(),
+            operator,
+            "webhook.endpoint.update",
+            &format!("webhook-endpoint:{id}"),
+            &audited_params(&body, operator),
+        )
+        .await?;
+        Ok::<_, ApiError>(())
+    })
     .await?;
-    tx.commit().await?;
     let row = get_endpoint(&db, id).await?.ok_or(ApiError::NotFound)?;
     Ok(Json(view(&row)))
 }
@@ -228,19 +233,21 @@ pub async fn delete_endpoint(
 ) -> ApiResult<StatusCode> {
     let id = parse_id(&id)?;
     let operator = caller.identity.as_str();
-    let mut tx = db.begin().await?;
-    if !delete_row(&mut tx, id).await? {
-        return Err(ApiError::NotFound);
-    }
-    append_audit(
-        &mut tx,
-        operator,
-        "webhook.endpoint.delete",
-        &format!("webhook-endpoint:{id}"),
-        &audited_params(&json!({}), operator),
-    )
+    write_tx!(&db, |tx| {
+        if !delete_row(tx.db(), id).await? {
+            return Err(ApiError::NotFound);
+        }
+        append_audit(
+            tx.db(),
+            operator,
+            "webhook.endpoint.delete",
+            &format!("webhook-endpoint:{id}"),
+            &audited_params(&json!({}), operator),
+        )
+        .await?;
+        Ok::<_, ApiError>(())
+    })
     .await?;
-    tx.commit().await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -261,19 +268,21 @@ pub async fn rotate(
     let grace = state.config.current().webhooks.secret_grace;
     let secret = WebhookSecret::generate().expose();
     let operator = caller.identity.as_str();
-    let mut tx = db.begin().await?;
-    if !rotate_secret(&mut tx, id, &secret, grace).await? {
-        return Err(ApiError::NotFound);
-    }
-    append_audit(
-        &mut tx,
-        operator,
-        "webhook.endpoint.rotate",
-        &format!("webhook-endpoint:{id}"),
-        &audited_params(&body, operator),
-    )
+    write_tx!(&db, |tx| {
+        if !rotate_secret(tx.db(), id, &secret, grace).await? {
+            return Err(ApiError::NotFound);
+        }
+        append_audit(
+            tx.db(),
+            operator,
+            "webhook.endpoint.rotate",
+            &format!("webhook-endpoint:{id}"),
+            &audited_params(&body, operator),
+        )
+        .await?;
+        Ok::<_, ApiError>(())
+    })
     .await?;
-    tx.commit().await?;
     let row = get_endpoint(&db, id).await?.ok_or(ApiError::NotFound)?;
     Ok(Json(json!({
         "id": id,
@@ -316,9 +325,22 @@ pub async fn redeliver(
 ) -> ApiResult<Json<Value>> {
     let id = parse_id(&id)?;
     let operator = caller.identity.as_str();
-    let mut tx = db.begin().await?;
-    if !requeue(&mut tx, id).await? {
-        drop(tx);
+    let requeued = write_tx!(&db, |tx| {
+        if !requeue(tx.db(), id).await? {
+            return Ok(false);
+        }
+        append_audit(
+            tx.db(),
+            operator,
+            "webhook.delivery.redeliver",
+            &format!("webhook-delivery:{id}"),
+            &audited_params(&body, operator),
+        )
+        .await?;
+        Ok::<_, ApiError>(true)
+    })
+    .await?;
+    if !requeued {
         return match crate::db::webhook_deliveries::get_delivery(&db, id).await? {
             None => Err(ApiError::NotFound),
             Some(_) => Err(ApiError::Conflict(
@@ -326,14 +348,5 @@ pub async fn redeliver(
             )),
         };
     }
-    append_audit(
-        &mut tx,
-        operator,
-        "webhook.delivery.redeliver",
-        &format!("webhook-delivery:{id}"),
-        &audited_params(&body, operator),
-    )
-    .await?;
-    tx.commit().await?;
     Ok(Json(json!({ "code": "OK" })))
 }

@@ -91,11 +91,11 @@ pub async fn submit(
         if let Some(winner) = winner_of(db, requester, claim, &outcome).await? {
             return Ok(winner);
         }
-        // The key is held by an expired record the cleanup job has not
-        // removed yet: remove it and try once more.
-        if matches!(outcome, Err(StoreError::DuplicateKey))
-            && delete_expired_key(db, requester, &claim.key).await? > 0
-        {
+        // The key was taken, yet no record holds it for this request: an
+        // expired record the cleanup job has not removed yet (remove it), or
+        // one removed since. Either way the key is free: try once more.
+        if matches!(outcome, Err(StoreError::DuplicateKey)) {
+            delete_expired_key(db, requester, &claim.key).await?;
             outcome = store::submit(db, &request).await;
             if let Some(winner) = winner_of(db, requester, claim, &outcome).await? {
                 return Ok(winner);
@@ -104,7 +104,8 @@ pub async fn submit(
     }
     match outcome {
         Ok(submitted) => Ok(accepted(&request, &submitted, reservation)),
-        // The winner rolled back: nothing exists, the caller may retry.
+        // The key's holder vanished twice over: nothing exists, the caller
+        // may retry. Lost lock races never get here: the store retries them.
         Err(StoreError::DuplicateKey) => Err(ApiError::RetryLater),
         Err(StoreError::InProgress { status, .. }) => Err(ApiError::InProgress(status.to_string())),
         Err(StoreError::Preempted) => Err(ApiError::InProgress(
@@ -112,12 +113,6 @@ pub async fn submit(
         )),
         Err(StoreError::NotFound) => Err(ApiError::NotFound),
         Err(StoreError::DuplicateOperation) => Err(ApiError::IdempotencyKeyReused),
-        // Racing duplicates can deadlock on the unique keys in InnoDB: the
-        // loser's transaction was rolled back whole, so it may simply retry.
-        Err(StoreError::Db(err)) if is_retryable_conflict(&err) => {
-            tracing::info!("submission lost a lock race; answering RETRY_LATER: {err}");
-            Err(ApiError::RetryLater)
-        }
         Err(err) => Err(ApiError::internal(err)),
     }
 }

@@ -8,9 +8,11 @@ use serde_json::Value;
 use super::signed::{ApprovalSystem, SignedJson};
 use super::{Answer, first_receipt, valid_callback_id};
 use crate::batch::apply_decision;
+use crate::config::Settings;
 use crate::config::resolve::FlowOrder;
 use crate::db::callbacks::CallbackSource;
-use crate::db::operations::get_operation;
+use crate::db::operations::{OperationRow, get_operation};
+use crate::db::{Db, retrying};
 use crate::domain::{ApprovalDecision, BindingStatus, OperationId};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::Database;
@@ -85,36 +87,57 @@ pub async fn approval_callback(
         Decision::Withdrawn => ApprovalDecision::Withdrawn,
     };
     let settings = state.config.current();
-    let mut tx = StoreTx::begin(&db).await?;
-    if !first_receipt(&mut tx, CallbackSource::Approval, &callback.callback_id).await? {
-        tx.rollback().await?;
-        return Ok(Answer::Duplicate.json());
-    }
-    let decided = apply_decision(
-        &mut tx,
-        &settings,
-        &operation,
-        decision,
-        "approval-callback",
-        None,
-    )
-    .await;
+    let decided =
+        retrying(|| record_decision(&db, &settings, &operation, decision, &callback.callback_id))
+            .await?;
     let to = match decided {
-        Ok(Some(to)) => to,
-        Ok(None) | Err(StoreError::NotFound) => {
-            tx.rollback().await?;
-            return Ok(Answer::IgnoredStale.json());
-        }
-        Err(err) => {
-            tx.rollback().await?;
-            return Err(ApiError::internal(err));
-        }
+        Ok(to) => to,
+        Err(answer) => return Ok(answer.json()),
     };
-    tx.commit().await?;
     if to != BindingStatus::Rejected && state.executor.try_submit(operation_id.clone()).is_err() {
         // The decision is recorded; the workers pick the operation up from
         // the database once they have room (durable execution).
         tracing::warn!(%operation_id, "approved, but the worker pool is busy");
     }
     Ok(Answer::Ok.json())
+}
+
+/// Records the callback's receipt and applies its decision, in one
+/// transaction: `Err` with the answer when it is a duplicate or no longer
+/// applies, and then nothing is written.
+async fn record_decision(
+    db: &Db,
+    settings: &Settings,
+    operation: &OperationRow,
+    decision: ApprovalDecision,
+    callback_id: &str,
+) -> ApiResult<Result<BindingStatus, Answer>> {
+    let mut tx = StoreTx::begin(db).await?;
+    if !first_receipt(&mut tx, CallbackSource::Approval, callback_id).await? {
+        tx.rollback().await?;
+        return Ok(Err(Answer::Duplicate));
+    }
+    let decided = apply_decision(
+        &mut tx,
+        settings,
+        operation,
+        decision,
+        "approval-callback",
+        None,
+    )
+    .await;
+    match decided {
+        Ok(Some(to)) => {
+            tx.commit().await?;
+            Ok(Ok(to))
+        }
+        Ok(None) | Err(StoreError::NotFound) => {
+            tx.rollback().await?;
+            Ok(Err(Answer::IgnoredStale))
+        }
+        Err(err) => {
+            tx.rollback().await?;
+            Err(ApiError::internal(err))
+        }
+    }
 }

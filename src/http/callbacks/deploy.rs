@@ -15,6 +15,7 @@ use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::Database;
 use crate::state::AppState;
 use crate::store::{Change, StoreError, StoreTx, flip_in, note_in};
+use crate::write_tx;
 
 /// The deploy outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
@@ -94,14 +95,12 @@ pub async fn deploy_callback(
     }
     let settings = state.config.current();
     let project = named_project(&settings, callback.project.as_ref())?;
-    let mut tx = StoreTx::begin(&db).await?;
-    if !first_receipt(&mut tx, CallbackSource::Deploy, &callback.callback_id).await? {
-        tx.rollback().await?;
-        return Ok(Answer::Duplicate.json());
-    }
     let success = callback.status == DeployStatus::Success;
     let sha = callback.sha.as_deref().filter(|sha| sha.len() <= 64);
-    let applied = async {
+    let applied = write_tx!(&db, |tx| {
+        if !first_receipt(tx, CallbackSource::Deploy, &callback.callback_id).await? {
+            return Ok(None);
+        }
         insert_deploy_report(
             tx.db(),
             &callback.callback_id,
@@ -112,9 +111,7 @@ pub async fn deploy_callback(
         )
         .await?;
         let operations = match &project {
-            NamedProject::Known(key) => {
-                operations_meant(&mut tx, &settings, key, &callback).await?
-            }
+            NamedProject::Known(key) => operations_meant(tx, &settings, key, &callback).await?,
             NamedProject::Unknown(_) => Vec::new(),
         };
         let mut applied = 0;
@@ -126,7 +123,7 @@ pub async fn deploy_callback(
                     actor: "deploy-callback",
                 };
                 flip_in(
-                    &mut tx,
+                    tx,
                     operation_id,
                     &[BindingStatus::Merged],
                     BindingStatus::Validated,
@@ -140,7 +137,7 @@ pub async fn deploy_callback(
                     message: Some("the deploy pipeline reported a failure"),
                     actor: "deploy-callback",
                 };
-                note_in(&mut tx, operation_id, &[BindingStatus::Merged], change).await
+                note_in(tx, operation_id, &[BindingStatus::Merged], change).await
             };
             match outcome {
                 Ok(true) => applied += 1,
@@ -148,10 +145,12 @@ pub async fn deploy_callback(
                 Err(err) => return Err(ApiError::internal(err)),
             }
         }
-        Ok::<_, ApiError>(applied)
-    }
-    .await;
-    let applied = tx.finish(applied).await?;
+        Ok::<_, ApiError>(Some(applied))
+    })
+    .await?;
+    let Some(applied) = applied else {
+        return Ok(Answer::Duplicate.json());
+    };
     Ok(if applied > 0 {
         Answer::Ok
     } else {

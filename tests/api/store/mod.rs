@@ -5,6 +5,7 @@ mod concurrency;
 mod group;
 mod property;
 mod queries;
+mod retries;
 mod script;
 mod writes;
 

@@ -1,0 +1,148 @@
+//! Database contention never reaches a caller: first applies of distinct
+//! users, interleaved with operator approvals and rejections and merge-queue
+//! rounds, on one and on three instances over one MariaDB (and on SQLite),
+//! answer no 5xx and no RETRY_LATER.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, TestDb, mysql_db, sqlite_db};
+use crate::requests::requester_app;
+
+const APPLIES: usize = 240;
+
+/// Fast merge rounds, no rate limit: as much interleaving as can be had.
+const BUSY: &str = "[rate_limit]\napply = 0\n[batch]\ninterval = \"100ms\"\n";
+
+/// What came back, by status and code, for the assertion message.
+type Answers = BTreeMap<(u16, String), usize>;
+
+async fn code_of(response: reqwest::Response) -> (StatusCode, Value) {
+    let status = response.status();
+    let body = response.json().await.unwrap_or(Value::Null);
+    (status, body)
+}
+
+/// Applies as `user` with a key of its own, then decides on it as the
+/// operator (approve or reject by turn) on another instance.
+async fn apply_then_decide(apps: &[TestApp], n: usize) -> Vec<(StatusCode, Value)> {
+    let user = format!("user-{n}");
+    let applying = &apps[n % apps.len()];
+    let applied = applying
+        .client
+        .post(format!("{}/api/v1/applications", applying.address))
+        .header("x-auth-request-user", &user)
+        .header("idempotency-key", format!("key-{n}"))
+        .json(&json!({ "targetKey": "demo.feature-flags", "reason": "contention" }))
+        .send()
+        .await
+        .expect("the app answers");
+    let (status, body) = code_of(applied).await;
+    let mut answers = vec![(status, body.clone())];
+    let Some(id) = body["operationId"].as_str() else {
+        return answers;
+    };
+    let decision = if n.is_multiple_of(3) {
+        "reject"
+    } else {
+        "approve"
+    };
+    let deciding = &apps[(n + 1) % apps.len()];
+    let decided = deciding
+        .post_as(
+            "admin",
+            &format!("/admin/v1/approvals/{id}/{decision}"),
+            &json!({ "reason": "contention" }),
+        )
+        .await;
+    answers.push(code_of(decided).await);
+    answers
+}
+
+/// Merge-queue rounds asked for by an operator, on every instance in turn,
+/// until `applies` are done.
+async fn batch_rounds(apps: &[TestApp], done: tokio_util::sync::CancellationToken) -> Answers {
+    let mut answers = Answers::new();
+    let mut turn = 0;
+    while !done.is_cancelled() {
+        let app = &apps[turn % apps.len()];
+        let (status, body) = code_of(
+            app.post_as("admin", "/admin/v1/batches/run", &json!({}))
+                .await,
+        )
+        .await;
+        let code = body["code"].as_str().unwrap_or_default().to_owned();
+        *answers.entry((status.as_u16(), code)).or_default() += 1;
+        turn += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    answers
+}
+
+async fn contend(test_db: &TestDb, instances: usize) {
+    let mut apps = Vec::new();
+    for _ in 0..instances {
+        apps.push(requester_app(&test_db.url, BUSY).await);
+    }
+    let apps = std::sync::Arc::new(apps);
+    let done = tokio_util::sync::CancellationToken::new();
+    let rounds = tokio::spawn({
+        let (apps, done) = (apps.clone(), done.clone());
+        async move { batch_rounds(&apps, done).await }
+    });
+    let tasks: Vec<_> = (0..APPLIES)
+        .map(|n| {
+            let apps = apps.clone();
+            tokio::spawn(async move { apply_then_decide(&apps, n).await })
+        })
+        .collect();
+    let mut answers = Answers::new();
+    let mut accepted = 0;
+    for task in tasks {
+        let outcome = task.await.unwrap();
+        if outcome[0].0 == StatusCode::ACCEPTED && outcome[0].1["code"] == "ACCEPTED" {
+            accepted += 1;
+        }
+        for (status, body) in outcome {
+            let code = body["code"].as_str().unwrap_or_default().to_owned();
+            *answers.entry((status.as_u16(), code)).or_default() += 1;
+        }
+    }
+    done.cancel();
+    let rounds = rounds.await.unwrap();
+    let context = format!(
+        "{} with {instances} instance(s): {answers:?}, rounds {rounds:?}",
+        test_db.name
+    );
+    for ((status, code), _) in answers.iter().chain(&rounds) {
+        assert!(*status < 500, "no 5xx: {context}");
+        assert_ne!(code, "RETRY_LATER", "no RETRY_LATER: {context}");
+    }
+    assert_eq!(
+        accepted, APPLIES,
+        "every first apply is accepted: {context}"
+    );
+    let decided = answers.get(&(200, "OK".to_owned())).copied();
+    assert_eq!(decided, Some(APPLIES), "every decision lands: {context}");
+    for app in std::sync::Arc::into_inner(apps).expect("all tasks ended") {
+        app.stop().await.expect("graceful stop");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn first_applies_and_decisions_on_one_instance_never_see_contention() {
+    contend(&sqlite_db().await, 1).await;
+    if let Some(test_db) = mysql_db().await {
+        contend(&test_db, 1).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn first_applies_and_decisions_on_three_instances_never_see_contention() {
+    if let Some(test_db) = mysql_db().await {
+        contend(&test_db, 3).await;
+    }
+}
