@@ -96,6 +96,13 @@ impl Application {
                     slot.clone(),
                     shutdown.child_token(),
                 ));
+                if let Some(nodes) = db::failover::Nodes::configured(&settings.database) {
+                    workers.spawn(db::failover::watch(
+                        slot.clone(),
+                        nodes,
+                        shutdown.child_token(),
+                    ));
+                }
                 slot
             }
         };

@@ -91,6 +91,8 @@ pub fn effective(settings: &Settings) -> Value {
             "maxConnections": s.database.max_connections,
             "connectTimeout": duration(s.database.connect_timeout),
             "galeraSyncWait": s.database.galera_sync_wait,
+            "failoverHosts": s.database.failover_hosts.iter().map(|(host, port)| format!("{host}:{port}")).collect::<Vec<_>>(),
+            "galeraRequireSynced": s.database.galera_require_synced,
         },
         "log": {
             "level": s.log.level,

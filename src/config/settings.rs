@@ -118,6 +118,14 @@ pub struct DatabaseSettings {
     /// to a Galera node sets, so a read sees every write the cluster has
     /// acknowledged (0 turns it off; see MariaDB's `wsrep_sync_wait`).
     pub galera_sync_wait: u32,
+    /// `failover_hosts`, default none: further `host:port`s of the same
+    /// database (other nodes of a cluster), connected to with everything
+    /// else `url` says, in order, when the ones before them fail their
+    /// health check.
+    pub failover_hosts: Vec<(String, u16)>,
+    /// `galera_require_synced`, default true: on a Galera node, only one
+    /// whose state is `Synced` is healthy and ready.
+    pub galera_require_synced: bool,
 }
 
 /// `[log]`
@@ -216,6 +224,26 @@ pub struct BatchSettings {
     pub max_attempts: u32,
 }
 
+/// `database.failover_hosts`: each `host:port` checked.
+fn failover_hosts(r: &mut Reader<'_>) -> Vec<(String, u16)> {
+    let mut hosts = Vec::new();
+    for text in r.string_list_at(&["database", "failover_hosts"]) {
+        match text
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
+        {
+            Some((host, port)) if !host.is_empty() && port > 0 => {
+                hosts.push((host.trim_matches(['[', ']']).to_owned(), port));
+            }
+            _ => r.error(
+                "database.failover_hosts",
+                format!("{text:?} is not HOST:PORT, like \"db2.internal:3306\""),
+            ),
+        }
+    }
+    hosts
+}
+
 /// Keys each section accepts; `None` means any key (a map such as `rate_limit`).
 const SCHEMA: &[(&str, Option<&[&str]>)] = &[
     (
@@ -231,6 +259,8 @@ const SCHEMA: &[(&str, Option<&[&str]>)] = &[
             "connect_timeout",
             "retry_max_interval",
             "galera_sync_wait",
+            "failover_hosts",
+            "galera_require_synced",
         ]),
     ),
     ("log", Some(&["level", "format"])),
@@ -371,6 +401,8 @@ impl Settings {
                 Duration::from_secs(10),
             ),
             galera_sync_wait: r.count_at(&["database", "galera_sync_wait"], 0..=15, 1),
+            failover_hosts: failover_hosts(&mut r),
+            galera_require_synced: r.bool_at(&["database", "galera_require_synced"], true),
         };
 
         let current_level = previous.map_or("info", |p| p.log.level.as_str());

@@ -12,6 +12,7 @@ pub mod callbacks;
 pub mod departed;
 pub mod dialect;
 pub mod events;
+pub mod failover;
 pub mod history;
 pub mod idempotency;
 pub mod lease_owners;
@@ -143,8 +144,19 @@ impl Db {
         }
     }
 
-    /// Whether the database answers and the newest embedded migration is applied.
-    pub async fn check_ready(&self) -> Result<(), String> {
+    /// Whether the database answers and the newest embedded migration is
+    /// applied, and, on a Galera node with `require_synced`, the node is
+    /// `Synced` (a donor or joiner answers, but not as its cluster would).
+    pub async fn check_ready(&self, require_synced: bool) -> Result<(), String> {
+        if let (Self::MySql(pool), true) = (self, require_synced) {
+            let mut conn = pool
+                .acquire()
+                .await
+                .map_err(|err| format!("no database connection: {err}"))?;
+            if let Some(problem) = failover::node_problem(&mut conn, true).await {
+                return Err(problem);
+            }
+        }
         let latest = match self {
             Self::Sqlite(_) => &SQLITE_MIGRATIONS,
             Self::MySql(_) => &MYSQL_MIGRATIONS,
@@ -212,10 +224,39 @@ pub fn is_unique_violation(err: &sqlx::Error) -> bool {
 }
 
 /// Whether an error means "lost a race for locks; trying again may work":
-/// an InnoDB deadlock (1213) or lock-wait timeout (1205), or SQLite busy or
-/// locked ([`Conflict`]).
+/// an InnoDB deadlock or Galera certification conflict (1213), a lock-wait
+/// timeout (1205), a Galera node not ready yet (1047, 1180), or SQLite busy
+/// or locked ([`Conflict`]).
 pub fn is_retryable_conflict(err: &sqlx::Error) -> bool {
     Conflict::of(err).is_some()
+}
+
+/// Whether an error means the database cannot be used right now, rather
+/// than that the statement was wrong: no connection (refused, dropped, a
+/// pool that timed out or closed), a server shutting down (1053), a Galera
+/// node not ready or not in the cluster (1047, 1180), a race for locks lost
+/// on every retry, or SQLite unable to write its file (read-only, I/O
+/// error, disk full, cannot open). The caller may try again later.
+pub fn is_unavailable(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db_error) => {
+            if let Some(mysql) = db_error.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+                return matches!(mysql.number(), 1047 | 1053 | 1180 | 1205 | 1213);
+            }
+            // SQLite's extended codes keep the primary code in the low byte.
+            db_error
+                .code()
+                .and_then(|code| code.parse::<i64>().ok())
+                .is_some_and(|code| matches!(code & 0xff, 5 | 6 | 8 | 10 | 13 | 14))
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]

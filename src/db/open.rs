@@ -8,6 +8,7 @@ use sqlx::Connection;
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlPool, MySqlPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
+use super::failover::Nodes;
 use super::mysql_url::MySqlUrl;
 use super::{Backend, Db, SqliteDb};
 use crate::config::DatabaseSettings;
@@ -108,6 +109,14 @@ async fn open_mysql(settings: &DatabaseSettings) -> Result<MySqlPool, OpenError>
             });
         }
     }
+    // With several nodes, the first healthy one (the first, if none is: its
+    // error is the one to report).
+    let nodes = Nodes::of(settings, &url);
+    let node = if settings.failover_hosts.is_empty() {
+        nodes.first().clone()
+    } else {
+        nodes.first_healthy().await.unwrap_or(nodes.first()).clone()
+    };
     let sync_wait = settings.galera_sync_wait;
     let connected = MySqlPoolOptions::new()
         .max_connections(settings.max_connections)
@@ -127,7 +136,7 @@ async fn open_mysql(settings: &DatabaseSettings) -> Result<MySqlPool, OpenError>
                 Ok(true)
             })
         })
-        .connect_with(url.options.clone())
+        .connect_with(node)
         .await;
     match connected {
         Ok(pool) => Ok(pool),
@@ -147,14 +156,7 @@ async fn read_your_writes(conn: &mut MySqlConnection, sync_wait: u32) -> Result<
         .await
     {
         Ok(on) => on,
-        // 1193: unknown system variable, as on MySQL.
-        Err(sqlx::Error::Database(err))
-            if err
-                .try_downcast_ref::<MySqlDatabaseError>()
-                .is_some_and(|e| e.number() == 1193) =>
-        {
-            None
-        }
+        Err(err) if is_unknown_variable(&err) => None,
         Err(err) => return Err(err),
     };
     if galera == Some(1) {
@@ -164,6 +166,14 @@ async fn read_your_writes(conn: &mut MySqlConnection, sync_wait: u32) -> Result<
             .await?;
     }
     Ok(())
+}
+
+/// Whether `err` is MySQL's 1193, an unknown system variable (as
+/// `wsrep_on` is on MySQL, which has no Galera).
+pub(super) fn is_unknown_variable(err: &sqlx::Error) -> bool {
+    err.as_database_error()
+        .and_then(|db| db.try_downcast_ref::<MySqlDatabaseError>())
+        .is_some_and(|e| e.number() == 1193)
 }
 
 /// The error for a failed MySQL connection; a TLS failure says what to change

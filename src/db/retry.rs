@@ -8,6 +8,11 @@
 //! of them means the write was wrong, only that it came at a bad moment: the
 //! same transaction, begun again after a short, jittered pause, succeeds. The
 //! pause is jittered so that two victims of one deadlock do not meet again.
+//!
+//! On a Galera cluster, a transaction that conflicts with one certified on
+//! another node fails at any statement or at commit with 1213 as well; while
+//! a node rejoins it answers 1047 (not prepared for application use) and may
+//! fail a commit with 1180. Those are retried alike.
 
 use std::future::Future;
 use std::time::Duration;
@@ -27,6 +32,12 @@ pub enum Conflict {
     LockWaitTimeout,
     /// SQLite was busy or locked past the busy timeout (codes 5, 6, 517).
     Busy,
+    /// A Galera node not ready for application use yet (MariaDB 1047, `WSREP
+    /// has not yet prepared node for application use`).
+    NodeNotReady,
+    /// The commit itself failed (MySQL 1180), as on a Galera node that is
+    /// leaving or rejoining the cluster.
+    CommitFailed,
 }
 
 impl Conflict {
@@ -37,6 +48,8 @@ impl Conflict {
             return match mysql.number() {
                 1213 => Some(Self::Deadlock),
                 1205 => Some(Self::LockWaitTimeout),
+                1047 => Some(Self::NodeNotReady),
+                1180 => Some(Self::CommitFailed),
                 _ => None,
             };
         }
@@ -49,11 +62,19 @@ impl Conflict {
             Self::Deadlock => "deadlock",
             Self::LockWaitTimeout => "lock_wait_timeout",
             Self::Busy => "busy",
+            Self::NodeNotReady => "node_not_ready",
+            Self::CommitFailed => "commit_failed",
         }
     }
 
     /// Every conflict, for registering the counters' series.
-    pub const ALL: [Self; 3] = [Self::Deadlock, Self::LockWaitTimeout, Self::Busy];
+    pub const ALL: [Self; 5] = [
+        Self::Deadlock,
+        Self::LockWaitTimeout,
+        Self::Busy,
+        Self::NodeNotReady,
+        Self::CommitFailed,
+    ];
 }
 
 /// An error that may be a lost lock race underneath.

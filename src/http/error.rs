@@ -61,6 +61,10 @@ pub enum ApiError {
     /// The request took longer than `server.request_timeout`.
     #[error("request timed out")]
     Timeout,
+    /// The database cannot be used right now (down, unreachable, a cluster
+    /// node leaving, busy past every retry): nothing was done; retry later.
+    #[error("the database is unavailable right now; nothing was done: retry shortly")]
+    DatabaseUnavailable,
     /// Anything unexpected: logged in full, answered generically.
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
@@ -100,21 +104,46 @@ impl ApiError {
             }
             Self::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "NOT_READY"),
             Self::Timeout => (StatusCode::SERVICE_UNAVAILABLE, "TIMEOUT"),
+            Self::DatabaseUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "DATABASE_UNAVAILABLE"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL"),
         }
     }
 
-    /// An internal error from anything displayable.
+    /// An internal error from anything displayable; one that says the
+    /// database cannot be used right now is [`Self::DatabaseUnavailable`].
     pub fn internal(err: impl Into<anyhow::Error>) -> Self {
-        Self::Internal(err.into())
+        let err = err.into();
+        if database_unavailable(&err) {
+            tracing::warn!(error = %err, "the database is unavailable; answered 503");
+            return Self::DatabaseUnavailable;
+        }
+        Self::Internal(err)
     }
+}
+
+/// Whether `err` or one of its causes is a database error that means "not
+/// now" ([`crate::db::is_unavailable`]). A store error wrapping a database
+/// error forwards its causes, so it is looked at itself, not only its chain.
+fn database_unavailable(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        let sqlx = cause.downcast_ref::<sqlx::Error>().or_else(|| {
+            match cause.downcast_ref::<crate::store::StoreError>() {
+                Some(crate::store::StoreError::Db(err)) => Some(err),
+                _ => None,
+            }
+        });
+        sqlx.is_some_and(crate::db::is_unavailable)
+    })
 }
 
 impl From<sqlx::Error> for ApiError {
     fn from(err: sqlx::Error) -> Self {
-        Self::Internal(err.into())
+        Self::internal(err)
     }
 }
+
+/// How long a client should wait before retrying a 503 for the database.
+const DATABASE_RETRY_AFTER_SECS: &str = "5";
 
 impl Contended for ApiError {
     fn conflict(&self) -> Option<Conflict> {
@@ -138,6 +167,13 @@ impl IntoResponse for ApiError {
             message: &message,
             request_id: request_id::current().unwrap_or_default(),
         };
-        (status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if matches!(self, Self::DatabaseUnavailable) {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static(DATABASE_RETRY_AFTER_SECS),
+            );
+        }
+        response
     }
 }

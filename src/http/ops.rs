@@ -30,7 +30,8 @@ async fn healthz() -> Json<Value> {
 /// The database answers and the newest migration is applied.
 async fn readyz(State(state): State<AppState>) -> ApiResult<Json<Value>> {
     let db = state.db.get().ok_or(ApiError::NotReady)?;
-    match tokio::time::timeout(READY_CHECK_TIMEOUT, db.check_ready()).await {
+    let require_synced = state.config.current().database.galera_require_synced;
+    match tokio::time::timeout(READY_CHECK_TIMEOUT, db.check_ready(require_synced)).await {
         Ok(Ok(())) => Ok(Json(json!({ "status": "ready" }))),
         Ok(Err(reason)) => {
             tracing::warn!("readiness check failed: {reason}");

@@ -34,7 +34,7 @@ async fn migrations_are_idempotent_and_leave_the_database_ready() {
         test_db.db.migrate().await.expect("second run is a no-op");
         test_db
             .db
-            .check_ready()
+            .check_ready(true)
             .await
             .expect("ready after migrations");
         let tables: i64 = with_pool!(&test_db.db, reader, |pool| {
