@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# A 3-node MariaDB Galera cluster of its own on loopback (client ports
+# 3311-3313, own data directories, rsync state transfers, nodes running as
+# the mysql user so a joiner's rsync can write its data directory; node 1
+# bootstraps the cluster), and the tests that need one, with one changegate
+# instance per node. Everything is stopped and removed when this script
+# ends, however it ends.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n== %s\n' "$*"; }
+
+base="${CHANGEGATE_CI_GALERA_PORT_BASE:-3310}"
+client_port() { echo $((base + $1)); }
+group_port() { echo $((base + 1260 + $1)); }
+ist_port() { echo $((base + 1250 + $1)); }
+sst_port() { echo $((base + 1130 + $1)); }
+
+ensure_packages() {
+    local missing=()
+    [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
+    [ -f /usr/lib/galera/libgalera_smm.so ] || missing+=(galera-4)
+    command -v rsync >/dev/null || missing+=(rsync)
+    command -v openssl >/dev/null || missing+=(openssl)
+    if [ "${#missing[@]}" -gt 0 ]; then
+        log "installing ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+}
+
+ensure_packages
+for i in 1 2 3; do
+    for port in "$(client_port "$i")" "$(group_port "$i")" "$(ist_port "$i")" "$(sst_port "$i")"; do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            echo "error: port $port is taken: set CHANGEGATE_CI_GALERA_PORT_BASE" >&2
+            exit 1
+        fi
+    done
+done
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/changegate-galera.XXXXXX")"
+chmod 755 "$work"
+declare -A pids=()
+stop_cluster() {
+    for i in "${!pids[@]}"; do
+        kill -TERM "${pids[$i]}" 2>/dev/null || true
+    done
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}" 2>/dev/null || true
+    done
+    rm -rf "$work"
+}
+trap stop_cluster EXIT
+
+node_cnf() {
+    local i="$1" dir="$work/node$1"
+    local members
+    members="$(for n in 1 2 3; do printf '127.0.0.1:%s,' "$(group_port "$n")"; done)"
+    cat >"$dir/my.cnf" <<CNF
+[mysqld]
+user = mysql
+datadir = $dir/data
+socket = $dir/mariadbd.sock
+pid-file = $dir/mariadbd.pid
+log-error = $dir/error.log
+port = $(client_port "$i")
+bind-address = 127.0.0.1
+skip-name-resolve
+innodb_buffer_pool_size = 64M
+binlog_format = ROW
+default_storage_engine = InnoDB
+innodb_autoinc_lock_mode = 2
+wsrep_on = ON
+wsrep_provider = /usr/lib/galera/libgalera_smm.so
+wsrep_cluster_name = changegate_ci
+wsrep_cluster_address = gcomm://${members%,}
+wsrep_node_name = node$i
+wsrep_node_address = 127.0.0.1:$(group_port "$i")
+wsrep_provider_options = "gmcast.listen_addr=tcp://127.0.0.1:$(group_port "$i");ist.recv_addr=127.0.0.1:$(ist_port "$i")"
+wsrep_sst_method = rsync
+wsrep_sst_receive_address = 127.0.0.1:$(sst_port "$i")
+CNF
+}
+
+# Starts node $1 (with extra mariadbd arguments) and waits until it is Synced.
+start_node() {
+    local i="$1"
+    shift
+    /usr/sbin/mariadbd --defaults-file="$work/node$i/my.cnf" "$@" \
+        >>"$work/node$i/mariadbd.out" 2>&1 &
+    pids[$i]=$!
+    for _ in $(seq 1 120); do
+        if [ "$(state_of "$i")" = "Synced" ]; then
+            return
+        fi
+        if ! kill -0 "${pids[$i]}" 2>/dev/null; then
+            unset "pids[$i]"
+            node_failed "$i" "stopped while starting"
+        fi
+        sleep 1
+    done
+    node_failed "$i" "was not Synced within 120 s"
+}
+
+state_of() {
+    mariadb --no-defaults --socket="$work/node$1/mariadbd.sock" -uroot -N \
+        -e "SHOW STATUS LIKE 'wsrep_local_state_comment'" 2>/dev/null | awk '{print $2}'
+}
+
+node_failed() {
+    cat "$work/node$1/mariadbd.out" "$work/node$1/error.log" >&2 2>/dev/null || true
+    echo "error: Galera node $1 $2" >&2
+    exit 1
+}
+
+log "Galera: three nodes on 127.0.0.1:$(client_port 1)-$(client_port 3)"
+for i in 1 2 3; do
+    mkdir -p "$work/node$i/data"
+    node_cnf "$i"
+    chown -R mysql:mysql "$work/node$i"
+done
+mariadb-install-db --no-defaults --user=mysql --datadir="$work/node1/data" \
+    --auth-root-authentication-method=normal --skip-test-db >"$work/node1/install.out" 2>&1 \
+    || node_failed 1 "could not be initialised"
+start_node 1 --wsrep-new-cluster
+password="$(openssl rand -hex 16)"
+mariadb --no-defaults --socket="$work/node1/mariadbd.sock" -uroot -e "
+    CREATE OR REPLACE USER 'root'@'127.0.0.1' IDENTIFIED BY '$password';
+    GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;"
+start_node 2
+start_node 3
+size="$(MYSQL_PWD="$password" mariadb --no-defaults --protocol=tcp -h127.0.0.1 \
+    -P"$(client_port 3)" -uroot -N -e "SHOW STATUS LIKE 'wsrep_cluster_size'" | awk '{print $2}')"
+if [ "$size" != 3 ]; then
+    echo "error: the Galera cluster has $size nodes, not 3" >&2
+    exit 1
+fi
+echo "cluster of $size nodes, all Synced"
+
+urls=""
+for i in 1 2 3; do
+    urls+="mysql://root:$password@127.0.0.1:$(client_port "$i"),"
+done
+export CHANGEGATE_TEST_GALERA_URLS="${urls%,}"
+export CHANGEGATE_TEST_MYSQL_URL="mysql://root:$password@127.0.0.1:$(client_port 1)"
+export CHANGEGATE_TEST_REQUIRE_MYSQL=1
+"$@"
