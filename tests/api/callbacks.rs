@@ -250,6 +250,18 @@ async fn unsigned_forged_or_stale_callbacks_are_401_and_change_nothing() {
         status_of(&app, "alice", &id).await["status"],
         "APPROVAL_SENDING"
     );
+    // Refused callbacks count in the API metrics, by route and status.
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    let refused: f64 = metrics
+        .lines()
+        .find(|line| {
+            line.starts_with("changegate_http_requests_total")
+                && line.contains("route=\"/callbacks/approval\"")
+                && line.contains("status=\"401\"")
+        })
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("callbacks are not counted: {metrics}"));
+    assert!(refused >= 4.0, "{refused}");
 
     let unconfigured = requester_app(&db.url, "").await;
     let (status, _) = post_signed(

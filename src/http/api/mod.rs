@@ -232,7 +232,7 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
             routes!(super::admin::webhooks::redeliver),
         ))
         // Callbacks are not guarded: they authenticate by signature.
-        .merge(super::callbacks::router())
+        .merge(super::callbacks::router(state))
         .split_for_parts();
     (router, document)
 }

@@ -8,21 +8,32 @@ mod signed;
 
 use axum::Json;
 use serde_json::{Value, json};
-use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 use utoipa_axum::routes;
 
 use crate::db::callbacks::{CallbackSource, insert_receipt};
 use crate::db::is_unique_violation;
 use crate::http::error::ApiResult;
+use crate::http::layers::{RouteSpec, observed};
 use crate::state::AppState;
 use crate::store::StoreTx;
 
+/// Callbacks count in the API metrics like every other route.
+static CALLBACK: RouteSpec = RouteSpec {
+    name: "callback",
+    rate_limit: None,
+    activity: None,
+};
+
 /// `POST /callbacks/approval` and `POST /callbacks/deploy`, with their
-/// part of the OpenAPI document.
-pub fn router() -> OpenApiRouter<AppState> {
+/// part of the OpenAPI document, observed by the API metrics.
+pub fn router(state: &AppState) -> OpenApiRouter<AppState> {
+    let observe = |(schemas, paths, route): UtoipaMethodRouter<AppState>| {
+        (schemas, paths, observed(state, &CALLBACK, route))
+    };
     OpenApiRouter::new()
-        .routes(routes!(approval::approval_callback))
-        .routes(routes!(deploy::deploy_callback))
+        .routes(observe(routes!(approval::approval_callback)))
+        .routes(observe(routes!(deploy::deploy_callback)))
 }
 
 /// The answer codes of a callback.
