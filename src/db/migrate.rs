@@ -125,6 +125,18 @@ pub(super) async fn mysql(pool: &MySqlPool) -> Result<(), MigrationError> {
 /// conflict on Galera) is a try that failed, like a held lock.
 async fn take_lock_row(pool: &MySqlPool, holder: &str) -> Result<(), MigrationError> {
     let deadline = std::time::Instant::now() + LOCK_WAIT;
+    // DDL only while the table is missing, that is before anyone can hold
+    // the lock: on Galera each DDL runs cluster-wide in total order and
+    // would abort the holder's migration statements on every node.
+    let exists: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.TABLES \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'changegate_migration_lock'",
+    )
+    .fetch_one(pool)
+    .await?;
+    if exists == 0 {
+        sqlx::query(LOCK_TABLE).execute(pool).await?;
+    }
     loop {
         match try_lock_row(pool, holder).await {
             Ok(true) => return Ok(()),
@@ -140,7 +152,6 @@ async fn take_lock_row(pool: &MySqlPool, holder: &str) -> Result<(), MigrationEr
 }
 
 async fn try_lock_row(pool: &MySqlPool, holder: &str) -> Result<bool, sqlx::Error> {
-    sqlx::query(LOCK_TABLE).execute(pool).await?;
     sqlx::query("INSERT IGNORE INTO changegate_migration_lock (id) VALUES (1)")
         .execute(pool)
         .await?;

@@ -20,8 +20,11 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable, RetryableWithContext};
 
 /// How many times a transaction is begun again after losing a lock race
-/// (so it runs at most one more time than this).
-pub const RETRIES: usize = 4;
+/// (so it runs at most one more time than this). On a Galera cluster a row
+/// another node keeps writing (a request's first steps, right after it was
+/// submitted there) can abort a transaction several times in a row: the
+/// attempts span about a second, well within a request's timeout.
+pub const RETRIES: usize = 8;
 
 /// Why a transaction lost a race for locks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,13 +125,13 @@ where
     count_if_exhausted(outcome)
 }
 
-/// 5 ms, then doubling to at most 100 ms, each pause plus a random part of
+/// 5 ms, then doubling to at most 250 ms, each pause plus a random part of
 /// itself: the first retry comes at once in human terms, and all of them
-/// together stay well under a request's timeout.
+/// together (under two seconds) stay well under a request's timeout.
 fn policy() -> ExponentialBuilder {
     ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(5))
-        .with_max_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_millis(250))
         .with_factor(2.0)
         .with_max_times(RETRIES)
         .with_jitter()

@@ -61,10 +61,6 @@ pub enum ApiError {
     /// The request took longer than `server.request_timeout`.
     #[error("request timed out")]
     Timeout,
-    /// The database cannot be used right now (down, unreachable, a cluster
-    /// node leaving, busy past every retry): nothing was done; retry later.
-    #[error("the database is unavailable right now; nothing was done: retry shortly")]
-    DatabaseUnavailable,
     /// Anything unexpected: logged in full, answered generically.
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
@@ -104,20 +100,22 @@ impl ApiError {
             }
             Self::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "NOT_READY"),
             Self::Timeout => (StatusCode::SERVICE_UNAVAILABLE, "TIMEOUT"),
-            Self::DatabaseUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "DATABASE_UNAVAILABLE"),
+            // The database cannot be used right now (down, unreachable, a
+            // cluster node leaving, busy past every retry): nothing was
+            // done, and the same request may be sent again.
+            Self::Internal(err) if database_unavailable(err) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "DATABASE_UNAVAILABLE")
+            }
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL"),
         }
     }
 
-    /// An internal error from anything displayable; one that says the
-    /// database cannot be used right now is [`Self::DatabaseUnavailable`].
+    /// An internal error from anything displayable (one that says the
+    /// database cannot be used right now is answered 503, see
+    /// [`Self::status_and_code`]; it stays an internal error until then, so
+    /// a transaction's retry still sees the conflict in it).
     pub fn internal(err: impl Into<anyhow::Error>) -> Self {
-        let err = err.into();
-        if database_unavailable(&err) {
-            tracing::warn!(error = %err, "the database is unavailable; answered 503");
-            return Self::DatabaseUnavailable;
-        }
-        Self::Internal(err)
+        Self::Internal(err.into())
     }
 }
 
@@ -138,7 +136,7 @@ fn database_unavailable(err: &anyhow::Error) -> bool {
 
 impl From<sqlx::Error> for ApiError {
     fn from(err: sqlx::Error) -> Self {
-        Self::internal(err)
+        Self::Internal(err.into())
     }
 }
 
@@ -157,18 +155,29 @@ impl Contended for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        match &self {
-            Self::Internal(err) => tracing::error!(error = ?err, "request failed"),
-            other => tracing::debug!(code, "{other}"),
-        }
-        let message = self.to_string();
+        let unavailable =
+            status == StatusCode::SERVICE_UNAVAILABLE && code == "DATABASE_UNAVAILABLE";
+        let message = match &self {
+            Self::Internal(err) if unavailable => {
+                tracing::warn!(error = %err, "the database is unavailable; answered 503");
+                "the database is unavailable right now; nothing was done: retry shortly".to_owned()
+            }
+            Self::Internal(err) => {
+                tracing::error!(error = ?err, "request failed");
+                self.to_string()
+            }
+            other => {
+                tracing::debug!(code, "{other}");
+                other.to_string()
+            }
+        };
         let body = ErrorBody {
             code,
             message: &message,
             request_id: request_id::current().unwrap_or_default(),
         };
         let mut response = (status, Json(body)).into_response();
-        if matches!(self, Self::DatabaseUnavailable) {
+        if unavailable {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
                 axum::http::HeaderValue::from_static(DATABASE_RETRY_AFTER_SECS),

@@ -43,6 +43,31 @@ impl GaleraDb {
             name: format!("cg_galera_{}", uuid::Uuid::new_v4().simple()),
         };
         db.admin(&format!("CREATE DATABASE `{}`", db.name)).await;
+        // Each node applies the DDL on its own time: wait until all have.
+        for node in &db.nodes {
+            let mut conn = sqlx::MySqlConnection::connect(node.as_str())
+                .await
+                .expect("connect to a Galera node");
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let found: Option<String> = sqlx::query_scalar(
+                    "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
+                )
+                .bind(&db.name)
+                .fetch_optional(&mut conn)
+                .await
+                .unwrap();
+                if found.is_some() {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{node} never saw the database"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            conn.close().await.unwrap();
+        }
         Some(db)
     }
 
@@ -90,7 +115,7 @@ impl Drop for GaleraDb {
     }
 }
 
-async fn session_sync_wait(db: &Db) -> i64 {
+async fn session_sync_wait(db: &Db) -> u64 {
     let Db::MySql(pool) = db else {
         panic!("a Galera node is MySQL");
     };
@@ -156,4 +181,56 @@ async fn three_migrates_on_three_nodes_at_once_all_succeed() {
         assert_eq!(recorded, (all, all), "round {round}");
         conn.close().await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn submitted_on_one_node_and_approved_on_another_at_once_never_5xx_or_404() {
+    let Some(cluster) = GaleraDb::create().await else {
+        return;
+    };
+    let config = crate::helpers::REQUESTER_CONFIG;
+    let first = crate::helpers::spawn_app(&cluster.url(0), config).await;
+    first.wait_until_ready().await;
+    let second = crate::helpers::spawn_app(&cluster.url(1), config).await;
+    second.wait_until_ready().await;
+
+    let (mut server_errors, mut not_found, mut approved) = (Vec::new(), 0, 0);
+    for n in 0..150 {
+        let body = serde_json::json!({ "targetKey": "team.access", "subjectId": format!("member{n}"),
+                                       "params": { "level": "read" }, "reason": "cross-node" });
+        let submitted = first
+            .post_as(&format!("member{n}"), "/api/v1/applications", &body)
+            .await;
+        assert_eq!(submitted.status(), 202, "request {n}");
+        let submitted: serde_json::Value = submitted.json().await.unwrap();
+        let id = submitted["operationId"].as_str().unwrap().to_owned();
+
+        let seen = second
+            .get_as("admin", &format!("/api/v1/operations/{id}"))
+            .await
+            .status();
+        match seen.as_u16() {
+            404 => not_found += 1,
+            500..=599 => server_errors.push(format!("GET {n}: {seen}")),
+            _ => {}
+        }
+        let approve = format!("/admin/v1/approvals/{id}/approve");
+        let answer = second
+            .post_as("admin", &approve, &serde_json::json!({}))
+            .await
+            .status();
+        match answer.as_u16() {
+            200 => approved += 1,
+            500..=599 => server_errors.push(format!("approve {n}: {answer}")),
+            other => panic!("approve {n} answered {other}"),
+        }
+    }
+    assert_eq!(server_errors, Vec::<String>::new());
+    assert_eq!(
+        not_found, 0,
+        "a read on node 2 missed a write acknowledged on node 1"
+    );
+    assert_eq!(approved, 150);
+    first.stop().await.unwrap();
+    second.stop().await.unwrap();
 }
