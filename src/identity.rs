@@ -138,14 +138,23 @@ fn verify_token(settings: &IdentitySettings, token: &str) -> Result<Claims, Iden
         IdentityError::InvalidToken(format!("{:?} tokens are not accepted", header.alg))
     })?;
     let mut validation = Validation::new(header.alg);
-    validation.required_spec_claims = ["exp".to_owned()].into();
+    // The library checks `iss` and `aud` only when the token carries them,
+    // unless they are required: a configured issuer or audience is.
+    let mut required = vec!["exp"];
     if let Some(issuer) = &jwt.issuer {
         validation.set_issuer(&[issuer]);
+        required.push("iss");
     }
     match &jwt.audience {
-        Some(audience) => validation.set_audience(&[audience]),
+        Some(audience) => {
+            validation.set_audience(&[audience]);
+            required.push("aud");
+        }
         None => validation.validate_aud = false,
     }
+    validation.set_required_spec_claims(&required);
+    validation.validate_nbf = true;
+    validation.leeway = jwt.leeway.as_secs();
     decode::<Claims>(token, &key, &validation)
         .map(|data| data.claims)
         .map_err(invalid)

@@ -34,6 +34,7 @@ fn settings() -> IdentitySettings {
             rs256_public_key: Some(RS256_PUBLIC.to_owned()),
             issuer: Some("https://sso.example.com".to_owned()),
             audience: None,
+            leeway: std::time::Duration::from_secs(5),
         },
     }
 }
@@ -185,4 +186,58 @@ fn tokens_are_refused_when_no_key_is_configured() {
         resolve(&s, &bearer, ip("127.0.0.1")),
         Err(IdentityError::InvalidToken(_))
     ));
+}
+
+#[test]
+fn a_configured_issuer_and_audience_are_required_and_times_checked_with_the_leeway() {
+    let mut s = settings();
+    s.jwt.audience = Some("changegate".to_owned());
+    let hs = EncodingKey::from_secret(b"test-secret-with-enough-bytes").unwrap();
+    let now = chrono::Utc::now().timestamp();
+    let signed = |claims: serde_json::Value| {
+        let t = encode(&Header::new(Algorithm::HS256), &claims, &hs).unwrap();
+        headers(&[("authorization", &format!("Bearer {t}"))])
+    };
+    let iss = "https://sso.example.com";
+    let accepted =
+        |claims: serde_json::Value| resolve(&s, &signed(claims), ip("198.51.100.7")).is_ok();
+
+    assert!(accepted(
+        serde_json::json!({ "sub": "alice", "exp": now + 60, "iss": iss, "aud": "changegate" })
+    ));
+    // Within the 5 s leeway: a clock a little ahead or behind is forgiven.
+    assert!(accepted(
+        serde_json::json!({ "sub": "alice", "exp": now - 2, "iss": iss, "aud": "changegate" })
+    ));
+    assert!(accepted(
+        serde_json::json!({ "sub": "alice", "exp": now + 60, "nbf": now + 2, "iss": iss, "aud": "changegate" })
+    ));
+    for (case, claims) in [
+        (
+            "no iss",
+            serde_json::json!({ "sub": "alice", "exp": now + 60, "aud": "changegate" }),
+        ),
+        (
+            "no aud",
+            serde_json::json!({ "sub": "alice", "exp": now + 60, "iss": iss }),
+        ),
+        (
+            "another aud",
+            serde_json::json!({ "sub": "alice", "exp": now + 60, "iss": iss, "aud": "other" }),
+        ),
+        (
+            "no exp",
+            serde_json::json!({ "sub": "alice", "iss": iss, "aud": "changegate" }),
+        ),
+        (
+            "expired 30 s ago",
+            serde_json::json!({ "sub": "alice", "exp": now - 30, "iss": iss, "aud": "changegate" }),
+        ),
+        (
+            "not valid for 30 s",
+            serde_json::json!({ "sub": "alice", "exp": now + 60, "nbf": now + 30, "iss": iss, "aud": "changegate" }),
+        ),
+    ] {
+        assert!(!accepted(claims), "{case} must be refused");
+    }
 }

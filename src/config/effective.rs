@@ -114,6 +114,7 @@ pub fn effective(settings: &Settings) -> Value {
                 "rs256PublicKeyFile": secret_file(s, "identity.jwt.rs256_public_key_file"),
                 "issuer": s.identity.jwt.issuer,
                 "audience": s.identity.jwt.audience,
+                "leeway": duration(s.identity.jwt.leeway),
             },
         },
         "authz": {

@@ -44,6 +44,9 @@ pub struct JwtSettings {
     pub issuer: Option<String>,
     /// `audience`: required `aud` when set.
     pub audience: Option<String>,
+    /// `leeway`, default `5s`, at most `60s`: the clock skew allowed when
+    /// checking `exp` and `nbf`.
+    pub leeway: Duration,
 }
 
 /// `[authz]`: who may do what (SPEC §3, authz).
@@ -202,6 +205,28 @@ pub(super) const IDENTITY_KEYS: &[&str] = &[
 ];
 pub(super) const AUTHZ_KEYS: &[&str] = &["provider", "url", "timeout", "rules", "grants"];
 pub(super) const IDEMPOTENCY_KEYS: &[&str] = &["ttl", "cleanup_interval"];
+/// `identity.jwt.leeway`: a duration of at most a minute (zero allowed).
+fn jwt_leeway(r: &mut Reader<'_>) -> Duration {
+    const DEFAULT: Duration = Duration::from_secs(5);
+    const MAX: Duration = Duration::from_secs(60);
+    let Some(raw) = r.at(&["identity", "jwt", "leeway"]) else {
+        return DEFAULT;
+    };
+    match raw
+        .as_str()
+        .map(|text| humantime::parse_duration(text.trim()))
+    {
+        Some(Ok(leeway)) if leeway <= MAX => leeway,
+        _ => {
+            r.error(
+                "identity.jwt.leeway",
+                "must be a duration of at most \"60s\", like \"5s\"",
+            );
+            DEFAULT
+        }
+    }
+}
+
 pub(super) const EXECUTOR_KEYS: &[&str] = &["workers", "queue_capacity", "lease", "poll_interval"];
 pub(super) const WEB_KEYS: &[&str] = &["demo_identity"];
 const JWT_KEYS: &[&str] = &[
@@ -211,6 +236,7 @@ const JWT_KEYS: &[&str] = &[
     "rs256_public_key_file",
     "issuer",
     "audience",
+    "leeway",
 ];
 const TARGET_KEYS: &[&str] = &[
     "description",
@@ -271,6 +297,7 @@ pub(super) fn identity(r: &mut Reader<'_>, files: &mut SecretFiles) -> IdentityS
         rs256_public_key: secrets::text(r, files, &["identity", "jwt", "rs256_public_key"]),
         issuer: optional(r.string_at(&["identity", "jwt", "issuer"], "")),
         audience: optional(r.string_at(&["identity", "jwt", "audience"], "")),
+        leeway: jwt_leeway(r),
     };
     IdentitySettings {
         trusted_proxies,
