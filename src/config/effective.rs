@@ -58,7 +58,8 @@ pub fn effective(settings: &Settings) -> Value {
         AccessMode::Closed => "CLOSED",
     };
     let window = match s.access.window {
-        AccessWindow::Always => json!("always"),
+        AccessWindow::Unset => Value::Null,
+        AccessWindow::AllDay => json!("all day"),
         AccessWindow::Daily { start, end, tz } => {
             json!({ "start": start.to_string(), "end": end.to_string(), "timezone": tz.name() })
         }

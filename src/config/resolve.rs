@@ -53,8 +53,12 @@ pub enum AccessMode {
 /// When, in `TEST_WINDOW` mode, submissions are accepted.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum AccessWindow {
-    /// No window configured: no time restriction.
-    Always,
+    /// No window configured: in `TEST_WINDOW` nothing is admitted (a window
+    /// missing by mistake must not open what it was meant to limit).
+    Unset,
+    /// A window that covers the whole day (`"00:00-24:00"`, or any window
+    /// ending where it starts).
+    AllDay,
     /// Every day from `start` (inclusive) to `end` (exclusive) in the fixed
     /// zone `tz`; `end < start` wraps past midnight.
     Daily {
@@ -73,8 +77,8 @@ impl AccessWindow {
     /// Whether `now` falls inside the window.
     pub fn contains(&self, now: DateTime<Utc>) -> bool {
         match *self {
-            Self::Always => true,
-            Self::Never => false,
+            Self::AllDay => true,
+            Self::Unset | Self::Never => false,
             Self::Daily { start, end, tz } => {
                 let local = now.with_timezone(&tz).time();
                 if start <= end {
@@ -84,6 +88,20 @@ impl AccessWindow {
                 }
             }
         }
+    }
+}
+
+/// Why submissions are closed in `mode` with `window`, in words that say
+/// what to set, when the configuration rather than the clock closes them.
+pub fn closed_by_configuration(mode: AccessMode, window: &AccessWindow) -> Option<&'static str> {
+    match (mode, window) {
+        (AccessMode::TestWindow, AccessWindow::Unset) => Some(
+            "access.mode is TEST_WINDOW but no access.window is set: set access.window (\"HH:MM-HH:MM\") and access.timezone, or access.mode = \"OPEN\"",
+        ),
+        (AccessMode::TestWindow, AccessWindow::Never) => Some(
+            "access.window or access.timezone is invalid: set access.window (\"HH:MM-HH:MM\") and an IANA access.timezone",
+        ),
+        _ => None,
     }
 }
 
@@ -159,9 +177,18 @@ fn describe(raw: &Value) -> String {
     }
 }
 
-/// `access.mode`: missing or blank → `TEST_WINDOW`; anything unknown → `CLOSED`.
-pub fn access_mode(raw: Option<&Value>) -> Resolved<AccessMode> {
+/// `access.mode`: missing or blank → `TEST_WINDOW` (which admits only
+/// inside a configured window), except that a running `CLOSED` stays
+/// `CLOSED` (`previous`: the mode in effect before a reload); anything
+/// unknown → `CLOSED`. Misconfiguration never opens what was closed.
+pub fn access_mode(raw: Option<&Value>, previous: Option<AccessMode>) -> Resolved<AccessMode> {
     if blank(raw) {
+        if previous == Some(AccessMode::Closed) {
+            return Resolved::warn(
+                AccessMode::Closed,
+                "missing or blank while the service is CLOSED; it stays CLOSED".to_owned(),
+            );
+        }
         return Resolved::ok(AccessMode::TestWindow);
     }
     let Some(Value::String(text)) = raw else {
@@ -180,10 +207,11 @@ pub fn access_mode(raw: Option<&Value>) -> Resolved<AccessMode> {
 }
 
 /// `access.window` (`"HH:MM-HH:MM"`) in `access.timezone` (IANA name, default
-/// `UTC`): missing window → no time restriction; an invalid window or zone → closed.
+/// `UTC`): missing window → unset (nothing admitted in `TEST_WINDOW`); an
+/// invalid window or zone → closed.
 pub fn access_window(window: Option<&Value>, timezone: Option<&Value>) -> Resolved<AccessWindow> {
     if blank(window) {
-        return Resolved::ok(AccessWindow::Always);
+        return Resolved::ok(AccessWindow::Unset);
     }
     let tz = if blank(timezone) {
         Tz::UTC
@@ -219,7 +247,7 @@ pub fn access_window(window: Option<&Value>, timezone: Option<&Value>) -> Resolv
         _ => None,
     };
     match parsed {
-        Some((start, end)) if start == end => Resolved::ok(AccessWindow::Always),
+        Some((start, end)) if start == end => Resolved::ok(AccessWindow::AllDay),
         Some((start, end)) => Resolved::ok(AccessWindow::Daily { start, end, tz }),
         None => Resolved::warn(
             AccessWindow::Never,

@@ -63,7 +63,7 @@ fn rate_limit_never_blocks_all() {
 #[test]
 fn access_mode_fails_closed() {
     check(
-        access_mode,
+        |raw| access_mode(raw, None),
         vec![
             ("missing", None, AccessMode::TestWindow, false),
             ("blank", s(""), AccessMode::TestWindow, false),
@@ -80,6 +80,25 @@ fn access_mode_fails_closed() {
             ("negative", i(-1), AccessMode::Closed, true),
             ("wrong type", b(true), AccessMode::Closed, true),
         ],
+    );
+}
+
+#[test]
+fn a_closed_service_stays_closed_when_its_mode_line_goes_missing() {
+    for raw in [None, s(""), s("  ")] {
+        let kept = access_mode(raw.as_ref(), Some(AccessMode::Closed));
+        assert_eq!(kept.value, AccessMode::Closed, "{raw:?}");
+        assert!(kept.warning.is_some(), "logged: {raw:?}");
+        // Open or windowed before: the default, which admits only inside a window.
+        assert_eq!(
+            access_mode(raw.as_ref(), Some(AccessMode::Open)).value,
+            AccessMode::TestWindow
+        );
+    }
+    assert_eq!(
+        access_mode(s("OPEN").as_ref(), Some(AccessMode::Closed)).value,
+        AccessMode::Open,
+        "an explicit mode still applies"
     );
 }
 
@@ -118,12 +137,19 @@ fn access_window_rows() {
         bool,
     );
     let rows: Vec<Row> = vec![
-        ("missing", None, None, AccessWindow::Always, false),
+        ("missing", None, None, AccessWindow::Unset, false),
         (
             "blank",
             s(""),
             s("Asia/Shanghai"),
-            AccessWindow::Always,
+            AccessWindow::Unset,
+            false,
+        ),
+        (
+            "all day",
+            s("00:00-24:00"),
+            None,
+            AccessWindow::AllDay,
             false,
         ),
         (
@@ -172,14 +198,28 @@ fn test_window_mode_follows_the_window() {
     assert!(access_open(AccessMode::Open, &AccessWindow::Never, noon));
     assert!(!access_open(
         AccessMode::Closed,
-        &AccessWindow::Always,
+        &AccessWindow::AllDay,
         noon
     ));
     assert!(access_open(
         AccessMode::TestWindow,
-        &AccessWindow::Always,
+        &AccessWindow::AllDay,
         noon
     ));
+    // No window: a TEST_WINDOW that lost its window admits nobody, and says why.
+    assert!(!access_open(
+        AccessMode::TestWindow,
+        &AccessWindow::Unset,
+        noon
+    ));
+    assert!(
+        closed_by_configuration(AccessMode::TestWindow, &AccessWindow::Unset)
+            .is_some_and(|why| why.contains("access.window"))
+    );
+    assert_eq!(
+        closed_by_configuration(AccessMode::TestWindow, &morning),
+        None
+    );
     assert!(!access_open(AccessMode::TestWindow, &morning, noon));
     assert!(!access_open(
         AccessMode::TestWindow,

@@ -149,7 +149,7 @@ pub enum LogFormat {
 /// `[access]`
 #[derive(Debug, Clone)]
 pub struct AccessSettings {
-    /// `mode`: `OPEN`, `TEST_WINDOW` (default) or `CLOSED`.
+    /// `mode`: `OPEN`, `TEST_WINDOW` (default: only inside `window`) or `CLOSED`.
     pub mode: AccessMode,
     /// `window` in `timezone`.
     pub window: AccessWindow,
@@ -422,7 +422,10 @@ impl Settings {
         };
 
         let access = AccessSettings {
-            mode: r.resolved("access.mode", resolve::access_mode(r.get("access", "mode"))),
+            mode: r.resolved(
+                "access.mode",
+                resolve::access_mode(r.get("access", "mode"), previous.map(|p| p.access.mode)),
+            ),
             window: r.resolved(
                 "access.window",
                 resolve::access_window(r.get("access", "window"), r.get("access", "timezone")),

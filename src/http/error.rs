@@ -46,9 +46,10 @@ pub enum ApiError {
     /// Over the rate limit; the message is the route's own.
     #[error("{0}")]
     RateLimited(&'static str),
-    /// The access mode does not allow submissions now.
-    #[error("submissions are closed right now; see GET /api/v1/access for when they open")]
-    ServiceClosed,
+    /// The access mode does not allow submissions now; with the reason when
+    /// the configuration, not the clock, keeps them closed.
+    #[error("submissions are closed right now{}; see GET /api/v1/access", .0.map(|why| format!(": {why}")).unwrap_or_default())]
+    ServiceClosed(Option<&'static str>),
     /// The body is larger than allowed.
     #[error("request body too large")]
     PayloadTooLarge,
@@ -93,7 +94,7 @@ impl ApiError {
                 (StatusCode::UNPROCESSABLE_ENTITY, "IDEMPOTENCY_KEY_REUSED")
             }
             Self::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED"),
-            Self::ServiceClosed => (StatusCode::SERVICE_UNAVAILABLE, "SERVICE_CLOSED"),
+            Self::ServiceClosed(_) => (StatusCode::SERVICE_UNAVAILABLE, "SERVICE_CLOSED"),
             Self::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE"),
             Self::UnsupportedMediaType => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE")

@@ -62,6 +62,24 @@ async fn an_invalid_file_on_reload_keeps_the_last_good_config_and_is_counted() {
 }
 
 #[tokio::test]
+async fn a_closed_service_stays_closed_when_a_reload_loses_its_mode_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("changegate.toml");
+    std::fs::write(&path, "[access]\nmode = \"CLOSED\"\n").unwrap();
+    let (settings, _) = config::load(Some(&path), None).unwrap();
+    let live = LiveConfig::new(settings, Some(path.clone()), None);
+    // Blanked, removed, and the section cut off by a truncated write.
+    for text in ["[access]\nmode = \"\"\n", "[access]\n", ""] {
+        std::fs::write(&path, text).unwrap();
+        live.reload();
+        assert_eq!(live.current().access.mode, AccessMode::Closed, "{text:?}");
+    }
+    std::fs::write(&path, "[access]\nmode = \"OPEN\"\n").unwrap();
+    assert_eq!(live.reload(), ReloadOutcome::Applied);
+    assert_eq!(live.current().access.mode, AccessMode::Open);
+}
+
+#[tokio::test]
 async fn the_watched_file_is_reloaded_on_change() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("changegate.toml");

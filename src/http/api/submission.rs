@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::applications::Accepted;
 use super::status::current_status;
-use crate::config::resolve::access_open;
+use crate::config::resolve::{access_open, closed_by_configuration};
 use crate::config::{Settings, TargetSettings};
 use crate::db::bindings::get_binding;
 use crate::db::idempotency::{IdempotencyRow, delete_expired_key, get_idempotency};
@@ -58,8 +58,12 @@ pub async fn submit(
     submission: Submission,
 ) -> ApiResult<Accepted> {
     let settings = state.config.current();
-    if !access_open(settings.access.mode, &settings.access.window, Utc::now()) {
-        return Err(ApiError::ServiceClosed);
+    let access = &settings.access;
+    if !access_open(access.mode, &access.window, Utc::now()) {
+        return Err(ApiError::ServiceClosed(closed_by_configuration(
+            access.mode,
+            &access.window,
+        )));
     }
     let target = settings
         .targets

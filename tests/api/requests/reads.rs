@@ -325,3 +325,41 @@ async fn the_test_window_opens_and_closes_submissions_by_the_clock() {
     );
     assert_eq!(access["window"]["timezone"], "UTC");
 }
+
+#[tokio::test]
+async fn a_test_window_without_a_window_admits_nobody_and_says_which_keys_to_set() {
+    let db = sqlite_db().await;
+    let config =
+        crate::helpers::REQUESTER_CONFIG.replace("mode = \"OPEN\"", "mode = \"TEST_WINDOW\"");
+    let app = crate::helpers::spawn_app(&db.url, &config).await;
+    app.wait_until_ready().await;
+    let answer = app
+        .post_as(
+            "alice",
+            "/api/v1/applications",
+            &apply_body("demo.feature-flags"),
+        )
+        .await;
+    assert_eq!(answer.status(), 503);
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(body["code"], "SERVICE_CLOSED");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("access.window")),
+        "{body}"
+    );
+    let access: Value = app
+        .get_as("alice", "/api/v1/access")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(access["open"], false, "{access}");
+    assert!(
+        access["problem"]
+            .as_str()
+            .is_some_and(|m| m.contains("access.window")),
+        "{access}"
+    );
+}
