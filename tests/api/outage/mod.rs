@@ -11,6 +11,8 @@
 //! each, so they run only with [`OUTAGE_VAR`] set (CI sets it).
 
 mod mariadb;
+mod read_only_dir;
+mod sqlite;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -193,7 +195,8 @@ pub(crate) async fn two_hundred_requests_through(
 ) {
     let started = Instant::now();
     let w = world_with(db_url, outage_world()).await;
-    // The first merge's deploy callback comes when the database is gone.
+    // Deploy callbacks come 2 s after their merge: the first merge's, when
+    // the database is gone.
     w.deploy
         .inject(DeployFault::new(DeployFaultKind::Delay(Duration::from_secs(2))).times(u32::MAX));
     let requester = Requester::of(&w.app);
@@ -220,6 +223,16 @@ pub(crate) async fn two_hundred_requests_through(
 
     outage.begin().await;
     let outage_started = Instant::now();
+    let merged_before: usize = w
+        .deploy
+        .merges()
+        .iter()
+        .map(|merge| merge.operation_ids.len())
+        .sum();
+    assert!(
+        merged_before < APPROVED_BEFORE,
+        "{backend}: the outage came with batches in flight"
+    );
     w.approval.set_policy(DecisionPolicy::Auto {
         result: Decision::Approved,
         delay: Duration::ZERO,
@@ -291,6 +304,8 @@ pub(crate) async fn two_hundred_requests_through(
         w.approval.requests().len(),
         started.elapsed()
     );
+    let World { app, .. } = w;
+    app.stop().await.expect("changegate stops gracefully");
 }
 
 /// Every approval decided during the outage, and the deploy callbacks that
