@@ -193,12 +193,17 @@ impl Drop for MariaDbServer {
     }
 }
 
-/// A port nothing listens on now (the server binds it a moment later).
+/// A port nothing listens on now, below the range Linux picks the local ports
+/// of outgoing connections from (32768 up by default): the server must get
+/// it back after the outage, while changegate keeps trying to connect.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
+    const LOW: u16 = 20_000;
+    const HIGH: u16 = 32_000;
+    let start = LOW + u16::try_from(std::process::id() % u32::from(HIGH - LOW)).unwrap();
+    (start..HIGH)
+        .chain(LOW..start)
+        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
         .expect("a free port")
-        .port()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
