@@ -145,8 +145,9 @@ impl Db {
     }
 
     /// Whether the database answers and the newest embedded migration is
-    /// applied, and, on a Galera node with `require_synced`, the node is
-    /// `Synced` (a donor or joiner answers, but not as its cluster would).
+    /// applied, on SQLite a write goes through, and, on a Galera node with
+    /// `require_synced`, the node is `Synced` (a donor or joiner answers, but
+    /// not as its cluster would).
     pub async fn check_ready(&self, require_synced: bool) -> Result<(), String> {
         if let (Self::MySql(pool), true) = (self, require_synced) {
             let mut conn = pool
@@ -170,10 +171,12 @@ impl Db {
             sqlx::query_scalar(sql).bind(latest).fetch_one(pool).await
         })
         .map_err(|err| format!("database query failed: {err}"))?;
-        if applied == 1 {
-            Ok(())
-        } else {
-            Err(format!("migration {latest} is not applied"))
+        if applied != 1 {
+            return Err(format!("migration {latest} is not applied"));
+        }
+        match self {
+            Self::Sqlite(sqlite) => readiness::sqlite_takes_a_write(&sqlite.writer).await,
+            Self::MySql(_) => Ok(()),
         }
     }
 

@@ -6,10 +6,13 @@ use std::time::Duration;
 use rustls::CertificateError;
 use sqlx::Connection;
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlPool, MySqlPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
+};
 
 use super::failover::Nodes;
 use super::mysql_url::MySqlUrl;
+use super::readiness::rewrite_user_version;
 use super::{Backend, Db, SqliteDb};
 use crate::config::DatabaseSettings;
 
@@ -255,6 +258,8 @@ async fn open_sqlite(settings: &DatabaseSettings) -> Result<SqliteDb, OpenError>
     let writer = SqlitePoolOptions::new()
         .max_connections(1)
         .acquire_timeout(settings.connect_timeout)
+        .after_connect(|conn, _| Box::pin(refuse_read_only_writer(conn)))
+        .after_release(|conn, _| Box::pin(discard_if_stuck_in_transaction(conn)))
         .connect_with(options.clone())
         .await
         .map_err(|err| file_error(err.to_string()))?;
@@ -270,6 +275,38 @@ async fn open_sqlite(settings: &DatabaseSettings) -> Result<SqliteDb, OpenError>
             .map_err(|err| file_error(err.to_string()))?
     };
     Ok(SqliteDb { writer, reader })
+}
+
+/// Fails a new writer connection that cannot write. SQLite silently opens a
+/// file it cannot open for writing read-only, so a writer connected while the
+/// storage refuses writes would refuse every write for as long as it lives,
+/// after the storage is back too. The test change is rolled back: nothing is
+/// written.
+async fn refuse_read_only_writer(conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+    let rewritten = rewrite_user_version(conn).await;
+    sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await?;
+    rewritten
+}
+
+/// Whether the writer connection may go back to the pool: not if sqlx still
+/// counts it in a transaction. When a COMMIT fails on an I/O error (storage
+/// read-only or full) SQLite has already rolled the transaction back, so
+/// the ROLLBACK sqlx sends when the transaction is dropped fails too and
+/// sqlx's count stays at one: every later `BEGIN` on that connection would be
+/// refused, and it is the only writer. The ping waits for the ROLLBACK of a
+/// transaction dropped just before, queued ahead of it.
+async fn discard_if_stuck_in_transaction(conn: &mut SqliteConnection) -> Result<bool, sqlx::Error> {
+    if conn.is_in_transaction() {
+        conn.ping().await?;
+    }
+    let stuck = conn.is_in_transaction();
+    if stuck {
+        tracing::warn!(
+            "the SQLite writer connection is stuck in a failed transaction: replacing it"
+        );
+    }
+    Ok(!stuck)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use sqlx::{SqliteConnection, SqlitePool};
 use tokio_util::sync::CancellationToken;
 
 use super::{Db, open};
@@ -70,4 +71,30 @@ pub async fn connect_until_ready(
         }
         delay = (delay * 2).min(settings.retry_max_interval);
     }
+}
+
+/// Whether the SQLite file takes a write. Reads keep working on a file whose
+/// storage turned read-only or full, from pages already cached and through
+/// the separate read-only pool, so only a write tells.
+pub(super) async fn sqlite_takes_a_write(writer: &SqlitePool) -> Result<(), String> {
+    let failed = |err: sqlx::Error| format!("database write failed: {err}");
+    let mut tx = writer.begin_with("BEGIN IMMEDIATE").await.map_err(failed)?;
+    rewrite_user_version(&mut tx).await.map_err(failed)?;
+    tx.commit().await.map_err(failed)
+}
+
+/// Sets SQLite's `user_version` to the value it has: a change that changes
+/// nothing, yet writes the file's first page when committed (an UPDATE that
+/// changes nothing writes nothing) and is refused at once by a connection
+/// that cannot write. Nothing in changegate reads `user_version`.
+pub(super) async fn rewrite_user_version(conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
+    let version: i64 = sqlx::query_scalar("PRAGMA user_version")
+        .fetch_one(&mut *conn)
+        .await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "PRAGMA user_version = {version}"
+    )))
+    .execute(&mut *conn)
+    .await
+    .map(|_| ())
 }

@@ -19,6 +19,7 @@ mod helpers;
 mod jobs;
 mod lease_takeover;
 mod migrations;
+mod outage;
 mod proxy;
 mod readiness;
 mod reconcile;

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use changegate::db::{self, Db, dialect};
-use changegate::with_pool;
+use changegate::{with_pool, with_tx};
 
 use crate::helpers::each_backend;
 
@@ -139,4 +139,27 @@ async fn many_concurrent_writers_all_succeed() {
         .unwrap();
         assert_eq!(count, 64, "{}", test_db.name);
     }
+}
+
+/// SQLite rolls a transaction back by itself when its COMMIT fails on an I/O
+/// error (storage read-only or full). The pool's one writer must still take
+/// the next transaction: sqlx, whose own ROLLBACK then fails, would count it
+/// in a transaction for ever and refuse every later BEGIN.
+#[tokio::test]
+async fn the_sqlite_writer_takes_new_transactions_after_a_failed_commit() {
+    let test_db = crate::helpers::sqlite_db().await;
+    let mut tx = test_db.db.begin().await.unwrap();
+    // What SQLite does when the COMMIT's write fails, done by hand.
+    with_tx!(&mut tx, |conn| sqlx::raw_sql("ROLLBACK")
+        .execute(conn)
+        .await
+        .map(|_| ()))
+    .unwrap();
+    assert!(tx.commit().await.is_err(), "nothing is left to commit");
+    let tx = test_db
+        .db
+        .begin()
+        .await
+        .expect("the writer begins a transaction again");
+    tx.commit().await.unwrap();
 }
