@@ -176,7 +176,7 @@ impl Application {
             &shutdown,
             &db,
             &config,
-            http_client(&outbound, &dependencies)?,
+            http_client(&outbound, &dependencies, settings.webhooks.allow_private_targets)?,
             instance.owner("h"),
         );
 

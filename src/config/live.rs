@@ -155,6 +155,12 @@ impl LiveConfig {
         {
             tracing::warn!("server, database or tls settings changed; they apply after a restart");
         }
+        if next.webhooks.allow_private_targets != running.webhooks.allow_private_targets {
+            tracing::warn!(
+                "webhooks.allow_private_targets changed; refused: it applies only after a restart"
+            );
+            next.webhooks.allow_private_targets = running.webhooks.allow_private_targets;
+        }
         next.server = running.server.clone();
         next.database = running.database.clone();
         next.tls = running.tls.clone();

@@ -12,8 +12,10 @@ const MAX_VALUE_CHARS: usize = 500;
 const SECRET_WORDS: [&str; 5] = ["secret", "token", "password", "key", "credential"];
 
 /// The client's parameters, copied, then the operator written over the
-/// reserved key (in that order, so a client cannot forge it), with
-/// secret-looking values redacted and long strings cut.
+/// reserved key (in that order, so a client cannot forge it), with the
+/// reserved key dropped wherever else the client put it (an entry must name
+/// one operator, the authenticated one), secret-looking values redacted and
+/// long strings cut.
 pub fn audited_params(client: &Value, operator: &str) -> Value {
     let mut params = match client {
         Value::Object(map) => Value::Object(map.clone()),
@@ -27,6 +29,7 @@ pub fn audited_params(client: &Value, operator: &str) -> Value {
 fn redact(value: &mut Value) {
     match value {
         Value::Object(map) => {
+            map.remove(OPERATOR_KEY);
             for (key, inner) in map.iter_mut() {
                 let lower = key.to_lowercase();
                 if SECRET_WORDS.iter().any(|word| lower.contains(word)) {
@@ -128,9 +131,12 @@ mod tests {
             "reason": "x".repeat(600),
             "__authenticatedOperator": "mallory",
             "apiToken": "abc",
-            "nested": { "password": "p", "keep": 1 },
+            "nested": { "password": "p", "keep": 1, "__authenticatedOperator": "mallory" },
+            "list": [{ "__authenticatedOperator": "mallory", "n": 2 }],
         });
         let params = audited_params(&client, "admin");
+        assert!(!params.to_string().contains("mallory"), "{params}");
+        assert_eq!(params["list"][0]["n"], 2);
         assert_eq!(params[OPERATOR_KEY], "admin");
         assert_eq!(params["apiToken"], "[redacted]");
         assert_eq!(params["nested"]["password"], "[redacted]");

@@ -26,19 +26,34 @@ use crate::db::webhook_endpoints::{
 };
 use crate::jobs::Outcome;
 use crate::signature::{self, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP, WebhookSecret};
+use crate::webhooks::target::{self, GlobalOnly, SystemLookup};
 
 /// How often lost claims are summed up in the log.
 const LOST_CLAIMS_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// The HTTP client for deliveries: no redirects (a 3xx is a failure, and a
-/// redirect could lead a signed body elsewhere), the outbound trust and
-/// proxies, a connect timeout; each request also gets
-/// `webhooks.request_timeout`.
-pub fn http_client(outbound: &Outbound, health: &Dependencies) -> anyhow::Result<SystemClient> {
+/// redirect could lead a signed body elsewhere), the outbound trust, a
+/// connect timeout; each request also gets `webhooks.request_timeout`.
+/// Unless `allow_private` (`webhooks.allow_private_targets`), every address
+/// a target's name resolves to is checked right before connecting, and no
+/// proxy is used: a proxy would resolve the name itself, out of reach of
+/// the check.
+pub fn http_client(
+    outbound: &Outbound,
+    health: &Dependencies,
+    allow_private: bool,
+) -> anyhow::Result<SystemClient> {
     SystemClient::new(outbound, health, System::Webhook, |builder| {
-        builder
+        let builder = builder
             .redirect(reqwest::redirect::Policy::none())
-            .timeout(Duration::from_secs(300))
+            .timeout(Duration::from_secs(300));
+        if allow_private {
+            builder
+        } else {
+            builder
+                .no_proxy()
+                .dns_resolver(Arc::new(GlobalOnly::new(SystemLookup)))
+        }
     })
 }
 
@@ -243,6 +258,13 @@ impl Deliverer {
             .await?;
             return Ok(());
         };
+        // An endpoint registered under another policy is not delivered to.
+        if let Err(why) = target::validate(&endpoint.url, hooks.allow_private_targets) {
+            let reason = format!("not delivered: {why}");
+            finish(db, id, claimed_version, Ending::Failed, None, Some(&reason)).await?;
+            tracing::warn!(delivery_id = id, endpoint_id = endpoint.id, "{reason}");
+            return Ok(());
+        }
         let answer = self.send(&endpoint, &delivery, hooks.request_timeout).await;
         let (ending, status, error) = classify(&answer, &delivery, &hooks);
         let recorded = finish(

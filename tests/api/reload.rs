@@ -321,3 +321,20 @@ async fn changing_log_level_in_the_file_changes_what_is_logged_without_restart()
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn a_reload_cannot_change_whether_webhooks_may_reach_private_targets() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("changegate.toml");
+    std::fs::write(&path, "[webhooks]\nallow_private_targets = false\n").unwrap();
+    let (settings, _) = config::load(Some(&path), None).unwrap();
+    let live = LiveConfig::new(settings, Some(path.clone()), None);
+    std::fs::write(
+        &path,
+        "[webhooks]\nallow_private_targets = true\n[batch]\nmax_requests = 7\n",
+    )
+    .unwrap();
+    assert_eq!(live.reload(), ReloadOutcome::Applied);
+    assert!(!live.current().webhooks.allow_private_targets, "kept until a restart");
+    assert_eq!(live.current().batch.max_requests, 7, "the rest applies");
+}

@@ -260,3 +260,35 @@ async fn a_dead_instances_claim_runs_out_and_another_instance_delivers_it() {
         assert_eq!(count_status(db, "delivered").await, 1);
     }
 }
+
+#[tokio::test]
+async fn an_endpoint_the_policy_now_forbids_is_not_delivered_to_and_the_log_says_why() {
+    for test_db in each_backend().await {
+        let db = &test_db.db;
+        let receiver = Receiver::start().await;
+        // Registered while private targets were allowed; now they are not.
+        let (endpoint, _) = add_endpoint(db, &receiver.url, "").await;
+        let (settings, problems) = crate::helpers::settings_from(
+            "[webhooks]\nallow_private_targets = false\npoll_interval = \"1h\"\n",
+        );
+        assert!(problems.is_empty(), "{problems:?}");
+        let worker = deliverer(
+            db,
+            &changegate::config::LiveConfig::new(settings, None, None),
+        );
+        add_events(db, 1).await;
+        drain(db, &worker, false, Duration::from_secs(10)).await;
+        assert!(receiver.arrivals().is_empty(), "{}", test_db.name);
+        let log = list_for_endpoint(db, endpoint, None, 10).await.unwrap();
+        assert_eq!(log[0].status, "failed", "{}", test_db.name);
+        assert!(
+            log[0]
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("not delivered") && e.contains("not globally reachable")),
+            "{}: {:?}",
+            test_db.name,
+            log[0].last_error
+        );
+    }
+}
