@@ -63,8 +63,10 @@ pub enum ApiError {
     Timeout,
     /// The database cannot be used right now (down, unreachable, a cluster
     /// node leaving, busy past every retry): nothing was done; retry later.
+    /// A lost lock race keeps its [`Conflict`], so that the store's retry
+    /// (inside which handlers build this error) still begins it again.
     #[error("the database is unavailable right now; nothing was done: retry shortly")]
-    DatabaseUnavailable,
+    DatabaseUnavailable(Option<Conflict>),
     /// Anything unexpected: logged in full, answered generically.
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
@@ -104,7 +106,9 @@ impl ApiError {
             }
             Self::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "NOT_READY"),
             Self::Timeout => (StatusCode::SERVICE_UNAVAILABLE, "TIMEOUT"),
-            Self::DatabaseUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "DATABASE_UNAVAILABLE"),
+            Self::DatabaseUnavailable(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "DATABASE_UNAVAILABLE")
+            }
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL"),
         }
     }
@@ -114,8 +118,12 @@ impl ApiError {
     pub fn internal(err: impl Into<anyhow::Error>) -> Self {
         let err = err.into();
         if database_unavailable(&err) {
-            tracing::warn!(error = %err, "the database is unavailable; answered 503");
-            return Self::DatabaseUnavailable;
+            let conflict = err.conflict();
+            // A lost lock race is begun again, and logged if it is lost on every try.
+            if conflict.is_none() {
+                tracing::warn!(error = %err, "the database is unavailable; answered 503");
+            }
+            return Self::DatabaseUnavailable(conflict);
         }
         Self::Internal(err)
     }
@@ -149,6 +157,7 @@ impl Contended for ApiError {
     fn conflict(&self) -> Option<Conflict> {
         match self {
             Self::Internal(err) => err.conflict(),
+            Self::DatabaseUnavailable(conflict) => *conflict,
             _ => None,
         }
     }
@@ -168,7 +177,7 @@ impl IntoResponse for ApiError {
             request_id: request_id::current().unwrap_or_default(),
         };
         let mut response = (status, Json(body)).into_response();
-        if matches!(self, Self::DatabaseUnavailable) {
+        if matches!(self, Self::DatabaseUnavailable(_)) {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
                 axum::http::HeaderValue::from_static(DATABASE_RETRY_AFTER_SECS),
