@@ -4,6 +4,8 @@
 //! server URLs, node 1 first). Without it these tests are skipped, unless
 //! `CHANGEGATE_TEST_REQUIRE_GALERA` says they must run.
 
+mod node_loss;
+
 use std::time::Duration;
 
 use changegate::db::{Db, open};

@@ -2,6 +2,7 @@
 //! branch, commit, MR → pipeline → two reviewer approvals → merge →
 //! deploy callback → VALIDATED.
 
+use changegate_sim::callback::DeliverySettings;
 use changegate_sim::deploy::{DeploySim, DeploySimHandle, DeploySimOptions};
 use changegate_sim::gitlab::{
     AccessLevel, GitLabSim, GitLabSimHandle, GitLabSimOptions, PipelineOutcome, ProjectId, UserId,
@@ -41,6 +42,8 @@ pub struct WorldOptions {
     pub tls: Option<ServerTls>,
     /// Where changegate calls GitLab, when not the simulator.
     pub gitlab_url: Option<String>,
+    /// How the approval and deploy simulators deliver their callbacks.
+    pub delivery: DeliverySettings,
 }
 
 impl Default for WorldOptions {
@@ -57,6 +60,7 @@ impl Default for WorldOptions {
             gitlab: GitLabSimOptions::default(),
             tls: None,
             gitlab_url: None,
+            delivery: DeliverySettings::default(),
         }
     }
 }
@@ -94,6 +98,7 @@ pub async fn world_with(db_url: &str, options: WorldOptions) -> World {
         policy: options.policy,
         lost_response_hold: Duration::from_secs(3),
         tls: options.tls.clone(),
+        delivery: options.delivery.clone(),
         ..ApprovalSimOptions::default()
     })
     .await
@@ -103,6 +108,7 @@ pub async fn world_with(db_url: &str, options: WorldOptions) -> World {
         DeploySimOptions {
             secret: generate_secret(),
             tls: options.tls,
+            delivery: options.delivery,
             ..DeploySimOptions::default()
         },
     )

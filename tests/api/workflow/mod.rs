@@ -245,7 +245,7 @@ async fn with_the_builtin_provider_the_request_waits_for_an_operator() {
 
 mod batched;
 mod deploy_projects;
-mod end_to_end;
+pub(crate) mod end_to_end;
 mod failure_classes;
 mod gitlab_faults;
 mod gitlab_truth;
@@ -254,5 +254,5 @@ mod merge_methods;
 mod pipeline_retry;
 mod project_settings;
 mod rate_limits;
-mod soak;
+pub(crate) mod soak;
 mod withdrawn;
