@@ -3,8 +3,9 @@
 # 3311-3313, own data directories, rsync state transfers, nodes running as
 # the mysql user so a joiner's rsync can write its data directory; node 1
 # bootstraps the cluster), and the tests that need one, with one changegate
-# instance per node. Everything is stopped and removed when this script
-# ends, however it ends.
+# instance per node. The tests can kill a node and start it again
+# ($CHANGEGATE_TEST_GALERA_CTL, see .ci/galera-node.sh). Everything is
+# stopped and removed when this script ends, however it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,13 +43,15 @@ done
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/changegate-galera.XXXXXX")"
 chmod 755 "$work"
-declare -A pids=()
+# `$node_ctl start|kill|stop N`: .ci/galera-node.sh for this cluster, also
+# for the tests (CHANGEGATE_TEST_GALERA_CTL), which kill nodes and start
+# them again. Whatever runs at the end is stopped, however it was started.
+node_ctl="$work/ctl"
+printf '#!/usr/bin/env bash\nexec bash %q %q "$@"\n' "$PWD/.ci/galera-node.sh" "$work" >"$node_ctl"
+chmod 755 "$node_ctl"
 stop_cluster() {
-    for i in "${!pids[@]}"; do
-        kill -TERM "${pids[$i]}" 2>/dev/null || true
-    done
-    for i in "${!pids[@]}"; do
-        wait "${pids[$i]}" 2>/dev/null || true
+    for i in 1 2 3; do
+        [ -f "$work/node$i/my.cnf" ] && "$node_ctl" stop "$i" || true
     done
     rm -rf "$work"
 }
@@ -84,31 +87,6 @@ wsrep_sst_receive_address = 127.0.0.1:$(sst_port "$i")
 CNF
 }
 
-# Starts node $1 (with extra mariadbd arguments) and waits until it is Synced.
-start_node() {
-    local i="$1"
-    shift
-    /usr/sbin/mariadbd --defaults-file="$work/node$i/my.cnf" "$@" \
-        >>"$work/node$i/mariadbd.out" 2>&1 &
-    pids[$i]=$!
-    for _ in $(seq 1 120); do
-        if [ "$(state_of "$i")" = "Synced" ]; then
-            return
-        fi
-        if ! kill -0 "${pids[$i]}" 2>/dev/null; then
-            unset "pids[$i]"
-            node_failed "$i" "stopped while starting"
-        fi
-        sleep 1
-    done
-    node_failed "$i" "was not Synced within 120 s"
-}
-
-state_of() {
-    mariadb --no-defaults --socket="$work/node$1/mariadbd.sock" -uroot -N \
-        -e "SHOW STATUS LIKE 'wsrep_local_state_comment'" 2>/dev/null | awk '{print $2}'
-}
-
 node_failed() {
     cat "$work/node$1/mariadbd.out" "$work/node$1/error.log" >&2 2>/dev/null || true
     echo "error: Galera node $1 $2" >&2
@@ -124,13 +102,13 @@ done
 mariadb-install-db --no-defaults --user=mysql --datadir="$work/node1/data" \
     --auth-root-authentication-method=normal --skip-test-db >"$work/node1/install.out" 2>&1 \
     || node_failed 1 "could not be initialised"
-start_node 1 --wsrep-new-cluster
+"$node_ctl" start 1 --wsrep-new-cluster
 password="$(openssl rand -hex 16)"
 mariadb --no-defaults --socket="$work/node1/mariadbd.sock" -uroot -e "
     CREATE OR REPLACE USER 'root'@'127.0.0.1' IDENTIFIED BY '$password';
     GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;"
-start_node 2
-start_node 3
+"$node_ctl" start 2
+"$node_ctl" start 3
 size="$(MYSQL_PWD="$password" mariadb --no-defaults --protocol=tcp -h127.0.0.1 \
     -P"$(client_port 3)" -uroot -N -e "SHOW STATUS LIKE 'wsrep_cluster_size'" | awk '{print $2}')"
 if [ "$size" != 3 ]; then
@@ -146,4 +124,5 @@ done
 export CHANGEGATE_TEST_GALERA_URLS="${urls%,}"
 export CHANGEGATE_TEST_MYSQL_URL="mysql://root:$password@127.0.0.1:$(client_port 1)"
 export CHANGEGATE_TEST_REQUIRE_MYSQL=1
+export CHANGEGATE_TEST_GALERA_CTL="$node_ctl"
 "$@"

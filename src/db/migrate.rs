@@ -108,12 +108,17 @@ pub(super) async fn mysql(pool: &MySqlPool) -> Result<(), MigrationError> {
         Err(err) => Err(err.into()),
     };
     renewer.abort();
-    let released = sqlx::query(
-        "UPDATE changegate_migration_lock SET holder = NULL, expires_at = NULL \
-         WHERE id = 1 AND holder = ?",
-    )
-    .bind(&holder)
-    .execute(pool)
+    // A release lost to a race (a Galera certification conflict, say) is
+    // tried again: left taken, the lock would hold every instance off for
+    // LOCK_TTL.
+    let released = super::retrying(|| {
+        sqlx::query(
+            "UPDATE changegate_migration_lock SET holder = NULL, expires_at = NULL \
+             WHERE id = 1 AND holder = ?",
+        )
+        .bind(&holder)
+        .execute(pool)
+    })
     .await;
     applied?;
     released?;

@@ -83,9 +83,16 @@ async fn batch_rounds(apps: &[TestApp], done: tokio_util::sync::CancellationToke
 }
 
 async fn contend(test_db: &TestDb, instances: usize) {
+    contend_on(&vec![test_db.url.clone(); instances], test_db.name).await;
+}
+
+/// [`contend`] with one instance on each of `urls` (nodes of one database):
+/// each request is applied for on one instance and decided on the next.
+pub async fn contend_on(urls: &[String], backend: &str) {
+    let instances = urls.len();
     let mut apps = Vec::new();
-    for _ in 0..instances {
-        apps.push(requester_app(&test_db.url, BUSY).await);
+    for url in urls {
+        apps.push(requester_app(url, BUSY).await);
     }
     let apps = std::sync::Arc::new(apps);
     let done = tokio_util::sync::CancellationToken::new();
@@ -113,10 +120,7 @@ async fn contend(test_db: &TestDb, instances: usize) {
     }
     done.cancel();
     let rounds = rounds.await.unwrap();
-    let context = format!(
-        "{} with {instances} instance(s): {answers:?}, rounds {rounds:?}",
-        test_db.name
-    );
+    let context = format!("{backend} with {instances} instance(s): {answers:?}, rounds {rounds:?}");
     for ((status, code), _) in answers.iter().chain(&rounds) {
         assert!(*status < 500, "no 5xx: {context}");
         assert_ne!(code, "RETRY_LATER", "no RETRY_LATER: {context}");

@@ -4,71 +4,110 @@
 //! server URLs, node 1 first). Without it these tests are skipped, unless
 //! `CHANGEGATE_TEST_REQUIRE_GALERA` says they must run.
 
+mod node_loss;
+
 use std::time::Duration;
 
 use changegate::db::{Db, open};
 use sqlx::Connection;
+use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::helpers::database_settings;
 
 const NODES_VAR: &str = "CHANGEGATE_TEST_GALERA_URLS";
 const REQUIRE_VAR: &str = "CHANGEGATE_TEST_REQUIRE_GALERA";
 
+/// A test that kills a node has the cluster to itself; the others share it.
+static CLUSTER: RwLock<()> = RwLock::const_new(());
+
 /// One database, created on node 1 (Galera replicates the DDL), named
 /// through each node; dropped at the end.
 pub struct GaleraDb {
     nodes: Vec<url::Url>,
     name: String,
+    _shared: Option<RwLockReadGuard<'static, ()>>,
+    _alone: Option<RwLockWriteGuard<'static, ()>>,
 }
 
 impl GaleraDb {
-    /// A new database on the cluster, if one is configured.
+    /// A new database on the cluster, if one is configured, while no test
+    /// has the cluster to itself.
     pub async fn create() -> Option<Self> {
-        let nodes: Vec<url::Url> = match std::env::var(NODES_VAR) {
-            Ok(text) if !text.trim().is_empty() => text
-                .split(',')
-                .map(|node| url::Url::parse(node.trim()).expect("a node URL"))
-                .collect(),
+        let nodes = Self::configured_nodes()?;
+        Some(Self::create_on(nodes, Some(CLUSTER.read().await), None).await)
+    }
+
+    /// A new database on the cluster, if one is configured, once no other
+    /// test uses the cluster: for a test that stops nodes.
+    pub async fn create_alone() -> Option<Self> {
+        let nodes = Self::configured_nodes()?;
+        Some(Self::create_on(nodes, None, Some(CLUSTER.write().await)).await)
+    }
+
+    fn configured_nodes() -> Option<Vec<url::Url>> {
+        match std::env::var(NODES_VAR) {
+            Ok(text) if !text.trim().is_empty() => Some(
+                text.split(',')
+                    .map(|node| url::Url::parse(node.trim()).expect("a node URL"))
+                    .collect(),
+            ),
             _ => {
                 assert!(
                     std::env::var_os(REQUIRE_VAR).is_none(),
                     "{REQUIRE_VAR} is set but {NODES_VAR} is not: the Galera tests cannot run"
                 );
                 eprintln!("skipped: {NODES_VAR} is not set (run .ci/galera.sh)");
-                return None;
+                None
             }
-        };
+        }
+    }
+
+    async fn create_on(
+        nodes: Vec<url::Url>,
+        shared: Option<RwLockReadGuard<'static, ()>>,
+        alone: Option<RwLockWriteGuard<'static, ()>>,
+    ) -> Self {
         let db = Self {
             nodes,
             name: format!("cg_galera_{}", uuid::Uuid::new_v4().simple()),
+            _shared: shared,
+            _alone: alone,
         };
         db.admin(&format!("CREATE DATABASE `{}`", db.name)).await;
-        // Each node applies the DDL on its own time: wait until all have.
-        for node in &db.nodes {
+        db.visible_on_every_node().await;
+        db
+    }
+
+    /// Waits until every node has applied the `CREATE DATABASE`: node 1
+    /// answers once it has, the others apply it a moment later, and a
+    /// connection naming the database fails on a node that has not yet.
+    async fn visible_on_every_node(&self) {
+        for (index, node) in self.nodes.iter().enumerate() {
             let mut conn = sqlx::MySqlConnection::connect(node.as_str())
                 .await
-                .expect("connect to a Galera node");
+                .unwrap_or_else(|err| panic!("connect to Galera node {}: {err}", index + 1));
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             loop {
                 let found: Option<String> = sqlx::query_scalar(
                     "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
                 )
-                .bind(&db.name)
+                .bind(&self.name)
                 .fetch_optional(&mut conn)
                 .await
-                .unwrap();
+                .expect("list the node's databases");
                 if found.is_some() {
                     break;
                 }
                 assert!(
                     std::time::Instant::now() < deadline,
-                    "{node} never saw the database"
+                    "Galera node {} never saw the database {}",
+                    index + 1,
+                    self.name
                 );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            conn.close().await.unwrap();
+            let _ = conn.close().await;
         }
-        Some(db)
     }
 
     /// The database's URL through node `index` (0-based).
@@ -76,6 +115,16 @@ impl GaleraDb {
         let mut url = self.nodes[index].clone();
         url.set_path(&self.name);
         url.into()
+    }
+
+    /// Node `index`'s `host:port`, as `database.failover_hosts` names it.
+    pub fn address(&self, index: usize) -> String {
+        let node = &self.nodes[index];
+        format!(
+            "{}:{}",
+            node.host_str().expect("a node URL has a host"),
+            node.port().unwrap_or(3306)
+        )
     }
 
     /// How many nodes the cluster has.
@@ -233,4 +282,12 @@ async fn submitted_on_one_node_and_approved_on_another_at_once_never_5xx_or_404(
     assert_eq!(approved, 150);
     first.stop().await.unwrap();
     second.stop().await.unwrap();
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn applied_for_on_one_node_and_decided_on_the_next_every_request_lands() {
+    let Some(cluster) = GaleraDb::create().await else {
+        return;
+    };
+    let urls: Vec<String> = (0..cluster.nodes()).map(|node| cluster.url(node)).collect();
+    crate::contention::contend_on(&urls, "galera").await;
 }
