@@ -98,9 +98,11 @@ async fn measure(server: &str, receiver: &str, instances: usize) {
         let worker = Deliverer::new(
             pool.clone(),
             live.clone(),
+            // The receivers are on loopback.
             http_client(
                 &Outbound::from_platform().expect("outbound"),
                 &Dependencies::default(),
+                true,
             )
             .expect("client"),
         );

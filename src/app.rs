@@ -176,7 +176,11 @@ impl Application {
             &shutdown,
             &db,
             &config,
-            http_client(&outbound, &dependencies, settings.webhooks.allow_private_targets)?,
+            http_client(
+                &outbound,
+                &dependencies,
+                settings.webhooks.allow_private_targets,
+            )?,
             instance.owner("h"),
         );
 

@@ -158,9 +158,7 @@ pub trait Lookup: Send + Sync + 'static {
     fn lookup(
         &self,
         host: String,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = std::io::Result<Vec<SocketAddr>>> + Send>,
-    >;
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<Vec<SocketAddr>>> + Send>>;
 }
 
 /// The system resolver (`getaddrinfo` through tokio).
@@ -170,9 +168,8 @@ impl Lookup for SystemLookup {
     fn lookup(
         &self,
         host: String,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = std::io::Result<Vec<SocketAddr>>> + Send>,
-    > {
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<Vec<SocketAddr>>> + Send>>
+    {
         Box::pin(async move { Ok(tokio::net::lookup_host((host.as_str(), 0)).await?.collect()) })
     }
 }

@@ -335,6 +335,9 @@ async fn a_reload_cannot_change_whether_webhooks_may_reach_private_targets() {
     )
     .unwrap();
     assert_eq!(live.reload(), ReloadOutcome::Applied);
-    assert!(!live.current().webhooks.allow_private_targets, "kept until a restart");
+    assert!(
+        !live.current().webhooks.allow_private_targets,
+        "kept until a restart"
+    );
     assert_eq!(live.current().batch.max_requests, 7, "the rest applies");
 }

@@ -282,10 +282,9 @@ async fn an_endpoint_the_policy_now_forbids_is_not_delivered_to_and_the_log_says
         let log = list_for_endpoint(db, endpoint, None, 10).await.unwrap();
         assert_eq!(log[0].status, "failed", "{}", test_db.name);
         assert!(
-            log[0]
-                .last_error
-                .as_deref()
-                .is_some_and(|e| e.contains("not delivered") && e.contains("not globally reachable")),
+            log[0].last_error.as_deref().is_some_and(
+                |e| e.contains("not delivered") && e.contains("not globally reachable")
+            ),
             "{}: {:?}",
             test_db.name,
             log[0].last_error

@@ -282,6 +282,7 @@ async fn submitted_on_one_node_and_approved_on_another_at_once_never_5xx_or_404(
     assert_eq!(approved, 150);
     first.stop().await.unwrap();
     second.stop().await.unwrap();
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn applied_for_on_one_node_and_decided_on_the_next_every_request_lands() {
