@@ -40,11 +40,52 @@ fn redact(value: &mut Value) {
             }
         }
         Value::Array(items) => items.iter_mut().for_each(redact),
-        Value::String(text) if text.chars().count() > MAX_VALUE_CHARS => {
-            *text = text.chars().take(MAX_VALUE_CHARS).collect::<String>() + "…";
+        Value::String(text) => {
+            if let Some(shown) = url_without_secrets(text) {
+                *text = shown;
+            }
+            if text.chars().count() > MAX_VALUE_CHARS {
+                *text = text.chars().take(MAX_VALUE_CHARS).collect::<String>() + "…";
+            }
         }
         _ => {}
     }
+}
+
+/// `text` as a URL fit to show, when it is an http(s) URL that carries
+/// credentials (`user:password@`) or a secret-looking query parameter
+/// (`?token=…`): those are replaced by `[redacted]`. `None` when there is
+/// nothing to hide (or it is no such URL).
+pub fn url_without_secrets(text: &str) -> Option<String> {
+    let mut url = url::Url::parse(text).ok()?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return None;
+    }
+    let mut changed = false;
+    if !url.username().is_empty() || url.password().is_some() {
+        let _ = url.set_username("[redacted]");
+        let _ = url.set_password(None);
+        changed = true;
+    }
+    let pairs: Vec<(String, String)> = url
+        .query_pairs()
+        .map(|(key, value)| {
+            let lower = key.to_lowercase();
+            if SECRET_WORDS.iter().any(|word| lower.contains(word)) || lower.contains("sig") {
+                changed |= value != "[redacted]";
+                (key.into_owned(), "[redacted]".to_owned())
+            } else {
+                (key.into_owned(), value.into_owned())
+            }
+        })
+        .collect();
+    if !changed {
+        return None;
+    }
+    if !pairs.is_empty() {
+        url.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    Some(url.to_string())
 }
 
 /// Appends one entry in the caller's transaction.
@@ -142,5 +183,21 @@ mod tests {
         assert_eq!(params["nested"]["password"], "[redacted]");
         assert_eq!(params["nested"]["keep"], 1);
         assert_eq!(params["reason"].as_str().unwrap().chars().count(), 501);
+    }
+
+    #[test]
+    fn urls_in_parameters_lose_their_credentials_and_secret_query_values() {
+        let client = json!({
+            "url": "https://bot:hunter2@hooks.example.com/in?token=abc&team=ops&X-Amz-Signature=f00",
+            "plain": "https://hooks.example.com/in?team=ops",
+        });
+        let params = audited_params(&client, "admin");
+        let url = params["url"].as_str().unwrap();
+        assert!(
+            !url.contains("hunter2") && !url.contains("abc") && !url.contains("f00"),
+            "{url}"
+        );
+        assert!(url.contains("team=ops"), "{url}");
+        assert_eq!(params["plain"], "https://hooks.example.com/in?team=ops");
     }
 }

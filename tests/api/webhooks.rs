@@ -233,7 +233,8 @@ async fn endpoints_are_validated_show_their_secret_once_and_are_audited() {
         .await;
         app.wait_until_ready().await;
         let base = "/admin/v1/webhook-endpoints";
-        let ok_body = json!({ "url": "https://hooks.example.com/a", "eventTypes": ["binding.status_changed"] });
+        let ok_body = json!({ "url": "https://hooks.example.com/a?token=tok-7f3a&team=ops",
+                              "eventTypes": ["binding.status_changed"] });
         assert_eq!(app.post_as("bob", base, &ok_body).await.status(), 403);
         for bad in [
             json!({ "url": "ftp://hooks.example.com/a" }),
@@ -242,6 +243,7 @@ async fn endpoints_are_validated_show_their_secret_once_and_are_audited() {
             json!({ "url": "http://[::1]/a" }),
             json!({ "url": "https://hooks.example.com/a", "eventTypes": ["a,b"] }),
             json!({ "url": "https://hooks.example.com/a", "extra": 1 }),
+            json!({ "url": "https://bot:hunter2@hooks.example.com/a" }),
         ] {
             let answer = app.post_as("admin", base, &bad).await;
             assert_eq!(answer.status(), 400, "{bad} on {}", test_db.name);
@@ -257,8 +259,12 @@ async fn endpoints_are_validated_show_their_secret_once_and_are_audited() {
         let id = created["id"].as_i64().unwrap();
 
         let listed = app.get_as("admin", base).await.text().await.unwrap();
-        assert!(listed.contains("hooks.example.com"));
+        assert!(listed.contains("hooks.example.com") && listed.contains("team=ops"));
         assert!(!listed.contains(&secret) && !listed.contains("whsec_"));
+        assert!(
+            !listed.contains("tok-7f3a"),
+            "the query's secret is not shown: {listed}"
+        );
 
         let patched = app
             .client
@@ -321,6 +327,10 @@ async fn endpoints_are_validated_show_their_secret_once_and_are_audited() {
             );
         }
         assert!(!audit.contains(&secret) && !audit.contains(&new_secret));
+        assert!(
+            !audit.contains("tok-7f3a") && !audit.contains("hunter2"),
+            "{audit}"
+        );
         app.stop().await.unwrap();
     }
 }

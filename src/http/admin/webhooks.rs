@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::db::audit::{append_audit, audited_params};
+use crate::db::audit::{append_audit, audited_params, url_without_secrets};
 use crate::db::webhook_deliveries::{DeliveryRow, list_for_endpoint, redeliver as requeue};
 use crate::db::webhook_endpoints::{
     EndpointPatch, EndpointRow, decode_event_types, delete_endpoint as delete_row,
@@ -62,7 +62,9 @@ pub struct DeliveryQuery {
 fn view(row: &EndpointRow) -> Value {
     json!({
         "id": row.id,
-        "url": row.url,
+        // The URL as it may be shown: a secret in its query stays stored
+        // (the receiver needs it) but is not displayed.
+        "url": url_without_secrets(&row.url).unwrap_or_else(|| row.url.clone()),
         "description": row.description,
         "eventTypes": decode_event_types(&row.event_types),
         "enabled": row.enabled,
