@@ -31,6 +31,10 @@ pub enum ApiError {
     /// No route or resource at this path (or not the caller's).
     #[error("no such resource")]
     NotFound,
+    /// The path exists, but not with this method (the `Allow` header lists
+    /// the methods it has).
+    #[error("this method is not allowed here; the Allow header lists the methods that are")]
+    MethodNotAllowed,
     /// The relation has a request in progress or awaiting recovery.
     #[error("a request for this target is already {0}; wait for it to finish or contact the team")]
     InProgress(String),
@@ -70,11 +74,16 @@ pub enum ApiError {
 /// Shorthand for handler results.
 pub type ApiResult<T> = Result<T, ApiError>;
 
-#[derive(Serialize)]
+/// Every error answer (SPEC §2).
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct ErrorBody<'a> {
+#[schema(as = Error)]
+pub struct ErrorBody<'a> {
+    /// Stable code, e.g. `INVALID_ARGUMENT`.
     code: &'a str,
+    /// What to change (client errors) or a generic sentence (server errors).
     message: &'a str,
+    /// The request's `x-request-id`, to quote when asking for help.
     request_id: String,
 }
 
@@ -87,6 +96,7 @@ impl ApiError {
             Self::BadSignature => (StatusCode::UNAUTHORIZED, "INVALID_SIGNATURE"),
             Self::Forbidden => (StatusCode::FORBIDDEN, "FORBIDDEN"),
             Self::NotFound => (StatusCode::NOT_FOUND, "NOT_FOUND"),
+            Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED"),
             Self::InProgress(_) => (StatusCode::CONFLICT, "IN_PROGRESS"),
             Self::RetryLater => (StatusCode::CONFLICT, "RETRY_LATER"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "CONFLICT"),

@@ -58,10 +58,11 @@ pub async fn read_body<S: Send + Sync>(request: Request, state: &S) -> Result<By
         })
 }
 
-/// JSON from `bytes`; a 400 that names the field (or says the JSON is malformed).
+/// JSON from `bytes`, one value and nothing after it but whitespace; a 400
+/// that names the field (or says the JSON is malformed).
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner();
         ApiError::InvalidArgument(if inner.is_syntax() || inner.is_eof() || path == "." {
@@ -69,7 +70,12 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         } else {
             format!("field `{path}`: {inner}")
         })
-    })
+    })?;
+    // A second value would be ignored: what the client meant is unclear.
+    deserializer
+        .end()
+        .map_err(|err| ApiError::InvalidArgument(format!("malformed JSON: {err}")))?;
+    Ok(value)
 }
 
 /// The caller, as authorised by the route's authz layer.

@@ -10,6 +10,7 @@ pub mod extract;
 pub mod layers;
 mod ops;
 mod page;
+mod reason;
 pub mod request_id;
 mod web;
 
@@ -50,6 +51,8 @@ pub fn router(state: AppState) -> Router {
                 async move { ([(CONTENT_TYPE, "application/json")], document.to_string()) }
             }),
         )
+        // axum adds the `Allow` header to this answer.
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .fallback(web::serve)
         .with_state(state);
     with_edge_layers(router, request_timeout)

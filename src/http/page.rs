@@ -3,6 +3,9 @@
 
 use super::error::ApiError;
 
+/// The longest cursor: ids stay far below 10^18.
+const MAX_CURSOR_DIGITS: usize = 18;
+
 /// One page asked for: rows below `before` (the cursor), at most `limit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageRequest {
@@ -29,11 +32,17 @@ impl PageRequest {
         }
         let before = cursor
             .map(|cursor| {
-                cursor.parse().map_err(|_| {
-                    ApiError::InvalidArgument(
-                        "query `cursor`: not a cursor from this API".to_owned(),
-                    )
-                })
+                // Exactly what the API hands out: an id in decimal digits.
+                let digits = (1..=MAX_CURSOR_DIGITS).contains(&cursor.len())
+                    && cursor.bytes().all(|b| b.is_ascii_digit());
+                digits
+                    .then(|| cursor.parse().ok())
+                    .flatten()
+                    .ok_or_else(|| {
+                        ApiError::InvalidArgument(
+                            "query `cursor`: not a cursor from this API".to_owned(),
+                        )
+                    })
             })
             .transpose()?;
         Ok(Self { before, limit })
@@ -69,7 +78,12 @@ mod tests {
         );
         assert!(PageRequest::parse(None, Some(0), 20, 100).is_err());
         assert!(PageRequest::parse(None, Some(101), 20, 100).is_err());
-        assert!(PageRequest::parse(Some("x"), None, 20, 100).is_err());
+        for bad in ["x", "-1", "+1", " 1", "1234567890123456789"] {
+            assert!(
+                PageRequest::parse(Some(bad), None, 20, 100).is_err(),
+                "{bad}"
+            );
+        }
         let page = PageRequest::parse(Some("9"), Some(2), 20, 100).unwrap();
         assert_eq!((page.before, page.fetch_limit()), (Some(9), 3));
         let mut rows = vec![8, 7, 6];

@@ -3,11 +3,12 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use serde_json::{Value, json};
+use serde::Serialize;
 
+use super::bodies::{OptionalReason, audited};
 use crate::batch::apply_decision;
 use crate::config::ApprovalProvider;
-use crate::db::audit::{append_audit, audited_params};
+use crate::db::audit::append_audit;
 use crate::db::operations::get_operation;
 use crate::domain::{ApprovalDecision, BindingStatus, OperationId};
 use crate::http::error::{ApiError, ApiResult};
@@ -16,19 +17,31 @@ use crate::http::layers::authz::Authorized;
 use crate::state::AppState;
 use crate::write_tx;
 
-/// Approves a request awaiting approval. Body: `{"reason"?: string}`.
+/// The answer to a decision.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Decided {
+    /// `OK`.
+    code: &'static str,
+    operation_id: String,
+    /// The binding status it moved to.
+    status: &'static str,
+}
+
+/// Approves a request awaiting approval.
 #[utoipa::path(post, path = "/admin/v1/approvals/{operationId}/approve", tag = "admin",
-    params(("operationId" = String, Path)), request_body = Object,
-    responses((status = 200, description = "`{code: OK, operationId, status}`", body = Object),
-        (status = 404, description = "No such operation"),
-        (status = 409, description = "Not awaiting approval, or decided by the approval system")))]
+    operation_id = "approve_operation",
+    params(("operationId" = uuid::Uuid, Path, description = "The operation id")), request_body = OptionalReason,
+    responses((status = 200, description = "Approved", body = Decided),
+        (status = 404, description = "NOT_FOUND: no such operation"),
+        (status = 409, description = "CONFLICT: not awaiting approval, or decided by the approval system")))]
 pub async fn approve(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     Database(db): Database,
     Path(operation_id): Path<String>,
-    AppJson(body): AppJson<Value>,
-) -> ApiResult<Json<Value>> {
+    AppJson(body): AppJson<OptionalReason>,
+) -> ApiResult<Json<Decided>> {
     decide(
         &state,
         &db,
@@ -40,19 +53,20 @@ pub async fn approve(
     .await
 }
 
-/// Rejects a request awaiting approval. Body: `{"reason"?: string}`.
+/// Rejects a request awaiting approval.
 #[utoipa::path(post, path = "/admin/v1/approvals/{operationId}/reject", tag = "admin",
-    params(("operationId" = String, Path)), request_body = Object,
-    responses((status = 200, description = "`{code: OK, operationId, status}`", body = Object),
-        (status = 404, description = "No such operation"),
-        (status = 409, description = "Not awaiting approval, or decided by the approval system")))]
+    operation_id = "reject_operation",
+    params(("operationId" = uuid::Uuid, Path, description = "The operation id")), request_body = OptionalReason,
+    responses((status = 200, description = "Rejected", body = Decided),
+        (status = 404, description = "NOT_FOUND: no such operation"),
+        (status = 409, description = "CONFLICT: not awaiting approval, or decided by the approval system")))]
 pub async fn reject(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     Database(db): Database,
     Path(operation_id): Path<String>,
-    AppJson(body): AppJson<Value>,
-) -> ApiResult<Json<Value>> {
+    AppJson(body): AppJson<OptionalReason>,
+) -> ApiResult<Json<Decided>> {
     decide(
         &state,
         &db,
@@ -69,29 +83,21 @@ async fn decide(
     db: &crate::db::Db,
     caller: &Authorized,
     operation_id: &str,
-    body: &Value,
+    body: &OptionalReason,
     decision: ApprovalDecision,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Decided>> {
     if state.config.current().approval.provider != ApprovalProvider::Builtin {
         return Err(ApiError::Conflict(
             "approvals are decided by the approval system",
         ));
     }
-    if body.get("reason").is_some_and(|reason| !reason.is_string()) {
-        return Err(ApiError::InvalidArgument(
-            "field `reason`: must be a string".to_owned(),
-        ));
-    }
+    let message = body.reason()?;
     let id = OperationId::parse(operation_id)
         .map_err(|_| ApiError::NotFound)?
         .as_string();
     let operation = get_operation(db, &id).await?.ok_or(ApiError::NotFound)?;
     let operator = caller.identity.as_str();
-    let params = audited_params(body, operator);
-    let message = params
-        .get("reason")
-        .and_then(Value::as_str)
-        .map(ToOwned::to_owned);
+    let params = audited(body, operator);
     let action = match decision {
         ApprovalDecision::Approved => "approval.approve",
         _ => "approval.reject",
@@ -119,7 +125,9 @@ async fn decide(
     if to != BindingStatus::Rejected && state.executor.try_submit(id.clone()).is_err() {
         tracing::warn!(operation_id = %id, "approved, but the worker pool is busy; the resume job will pick it up");
     }
-    Ok(Json(
-        json!({ "code": "OK", "operationId": id, "status": to.as_str() }),
-    ))
+    Ok(Json(Decided {
+        code: "OK",
+        operation_id: id,
+        status: to.as_str(),
+    }))
 }

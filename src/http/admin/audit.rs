@@ -15,11 +15,14 @@ const MAX_PAGE: u32 = 200;
 
 /// Page selection.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct AuditQuery {
     /// `nextCursor` of the previous page.
+    #[param(pattern = r"^[0-9]{1,18}$")]
     cursor: Option<String>,
     /// Page size, 1 to 200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
     limit: Option<u32>,
 }
 
@@ -47,8 +50,10 @@ pub struct AuditPage {
 }
 
 /// The audit log, newest first.
-#[utoipa::path(get, path = "/admin/v1/audit", tag = "admin", params(AuditQuery),
-    responses((status = 200, body = AuditPage), (status = 400, description = "Bad cursor or limit")))]
+#[utoipa::path(get, path = "/admin/v1/audit", tag = "admin", operation_id = "list_audit",
+    params(AuditQuery),
+    responses((status = 200, description = "A page of audit entries", body = AuditPage),
+        (status = 400, description = "INVALID_ARGUMENT: a bad cursor or limit")))]
 pub async fn list(
     Database(db): Database,
     AppQuery(query): AppQuery<AuditQuery>,

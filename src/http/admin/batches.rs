@@ -10,8 +10,9 @@ use axum::extract::{Path, State};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::bodies::{FreezeBody, OptionalReason, RequiredReason, audited};
 use crate::batch::{ClaimError, Claimed, NotNow, Settled};
-use crate::db::audit::{append_audit, audited_params};
+use crate::db::audit::append_audit;
 use crate::db::batches::{
     BatchRow, get_batch, list_batches, members, membership_history, set_frozen,
 };
@@ -27,11 +28,14 @@ const MAX_PAGE: u32 = 200;
 
 /// Page selection.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct BatchQuery {
     /// `nextCursor` of the previous page.
+    #[param(pattern = r"^[0-9]{1,18}$")]
     cursor: Option<String>,
     /// Page size, 1 to 200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
     limit: Option<u32>,
 }
 
@@ -77,8 +81,10 @@ impl From<BatchRow> for BatchView {
 }
 
 /// Batches, newest first.
-#[utoipa::path(get, path = "/admin/v1/batches", tag = "admin", params(BatchQuery),
-    responses((status = 200, description = "`{items: [batch], nextCursor}`", body = Object)))]
+#[utoipa::path(get, path = "/admin/v1/batches", tag = "admin", operation_id = "list_batches",
+    params(BatchQuery),
+    responses((status = 200, description = "`{items: [batch], nextCursor}`", body = Object),
+        (status = 400, description = "INVALID_ARGUMENT: a bad cursor or limit")))]
 pub async fn list(
     Database(db): Database,
     AppQuery(query): AppQuery<BatchQuery>,
@@ -91,10 +97,10 @@ pub async fn list(
 }
 
 /// One batch with its members and their membership history.
-#[utoipa::path(get, path = "/admin/v1/batches/{batchId}", tag = "admin",
-    params(("batchId" = i64, Path)),
+#[utoipa::path(get, path = "/admin/v1/batches/{batchId}", tag = "admin", operation_id = "get_batch",
+    params(("batchId" = i64, Path, description = "The batch id")),
     responses((status = 200, description = "`{batch, members, history}`", body = Object),
-        (status = 404, description = "No such batch")))]
+        (status = 404, description = "NOT_FOUND: no such batch")))]
 pub async fn get_one(
     Database(db): Database,
     Path(batch_id): Path<String>,
@@ -118,15 +124,17 @@ pub async fn get_one(
 }
 
 /// Runs a claim round now (the scheduler's code; overlapping it is safe).
-#[utoipa::path(post, path = "/admin/v1/batches/run", tag = "admin", request_body = Object,
+#[utoipa::path(post, path = "/admin/v1/batches/run", tag = "admin", operation_id = "run_merge_round",
+    request_body = OptionalReason,
     responses((status = 200, description = "`{code: OK, claimed: [{batchId, members}], slotOccupied, raced}`", body = Object),
-        (status = 409, description = "The queue is frozen (batch.freeze)")))]
+        (status = 409, description = "CONFLICT: the queue is frozen (batch.freeze)")))]
 pub async fn run(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     Database(db): Database,
-    AppJson(body): AppJson<Value>,
+    AppJson(body): AppJson<OptionalReason>,
 ) -> ApiResult<Json<Value>> {
+    body.reason()?;
     let outcomes = match state.merge_queue.claim_round().await {
         Ok(outcomes) => outcomes,
         Err(ClaimError::NotNow(NotNow::Frozen)) => {
@@ -144,7 +152,7 @@ pub async fn run(
             operator,
             "batch.run",
             "merge-queue",
-            &audited_params(&body, operator),
+            &audited(&body, operator),
         )
         .await?;
         Ok::<_, ApiError>(())
@@ -169,33 +177,22 @@ pub async fn run(
 }
 
 /// Settles a running batch: merged wins; otherwise FAILED, and its members
-/// wait for the next round. Body: `{"reason": string}` (required).
-#[utoipa::path(post, path = "/admin/v1/batches/{batchId}/settle", tag = "admin",
-    params(("batchId" = i64, Path)), request_body = Object,
+/// wait for the next round.
+#[utoipa::path(post, path = "/admin/v1/batches/{batchId}/settle", tag = "admin", operation_id = "settle_batch",
+    params(("batchId" = i64, Path, description = "The batch id")), request_body = RequiredReason,
     responses((status = 200, description = "`{code: OK, batch}`", body = Object),
-        (status = 400, description = "No reason given"),
-        (status = 404, description = "No such batch"),
-        (status = 409, description = "Not running (settled already)")))]
+        (status = 400, description = "INVALID_ARGUMENT: no usable reason"),
+        (status = 404, description = "NOT_FOUND: no such batch"),
+        (status = 409, description = "CONFLICT: not running (settled already), or a round of it is in progress")))]
 pub async fn settle(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     Database(db): Database,
     Path(batch_id): Path<String>,
-    AppJson(body): AppJson<Value>,
+    AppJson(body): AppJson<RequiredReason>,
 ) -> ApiResult<Json<Value>> {
     let batch_id: i64 = batch_id.parse().map_err(|_| ApiError::NotFound)?;
-    let reason = match body.get("reason") {
-        Some(Value::String(reason))
-            if !reason.trim().is_empty() && reason.chars().count() <= 1000 =>
-        {
-            reason.trim().to_owned()
-        }
-        _ => {
-            return Err(ApiError::InvalidArgument(
-                "field `reason`: required, a string of at most 1000 characters".to_owned(),
-            ));
-        }
-    };
+    let reason = body.reason()?;
     get_batch(&db, batch_id).await?.ok_or(ApiError::NotFound)?;
     let operator = caller.identity.as_str();
     let settled = state
@@ -222,7 +219,7 @@ pub async fn settle(
             operator,
             "batch.settle",
             &batch_id.to_string(),
-            &audited_params(&body, operator),
+            &audited(&body, operator),
         )
         .await?;
         Ok::<_, ApiError>(())
@@ -236,41 +233,28 @@ pub async fn settle(
 
 /// Freezes or thaws the merge queue for every instance (merge windows,
 /// embargoes): frozen, no new round starts; nothing waiting or running
-/// fails. `batch.freeze` in the configuration freezes it too. Body:
-/// `{"frozen": bool, "reason"?: string}`.
-#[utoipa::path(put, path = "/admin/v1/batches/freeze", tag = "admin", request_body = Object,
-    responses((status = 200, description = "`{code: OK, frozen, byConfiguration}`", body = Object),
-        (status = 400, description = "`frozen` missing or not a boolean")))]
+/// fails. `batch.freeze` in the configuration freezes it too.
+#[utoipa::path(put, path = "/admin/v1/batches/freeze", tag = "admin", operation_id = "freeze_merge_queue",
+    request_body = FreezeBody,
+    responses((status = 200, description = "`{code: OK, frozen, byConfiguration}`", body = Object)))]
 pub async fn freeze(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     Database(db): Database,
-    AppJson(body): AppJson<Value>,
+    AppJson(body): AppJson<FreezeBody>,
 ) -> ApiResult<Json<Value>> {
-    let Some(frozen) = body.get("frozen").and_then(Value::as_bool) else {
-        return Err(ApiError::InvalidArgument(
-            "field `frozen`: required, true or false".to_owned(),
-        ));
-    };
-    let reason = match body.get("reason") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(reason)) if reason.chars().count() <= 1000 => Some(reason.as_str()),
-        Some(_) => {
-            return Err(ApiError::InvalidArgument(
-                "field `reason`: a string of at most 1000 characters".to_owned(),
-            ));
-        }
-    };
+    let frozen = body.frozen;
+    let reason = body.reason()?;
     let operator = caller.identity.as_str();
     write_tx!(&db, |tx| {
-        set_frozen(tx.db(), frozen, reason, operator).await?;
+        set_frozen(tx.db(), frozen, reason.as_deref(), operator).await?;
         let action = if frozen { "batch.freeze" } else { "batch.thaw" };
         append_audit(
             tx.db(),
             operator,
             action,
             "merge-queue",
-            &audited_params(&body, operator),
+            &audited(&body, operator),
         )
         .await?;
         Ok::<_, ApiError>(())

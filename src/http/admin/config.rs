@@ -9,7 +9,7 @@ use crate::state::AppState;
 
 /// The running configuration (after defaults, environment overrides and
 /// fail-safe resolution); secrets appear as `[redacted]`.
-#[utoipa::path(get, path = "/admin/v1/config", tag = "admin",
+#[utoipa::path(get, path = "/admin/v1/config", tag = "admin", operation_id = "get_config",
     responses((status = 200, description = "The effective configuration", body = Object)))]
 pub async fn get_config(State(state): State<AppState>) -> Json<Value> {
     Json(effective(&state.config.current()))

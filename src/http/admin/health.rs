@@ -19,7 +19,7 @@ pub struct DependenciesView {
 }
 
 /// Whether the last call to each system succeeded, when, and the last error.
-#[utoipa::path(get, path = "/admin/v1/health/dependencies", tag = "admin",
+#[utoipa::path(get, path = "/admin/v1/health/dependencies", tag = "admin", operation_id = "get_dependencies",
     responses((status = 200, description = "The last outcome per system", body = DependenciesView)))]
 pub async fn get_dependencies(State(state): State<AppState>) -> Json<DependenciesView> {
     Json(DependenciesView {

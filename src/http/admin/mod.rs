@@ -4,6 +4,7 @@
 pub mod approvals;
 pub mod audit;
 pub mod batches;
+mod bodies;
 pub mod config;
 pub mod health;
 pub mod operations;

@@ -7,10 +7,11 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 
+use super::bodies::{OptionalReason, RequiredReason, audited};
 use crate::db::Db;
-use crate::db::audit::{append_audit, audited_params};
+use crate::db::audit::append_audit;
 use crate::db::batches::{batch_of, batches_of, get_batch, rejoin_waiting_set};
 use crate::db::history::last_statuses;
 use crate::db::leases::make_due_now;
@@ -28,22 +29,48 @@ use crate::write_tx;
 
 const DEFAULT_PAGE: u32 = 50;
 const MAX_PAGE: u32 = 200;
-const MAX_REASON_CHARS: usize = 1000;
+/// Ten years: any older filter means "all", and larger ones would overflow
+/// the databases' date arithmetic.
+const MAX_OLDER_THAN_SECONDS: u64 = 10 * 365 * 24 * 3600;
 
 /// Filters and page of the operations listing.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct OperationQuery {
     /// Binding status, e.g. `HANDLE_FAILED`.
+    #[param(schema_with = binding_status_schema)]
     status: Option<String>,
     /// Step code (e.g. `10106`) or name (e.g. `HANDLE_APPROVE_FAILED`).
+    #[param(schema_with = step_schema)]
     step: Option<String>,
-    /// Unchanged for at least this many seconds.
+    /// Unchanged for at least this many seconds (at most ten years).
+    #[param(minimum = 0, maximum = 315_360_000)]
     older_than_seconds: Option<u64>,
     /// `nextCursor` of the previous page.
+    #[param(pattern = r"^[0-9]{1,18}$")]
     cursor: Option<String>,
     /// Page size, 1 to 200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
     limit: Option<u32>,
+}
+
+/// Every binding status.
+fn binding_status_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(BindingStatus::ALL.iter().map(|s| s.as_str())))
+        .build()
+}
+
+/// Every step, by code or name.
+fn step_schema() -> Object {
+    let codes = StepStatus::ALL.iter().map(|s| s.code().to_string());
+    let names = StepStatus::ALL.iter().map(|s| s.name().to_owned());
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(codes.chain(names)))
+        .build()
 }
 
 /// One page of operations, newest first.
@@ -60,18 +87,18 @@ fn invalid(message: &str) -> ApiError {
 }
 
 fn parse_step(text: &str) -> Result<StepStatus, ApiError> {
-    let by_code = text
-        .parse()
-        .ok()
-        .and_then(|code| StepStatus::from_code(code).ok());
-    by_code
-        .or_else(|| StepStatus::ALL.iter().copied().find(|s| s.name() == text))
+    StepStatus::ALL
+        .iter()
+        .copied()
+        .find(|s| s.code().to_string() == text || s.name() == text)
         .ok_or_else(|| invalid("query `step`: not a step code or name"))
 }
 
 /// Operations, newest first, by binding status, step and age.
-#[utoipa::path(get, path = "/admin/v1/operations", tag = "admin", params(OperationQuery),
-    responses((status = 200, body = OperationPage), (status = 400, description = "Bad filter, cursor or limit")))]
+#[utoipa::path(get, path = "/admin/v1/operations", tag = "admin", operation_id = "list_operations",
+    params(OperationQuery),
+    responses((status = 200, description = "A page of operations", body = OperationPage),
+        (status = 400, description = "INVALID_ARGUMENT: a bad filter, cursor or limit (the message names it)")))]
 pub async fn list(
     Database(db): Database,
     AppQuery(query): AppQuery<OperationQuery>,
@@ -88,7 +115,15 @@ pub async fn list(
         step: query.step.as_deref().map(parse_step).transpose()?,
         unchanged_for_ms: query
             .older_than_seconds
-            .map(|s| i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)),
+            .map(|seconds| {
+                if seconds > MAX_OLDER_THAN_SECONDS {
+                    return Err(ApiError::InvalidArgument(format!(
+                        "query `olderThanSeconds`: 0 to {MAX_OLDER_THAN_SECONDS} (ten years)"
+                    )));
+                }
+                Ok(i64::try_from(seconds * 1000).unwrap_or(i64::MAX))
+            })
+            .transpose()?,
         before_id: page.before,
         limit: page.fetch_limit(),
     };
@@ -117,23 +152,6 @@ pub async fn list(
     Ok(Json(OperationPage { items, next_cursor }))
 }
 
-/// The reason of an operator action: a string, required or not.
-fn reason_of(body: &Value, required: bool) -> Result<Option<String>, ApiError> {
-    match body.get("reason") {
-        None | Some(Value::Null) if !required => Ok(None),
-        Some(Value::String(reason)) if !reason.trim().is_empty() => {
-            if reason.chars().count() > MAX_REASON_CHARS {
-                return Err(invalid("field `reason`: at most 1000 characters"));
-            }
-            Ok(Some(reason.trim().to_owned()))
-        }
-        Some(Value::String(_)) | None | Some(Value::Null) => {
-            Err(invalid("field `reason`: required, say why"))
-        }
-        Some(_) => Err(invalid("field `reason`: must be a string")),
-    }
-}
-
 /// The operation and the status of its binding, which it must still own.
 async fn owned(db: &Db, operation_id: &str) -> ApiResult<(String, OperationRow, BindingStatus)> {
     let id = OperationId::parse(operation_id)
@@ -152,30 +170,41 @@ fn changed_meanwhile() -> ApiError {
     ApiError::Conflict("the request changed meanwhile; reload it and try again")
 }
 
-async fn answer(db: &Db, id: &str) -> ApiResult<Json<Value>> {
+/// The answer to an operator action: the operation as it is now.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ActedOn {
+    /// `OK`.
+    code: &'static str,
+    operation: OperationView,
+}
+
+async fn answer(db: &Db, id: &str) -> ApiResult<Json<ActedOn>> {
     let (operation, status, _) = get_operation_with_status(db, id)
         .await?
         .ok_or(ApiError::NotFound)?;
-    Ok(Json(
-        json!({ "code": "OK", "operation": OperationView::of(operation, status) }),
-    ))
+    Ok(Json(ActedOn {
+        code: "OK",
+        operation: OperationView::of(operation, status),
+    }))
 }
 
 /// Re-runs the operation's current step (a failed one goes back to the step
-/// that failed). Body: `{"reason"?: string}`.
+/// that failed).
 #[utoipa::path(post, path = "/admin/v1/operations/{operationId}/retry", tag = "admin",
-    params(("operationId" = String, Path)), request_body = Object,
-    responses((status = 200, description = "`{code: OK, operation}`", body = Object),
-        (status = 404, description = "No such operation"),
-        (status = 409, description = "Finished, waiting for an outside decision, or changed meanwhile")))]
+    operation_id = "retry_operation",
+    params(("operationId" = uuid::Uuid, Path, description = "The operation id")),
+    request_body = OptionalReason,
+    responses((status = 200, description = "Retried", body = ActedOn),
+        (status = 404, description = "NOT_FOUND: no such operation"),
+        (status = 409, description = "CONFLICT: finished, waiting for an outside decision, in a running batch, or changed meanwhile")))]
 pub async fn retry(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     Database(db): Database,
     Path(operation_id): Path<String>,
-    AppJson(body): AppJson<Value>,
-) -> ApiResult<Json<Value>> {
-    let reason = reason_of(&body, false)?;
+    AppJson(body): AppJson<OptionalReason>,
+) -> ApiResult<Json<ActedOn>> {
+    let reason = body.reason()?;
     let (id, operation, status) = owned(&db, &operation_id).await?;
     let mut plan = operator::retry(operation.kind, status, operation.step)
         .map_err(|why| ApiError::Conflict(why.message()))?;
@@ -218,7 +247,7 @@ pub async fn retry(
             .map(|r| format!(": {r}"))
             .unwrap_or_default()
     );
-    let params = audited_params(&body, operator);
+    let params = audited(&body, operator);
     write_tx!(&db, |tx| {
         let done = match plan {
             Retry::Rewind(to, step) => {
@@ -262,25 +291,27 @@ pub async fn retry(
 }
 
 /// Gives up on an operation: a request becomes ABANDONED (it may be applied
-/// for again), a removal CLOSE_FAILED. Body: `{"reason": string}` (required).
+/// for again), a removal CLOSE_FAILED.
 #[utoipa::path(post, path = "/admin/v1/operations/{operationId}/fail", tag = "admin",
-    params(("operationId" = String, Path)), request_body = Object,
-    responses((status = 200, description = "`{code: OK, operation}`", body = Object),
-        (status = 400, description = "No reason given"),
-        (status = 404, description = "No such operation"),
-        (status = 409, description = "Finished already, or changed meanwhile")))]
+    operation_id = "fail_operation",
+    params(("operationId" = uuid::Uuid, Path, description = "The operation id")),
+    request_body = RequiredReason,
+    responses((status = 200, description = "Failed for good", body = ActedOn),
+        (status = 400, description = "INVALID_ARGUMENT: no usable reason"),
+        (status = 404, description = "NOT_FOUND: no such operation"),
+        (status = 409, description = "CONFLICT: finished already, or changed meanwhile")))]
 pub async fn force_fail(
     AuthUser(caller): AuthUser,
     Database(db): Database,
     Path(operation_id): Path<String>,
-    AppJson(body): AppJson<Value>,
-) -> ApiResult<Json<Value>> {
-    let reason = reason_of(&body, true)?.unwrap_or_default();
+    AppJson(body): AppJson<RequiredReason>,
+) -> ApiResult<Json<ActedOn>> {
+    let reason = body.reason()?;
     let (id, _, status) = owned(&db, &operation_id).await?;
     let to = operator::force_fail(status).map_err(|why| ApiError::Conflict(why.message()))?;
     let operator = caller.identity.as_str();
     let message = format!("force-failed by {operator}: {reason}");
-    let params = audited_params(&body, operator);
+    let params = audited(&body, operator);
     write_tx!(&db, |tx| {
         let change = Change {
             step: StepStatus::ManualAbandoned,

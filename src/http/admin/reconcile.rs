@@ -5,23 +5,26 @@ use axum::Json;
 use axum::extract::State;
 use serde_json::{Value, json};
 
+use super::bodies::{OptionalReason, audited};
 use crate::config::projects::Projects;
-use crate::db::audit::{append_audit, audited_params};
+use crate::db::audit::append_audit;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AppJson, AuthUser, Database};
 use crate::jobs::{Outcome, reconcile};
 use crate::state::AppState;
 use crate::write_tx;
 
-/// Runs one reconciliation round. Body: `{}` (or `{"reason"}`, audited).
-#[utoipa::path(post, path = "/admin/v1/reconcile/run", tag = "admin", request_body = Object,
+/// Runs one reconciliation round.
+#[utoipa::path(post, path = "/admin/v1/reconcile/run", tag = "admin", operation_id = "run_reconciliation",
+    request_body = OptionalReason,
     responses((status = 200, description = "`{code: OK, validated}`", body = Object)))]
 pub async fn run(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     Database(db): Database,
-    AppJson(body): AppJson<Value>,
+    AppJson(body): AppJson<OptionalReason>,
 ) -> ApiResult<Json<Value>> {
+    body.reason()?;
     let settings = state.config.current();
     let window = &settings.reconcile;
     let projects = Projects::of(&settings);
@@ -39,7 +42,7 @@ pub async fn run(
             operator,
             "reconcile.run",
             "deploys",
-            &audited_params(&body, operator),
+            &audited(&body, operator),
         )
         .await?;
         Ok::<_, ApiError>(())

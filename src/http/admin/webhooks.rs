@@ -7,9 +7,14 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use utoipa::openapi::schema::{
+    Array, ArrayBuilder, Object, ObjectBuilder, SchemaFormat, SchemaType, Type,
+};
 
+use super::bodies::{OptionalReason, audited};
 use crate::db::audit::{append_audit, audited_params, url_without_secrets};
 use crate::db::webhook_deliveries::{DeliveryRow, list_for_endpoint, redeliver as requeue};
 use crate::db::webhook_endpoints::{
@@ -29,33 +34,101 @@ use crate::write_tx;
 const DEFAULT_PAGE: u32 = 50;
 const MAX_PAGE: u32 = 200;
 const MAX_EVENT_TYPES: usize = 20;
+/// 20 names of 48 characters, stored as `,a,b,`, fit the 1000 characters
+/// the column holds.
+const MAX_EVENT_TYPE_CHARS: usize = 48;
+/// What the `url` column holds.
+const MAX_URL_CHARS: usize = 2048;
+/// What the `description` column holds.
+const MAX_DESCRIPTION_CHARS: usize = 500;
 
-/// `POST` body.
-#[derive(Debug, Deserialize)]
+/// A new endpoint.
+#[derive(Debug, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct NewEndpoint {
+pub struct NewEndpoint {
+    #[schema(schema_with = url_schema)]
     url: String,
+    /// The event types to send; none or absent: every type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = event_types_schema)]
     event_types: Option<Vec<String>>,
+    /// What it is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 500)]
     description: Option<String>,
+    #[serde(rename = "__authenticatedOperator", default, skip_serializing)]
+    #[schema(ignore)]
+    _operator: Option<IgnoredAny>,
 }
 
-/// `PATCH` body: only the fields given change.
-#[derive(Debug, Deserialize)]
+/// A change to an endpoint: only the fields given change.
+#[derive(Debug, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ChangeEndpoint {
+pub struct ChangeEndpoint {
+    /// As for a new endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = optional_url_schema)]
     url: Option<String>,
+    /// As for a new endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = event_types_schema)]
     event_types: Option<Vec<String>>,
+    /// As for a new endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 500)]
     description: Option<String>,
+    /// Enabling also closes its circuit breaker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     enabled: Option<bool>,
+    #[serde(rename = "__authenticatedOperator", default, skip_serializing)]
+    #[schema(ignore)]
+    _operator: Option<IgnoredAny>,
+}
+
+fn url_schema() -> Object {
+    url_schema_of(Type::String.into())
+}
+
+fn optional_url_schema() -> Object {
+    url_schema_of(SchemaType::from_iter([Type::String, Type::Null]))
+}
+
+fn url_schema_of(types: SchemaType) -> Object {
+    ObjectBuilder::new()
+        .schema_type(types)
+        .description(Some(
+            "Where to send: http or https, at most 2048 characters; not a loopback or \
+             private address unless `webhooks.allow_private_targets`",
+        ))
+        .format(Some(SchemaFormat::Custom("uri".to_owned())))
+        .max_length(Some(MAX_URL_CHARS))
+        .build()
+}
+
+/// Up to 20 names of letters, digits, `.`, `_` and `-` (null as good as absent).
+fn event_types_schema() -> Array {
+    let name = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(format!(
+            "^[A-Za-z0-9._-]{{1,{MAX_EVENT_TYPE_CHARS}}}$"
+        )));
+    ArrayBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Array, Type::Null]))
+        .items(name)
+        .max_items(Some(MAX_EVENT_TYPES))
+        .build()
 }
 
 /// Delivery log page.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct DeliveryQuery {
     /// `nextCursor` of the previous page.
+    #[param(pattern = r"^[0-9]{1,18}$")]
     cursor: Option<String>,
     /// Page size, 1 to 200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
     limit: Option<u32>,
 }
 
@@ -91,11 +164,6 @@ fn delivery_view(row: &DeliveryRow) -> Value {
     })
 }
 
-fn parse_body<T: serde::de::DeserializeOwned>(body: &Value) -> ApiResult<T> {
-    serde_json::from_value(body.clone())
-        .map_err(|err| ApiError::InvalidArgument(format!("body: {err}")))
-}
-
 fn parse_id(text: &str) -> ApiResult<i64> {
     text.parse().map_err(|_| ApiError::NotFound)
 }
@@ -103,27 +171,46 @@ fn parse_id(text: &str) -> ApiResult<i64> {
 fn check_event_types(types: &[String]) -> ApiResult<String> {
     let valid = |t: &String| {
         !t.is_empty()
-            && t.len() <= 64
+            && t.len() <= MAX_EVENT_TYPE_CHARS
             && t.chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
     };
     if types.len() > MAX_EVENT_TYPES || !types.iter().all(valid) {
         return Err(ApiError::InvalidArgument(
-            "eventTypes: at most 20 names of letters, digits, '.', '_' and '-'".to_owned(),
+            "field `eventTypes`: at most 20 names of 1 to 48 letters, digits, '.', '_' and '-'"
+                .to_owned(),
         ));
     }
     Ok(encode_event_types(types))
 }
 
 fn check_url(state: &AppState, url: &str) -> ApiResult<String> {
+    let too_long = || ApiError::InvalidArgument("field `url`: at most 2048 characters".to_owned());
+    if url.chars().count() > MAX_URL_CHARS {
+        return Err(too_long());
+    }
     let allow_private = state.config.current().webhooks.allow_private_targets;
-    target::validate(url, allow_private)
+    let url = target::validate(url, allow_private)
         .map(|url| url.to_string())
-        .map_err(ApiError::InvalidArgument)
+        .map_err(ApiError::InvalidArgument)?;
+    // Normalising may lengthen it (percent-encoding, punycode).
+    if url.chars().count() > MAX_URL_CHARS {
+        return Err(too_long());
+    }
+    Ok(url)
+}
+
+fn check_description(description: &str) -> ApiResult<()> {
+    if description.chars().count() > MAX_DESCRIPTION_CHARS {
+        return Err(ApiError::InvalidArgument(
+            "field `description`: at most 500 characters".to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 /// Every endpoint (secrets never shown).
-#[utoipa::path(get, path = "/admin/v1/webhook-endpoints", tag = "admin",
+#[utoipa::path(get, path = "/admin/v1/webhook-endpoints", tag = "admin", operation_id = "list_webhook_endpoints",
     responses((status = 200, description = "`{items: [endpoint]}`", body = Object)))]
 pub async fn list_endpoints(Database(db): Database) -> ApiResult<Json<Value>> {
     let items: Vec<Value> = list_rows(&db).await?.iter().map(view).collect();
@@ -131,25 +218,21 @@ pub async fn list_endpoints(Database(db): Database) -> ApiResult<Json<Value>> {
 }
 
 /// Registers an endpoint. The answer holds its secret, shown only here.
-#[utoipa::path(post, path = "/admin/v1/webhook-endpoints", tag = "admin", request_body = Object,
+#[utoipa::path(post, path = "/admin/v1/webhook-endpoints", tag = "admin", operation_id = "create_webhook_endpoint",
+    request_body = NewEndpoint,
     responses((status = 201, description = "`{id, url, eventTypes, description, secret}`", body = Object),
-        (status = 400, description = "Invalid URL or event types")))]
+        (status = 400, description = "INVALID_ARGUMENT: a URL, event types or description not allowed")))]
 pub async fn create_endpoint(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     Database(db): Database,
-    AppJson(body): AppJson<Value>,
+    AppJson(body): AppJson<NewEndpoint>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let new: NewEndpoint = parse_body(&body)?;
-    let url = check_url(&state, &new.url)?;
-    let types = new.event_types.unwrap_or_default();
+    let url = check_url(&state, &body.url)?;
+    let types = body.event_types.clone().unwrap_or_default();
     let stored_types = check_event_types(&types)?;
-    let description = new.description.unwrap_or_default();
-    if description.chars().count() > 500 {
-        return Err(ApiError::InvalidArgument(
-            "description: at most 500 characters".to_owned(),
-        ));
-    }
+    let description = body.description.clone().unwrap_or_default();
+    check_description(&description)?;
     let secret = WebhookSecret::generate().expose();
     let operator = caller.identity.as_str();
     let id = write_tx!(&db, |tx| {
@@ -159,7 +242,7 @@ pub async fn create_endpoint(
             operator,
             "webhook.endpoint.create",
             &format!("webhook-endpoint:{id}"),
-            &audited_params(&body, operator),
+            &audited(&body, operator),
         )
         .await?;
         Ok::<_, ApiError>(id)
@@ -175,19 +258,21 @@ pub async fn create_endpoint(
 
 /// Changes an endpoint's URL, event types, description, or enables /
 /// disables it (enabling also closes its breaker).
-#[utoipa::path(patch, path = "/admin/v1/webhook-endpoints/{endpointId}", tag = "admin",
-    params(("endpointId" = i64, Path)), request_body = Object,
+#[utoipa::path(patch, path = "/admin/v1/webhook-endpoints/{endpointId}", tag = "admin", operation_id = "update_webhook_endpoint",
+    params(("endpointId" = i64, Path, description = "The endpoint id")), request_body = ChangeEndpoint,
     responses((status = 200, description = "The endpoint", body = Object),
-        (status = 404, description = "No such endpoint")))]
+        (status = 404, description = "NOT_FOUND: no such endpoint")))]
 pub async fn update_endpoint(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     Database(db): Database,
     Path(id): Path<String>,
-    AppJson(body): AppJson<Value>,
+    AppJson(change): AppJson<ChangeEndpoint>,
 ) -> ApiResult<Json<Value>> {
     let id = parse_id(&id)?;
-    let change: ChangeEndpoint = parse_body(&body)?;
+    if let Some(description) = &change.description {
+        check_description(description)?;
+    }
     let url = change
         .url
         .as_deref()
@@ -214,7 +299,7 @@ pub async fn update_endpoint(
             operator,
             "webhook.endpoint.update",
             &format!("webhook-endpoint:{id}"),
-            &audited_params(&body, operator),
+            &audited(&change, operator),
         )
         .await?;
         Ok::<_, ApiError>(())
@@ -225,9 +310,9 @@ pub async fn update_endpoint(
 }
 
 /// Deletes an endpoint and its delivery log.
-#[utoipa::path(delete, path = "/admin/v1/webhook-endpoints/{endpointId}", tag = "admin",
-    params(("endpointId" = i64, Path)),
-    responses((status = 204, description = "Deleted"), (status = 404, description = "No such endpoint")))]
+#[utoipa::path(delete, path = "/admin/v1/webhook-endpoints/{endpointId}", tag = "admin", operation_id = "delete_webhook_endpoint",
+    params(("endpointId" = i64, Path, description = "The endpoint id")),
+    responses((status = 204, description = "Deleted"), (status = 404, description = "NOT_FOUND: no such endpoint")))]
 pub async fn delete_endpoint(
     AuthUser(caller): AuthUser,
     Database(db): Database,
@@ -255,18 +340,19 @@ pub async fn delete_endpoint(
 
 /// A new secret, shown only in this answer. The old one keeps signing (next
 /// to the new one) for `webhooks.secret_grace`.
-#[utoipa::path(post, path = "/admin/v1/webhook-endpoints/{endpointId}/rotate", tag = "admin",
-    params(("endpointId" = i64, Path)), request_body = Object,
+#[utoipa::path(post, path = "/admin/v1/webhook-endpoints/{endpointId}/rotate", tag = "admin", operation_id = "rotate_webhook_secret",
+    params(("endpointId" = i64, Path, description = "The endpoint id")), request_body = OptionalReason,
     responses((status = 200, description = "`{id, secret, previousSecretValidUntil}`", body = Object),
-        (status = 404, description = "No such endpoint")))]
+        (status = 404, description = "NOT_FOUND: no such endpoint")))]
 pub async fn rotate(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     Database(db): Database,
     Path(id): Path<String>,
-    AppJson(body): AppJson<Value>,
+    AppJson(body): AppJson<OptionalReason>,
 ) -> ApiResult<Json<Value>> {
     let id = parse_id(&id)?;
+    body.reason()?;
     let grace = state.config.current().webhooks.secret_grace;
     let secret = WebhookSecret::generate().expose();
     let operator = caller.identity.as_str();
@@ -279,7 +365,7 @@ pub async fn rotate(
             operator,
             "webhook.endpoint.rotate",
             &format!("webhook-endpoint:{id}"),
-            &audited_params(&body, operator),
+            &audited(&body, operator),
         )
         .await?;
         Ok::<_, ApiError>(())
@@ -294,10 +380,11 @@ pub async fn rotate(
 }
 
 /// An endpoint's deliveries, newest first.
-#[utoipa::path(get, path = "/admin/v1/webhook-endpoints/{endpointId}/deliveries", tag = "admin",
-    params(("endpointId" = i64, Path), DeliveryQuery),
+#[utoipa::path(get, path = "/admin/v1/webhook-endpoints/{endpointId}/deliveries", tag = "admin", operation_id = "list_webhook_deliveries",
+    params(("endpointId" = i64, Path, description = "The endpoint id"), DeliveryQuery),
     responses((status = 200, description = "`{items: [delivery], nextCursor}`", body = Object),
-        (status = 404, description = "No such endpoint")))]
+        (status = 400, description = "INVALID_ARGUMENT: a bad cursor or limit"),
+        (status = 404, description = "NOT_FOUND: no such endpoint")))]
 pub async fn list_deliveries(
     Database(db): Database,
     Path(id): Path<String>,
@@ -314,18 +401,19 @@ pub async fn list_deliveries(
 
 /// Sends a finished delivery (delivered, failed or silent) again, with the
 /// same `webhook-id` and body and a fresh retry schedule.
-#[utoipa::path(post, path = "/admin/v1/webhook-deliveries/{deliveryId}/redeliver", tag = "admin",
-    params(("deliveryId" = i64, Path)), request_body = Object,
+#[utoipa::path(post, path = "/admin/v1/webhook-deliveries/{deliveryId}/redeliver", tag = "admin", operation_id = "redeliver_webhook",
+    params(("deliveryId" = i64, Path, description = "The delivery id")), request_body = OptionalReason,
     responses((status = 200, description = "`{code: OK}`", body = Object),
-        (status = 404, description = "No such delivery"),
-        (status = 409, description = "It is still queued or being sent")))]
+        (status = 404, description = "NOT_FOUND: no such delivery"),
+        (status = 409, description = "CONFLICT: it is still queued or being sent")))]
 pub async fn redeliver(
     AuthUser(caller): AuthUser,
     Database(db): Database,
     Path(id): Path<String>,
-    AppJson(body): AppJson<Value>,
+    AppJson(body): AppJson<OptionalReason>,
 ) -> ApiResult<Json<Value>> {
     let id = parse_id(&id)?;
+    body.reason()?;
     let operator = caller.identity.as_str();
     let requeued = write_tx!(&db, |tx| {
         if !requeue(tx.db(), id).await? {
@@ -336,7 +424,7 @@ pub async fn redeliver(
             operator,
             "webhook.delivery.redeliver",
             &format!("webhook-delivery:{id}"),
-            &audited_params(&body, operator),
+            &audited(&body, operator),
         )
         .await?;
         Ok::<_, ApiError>(true)

@@ -5,8 +5,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::submission::{Submission, submit};
 use crate::domain::OperationKind;
@@ -19,17 +19,21 @@ use crate::state::AppState;
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ApplyBody {
     /// Client-chosen operation id (UUID), which also makes the request idempotent.
+    #[schema(value_type = Option<uuid::Uuid>)]
     operation_id: Option<String>,
-    /// A key of the target catalog.
+    /// A key of the target catalog (`GET /api/v1/targets`).
     target_key: String,
-    /// Who the binding is for; default: the caller.
+    /// Who the binding is for; default: the caller. 1 to 128 letters,
+    /// digits or `. _ - @ +`, not starting with a dot.
+    #[schema(pattern = r"^[A-Za-z0-9_@+-][A-Za-z0-9._@+-]{0,127}$")]
     subject_id: Option<String>,
-    /// Parameters the target accepts (a JSON object).
+    /// Parameters the target accepts (a JSON object, at most 8 KiB).
     #[schema(value_type = Option<Object>)]
     params: Option<Value>,
-    /// When changegate removes the binding again (RFC 3339).
+    /// When changegate removes the binding again (RFC 3339, in the future).
     expires_at: Option<DateTime<Utc>>,
     /// Why the change is needed.
+    #[schema(schema_with = crate::http::reason::request_reason_schema)]
     reason: String,
     /// Reserved for the server: ignored when a client sends it.
     #[serde(rename = "__authenticatedOperator", default)]
@@ -42,10 +46,13 @@ pub struct ApplyBody {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CloseBody {
     /// Client-chosen operation id (UUID), which also makes the request idempotent.
+    #[schema(value_type = Option<uuid::Uuid>)]
     operation_id: Option<String>,
-    /// Whose binding; default: the caller.
+    /// Whose binding; default: the caller. As in an application.
+    #[schema(pattern = r"^[A-Za-z0-9_@+-][A-Za-z0-9._@+-]{0,127}$")]
     subject_id: Option<String>,
     /// Why the binding should go.
+    #[schema(schema_with = crate::http::reason::request_reason_schema)]
     reason: String,
     /// Reserved for the server: ignored when a client sends it.
     #[serde(rename = "__authenticatedOperator", default)]
@@ -58,13 +65,18 @@ pub struct CloseBody {
 /// limited before idempotency is checked: a duplicate over the limit gets 429.
 #[utoipa::path(post, path = "/api/v1/applications", tag = "requests",
     request_body = ApplyBody,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Makes the request idempotent")),
+    params(("Idempotency-Key" = Option<String>, Header, max_length = 191, min_length = 1,
+        pattern = r"^[!-~]([ -~]*[!-~])?$",
+        description = "Makes the request idempotent: 1 to 191 visible ASCII characters")),
     responses(
-        (status = 202, description = "ACCEPTED or DUPLICATE_SUBMIT", body = Object),
-        (status = 400, description = "INVALID_ARGUMENT"), (status = 401, description = "UNAUTHENTICATED"),
-        (status = 403, description = "Access denied"), (status = 409, description = "IN_PROGRESS or RETRY_LATER"),
-        (status = 422, description = "IDEMPOTENCY_KEY_REUSED"), (status = 429, description = "RATE_LIMITED"),
-        (status = 503, description = "SERVICE_CLOSED")))]
+        (status = 202, description = "ACCEPTED or DUPLICATE_SUBMIT", body = Accepted,
+            headers(("idempotent-replayed" = String, description = "`true` on a DUPLICATE_SUBMIT"))),
+        (status = 400, description = "INVALID_ARGUMENT: the message names the field"),
+        (status = 404, description = "NOT_FOUND: the binding vanished meanwhile"),
+        (status = 409, description = "IN_PROGRESS or RETRY_LATER"),
+        (status = 422, description = "IDEMPOTENCY_KEY_REUSED"),
+        (status = 503, description = "SERVICE_CLOSED: the access mode does not allow submissions now; \
+            NOT_READY, DATABASE_UNAVAILABLE or TIMEOUT: retry shortly")))]
 pub async fn apply(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
@@ -88,11 +100,21 @@ pub async fn apply(
 
 /// Request removal of a live binding (close phase).
 #[utoipa::path(post, path = "/api/v1/bindings/{targetKey}/close", tag = "requests",
+    operation_id = "close_binding",
     request_body = CloseBody,
     params(("targetKey" = String, Path, description = "Target of the binding"),
-        ("Idempotency-Key" = Option<String>, Header, description = "Makes the request idempotent")),
-    responses((status = 202, description = "ACCEPTED or DUPLICATE_SUBMIT", body = Object),
-        (status = 404, description = "No such binding"), (status = 409, description = "IN_PROGRESS")))]
+        ("Idempotency-Key" = Option<String>, Header, max_length = 191, min_length = 1,
+            pattern = r"^[!-~]([ -~]*[!-~])?$",
+            description = "Makes the request idempotent: 1 to 191 visible ASCII characters")),
+    responses(
+        (status = 202, description = "ACCEPTED or DUPLICATE_SUBMIT", body = Accepted,
+            headers(("idempotent-replayed" = String, description = "`true` on a DUPLICATE_SUBMIT"))),
+        (status = 400, description = "INVALID_ARGUMENT: the message names the field"),
+        (status = 404, description = "NOT_FOUND: no such binding of yours"),
+        (status = 409, description = "IN_PROGRESS or RETRY_LATER"),
+        (status = 422, description = "IDEMPOTENCY_KEY_REUSED"),
+        (status = 503, description = "SERVICE_CLOSED: the access mode does not allow submissions now; \
+            NOT_READY, DATABASE_UNAVAILABLE or TIMEOUT: retry shortly")))]
 pub async fn close(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
@@ -116,6 +138,8 @@ pub async fn close(
 }
 
 /// The 202 answer of a submission.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct Accepted {
     /// `ACCEPTED` or `DUPLICATE_SUBMIT`.
     pub code: &'static str,
@@ -123,19 +147,15 @@ pub struct Accepted {
     pub operation_id: String,
     /// Its binding status now.
     pub status: String,
-    /// What the requester should do next.
+    /// What the requester should do next: `WAIT`, `CONTACT_TEAM`, `REAPPLY` or `NONE`.
     pub next: &'static str,
 }
 
 impl IntoResponse for Accepted {
     fn into_response(self) -> Response {
-        let body = Json(json!({
-            "code": self.code,
-            "operationId": self.operation_id,
-            "status": self.status,
-            "next": self.next,
-        }));
-        if self.code == "DUPLICATE_SUBMIT" {
+        let replayed = self.code == "DUPLICATE_SUBMIT";
+        let body = Json(self);
+        if replayed {
             (
                 StatusCode::ACCEPTED,
                 [("idempotent-replayed", "true")],

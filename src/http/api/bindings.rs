@@ -15,11 +15,14 @@ const MAX_PAGE: u32 = 100;
 
 /// Page selection.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct PageQuery {
     /// `nextCursor` of the previous page.
+    #[param(pattern = r"^[0-9]{1,18}$")]
     cursor: Option<String>,
     /// Page size, 1 to 100 (default 20).
+    #[param(minimum = 1, maximum = 100)]
     limit: Option<u32>,
 }
 
@@ -48,7 +51,8 @@ pub struct BindingView {
 
 /// The caller's bindings, newest first, cursor-paginated.
 #[utoipa::path(get, path = "/api/v1/me/bindings", tag = "requests", params(PageQuery),
-    responses((status = 200, body = BindingPage), (status = 400, description = "Bad cursor or limit")))]
+    responses((status = 200, description = "A page of bindings", body = BindingPage),
+        (status = 400, description = "INVALID_ARGUMENT: a bad cursor or limit")))]
 pub async fn list_my_bindings(
     AuthUser(caller): AuthUser,
     Database(db): Database,

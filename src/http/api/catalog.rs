@@ -30,7 +30,7 @@ pub struct TargetView {
 /// The catalog entries the caller may apply for: one permission round trip
 /// for every rule code of the catalog.
 #[utoipa::path(get, path = "/api/v1/targets", tag = "requests",
-    responses((status = 200, body = Vec<TargetView>)))]
+    responses((status = 200, description = "The catalog entries", body = Vec<TargetView>)))]
 pub async fn list_targets(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
@@ -74,6 +74,7 @@ pub async fn list_targets(
 
 /// What to preview.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(rename_all = "camelCase")]
 pub struct PreviewQuery {
     /// The target.

@@ -4,6 +4,7 @@ mod access;
 pub mod applications;
 mod bindings;
 mod catalog;
+mod document;
 pub(crate) mod status;
 mod submission;
 mod timeline;
@@ -13,6 +14,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 use utoipa_axum::routes;
 
+use self::document::SharedComponents;
 use super::layers::{RateLimitSpec, RouteSpec, guard};
 use crate::state::AppState;
 
@@ -101,6 +103,7 @@ const READ: RouteSpec = RouteSpec {
     tags((name = "requests", description = "The requester API"),
         (name = "callbacks", description = "Signed callbacks from the approval system and the deploy pipeline"),
         (name = "admin", description = "Operator actions, audited")),
+    modifiers(&SharedComponents),
 )]
 struct ApiDoc;
 
@@ -109,7 +112,8 @@ fn guarded(
     spec: &'static RouteSpec,
     route: UtoipaMethodRouter<AppState>,
 ) -> UtoipaMethodRouter<AppState> {
-    let (schemas, paths, method_router) = route;
+    let (schemas, mut paths, method_router) = route;
+    document::describe_guarded(&mut paths, spec);
     (schemas, paths, guard(state, spec, method_router))
 }
 
@@ -117,7 +121,7 @@ fn guarded(
 /// with the document that describes exactly these routes (generated from
 /// them, so it cannot drift).
 pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    let (router, document) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let (router, mut document) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(guarded(state, &APPLY, routes!(applications::apply)))
         .routes(guarded(state, &CLOSE, routes!(applications::close)))
         .routes(guarded(state, &READ, routes!(status::get_operation_status)))
@@ -234,5 +238,6 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
         // Callbacks are not guarded: they authenticate by signature.
         .merge(super::callbacks::router(state))
         .split_for_parts();
+    document::describe_every_route(&mut document);
     (router, document)
 }

@@ -111,8 +111,9 @@ pub fn visible_to(
 /// Status of an operation. Another person's operation answers 404, as if it
 /// did not exist; operators see every operation.
 #[utoipa::path(get, path = "/api/v1/operations/{operationId}", tag = "requests",
-    params(("operationId" = String, Path, description = "The operation id (UUID)")),
-    responses((status = 200, body = OperationView), (status = 404, description = "Unknown, or not yours")))]
+    params(("operationId" = uuid::Uuid, Path, description = "The operation id")),
+    responses((status = 200, description = "Where the operation is", body = OperationView),
+        (status = 404, description = "NOT_FOUND: unknown, or not yours")))]
 pub async fn get_operation_status(
     AuthUser(caller): AuthUser,
     Database(db): Database,

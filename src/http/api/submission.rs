@@ -17,6 +17,7 @@ use crate::domain::render::{canonical_json, valid_subject};
 use crate::domain::{OperationId, OperationKind, next_action};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::layers::authz::Authorized;
+use crate::http::reason::{MAX_REQUEST_REASON_CHARS, checked_reason};
 use crate::state::AppState;
 use crate::store::{self, IdempotencyClaim, NewRequest, StoreError};
 use crate::workflow::Reservation;
@@ -24,7 +25,6 @@ use crate::workflow::Reservation;
 /// The idempotency header.
 const IDEMPOTENCY_KEY: &str = "idempotency-key";
 const MAX_KEY_LEN: usize = 191;
-const MAX_REASON_CHARS: usize = 2000;
 const MAX_PARAMS_BYTES: usize = 8 * 1024;
 
 /// A parsed apply or close request.
@@ -157,10 +157,7 @@ fn validate(
     if params.to_string().len() > MAX_PARAMS_BYTES {
         return Err(invalid("field `params`: larger than 8 KiB"));
     }
-    let reason = submission.reason.trim().to_owned();
-    if reason.is_empty() || reason.chars().count() > MAX_REASON_CHARS || reason.contains('\0') {
-        return Err(invalid("field `reason`: 1 to 2000 characters, required"));
-    }
+    let reason = checked_reason(&submission.reason, MAX_REQUEST_REASON_CHARS)?;
     if submission.expires_at.is_some_and(|at| at <= Utc::now()) {
         return Err(invalid("field `expiresAt`: must be in the future"));
     }
@@ -178,7 +175,11 @@ fn validate(
                 .to_str()
                 .ok()
                 .map(str::trim)
-                .filter(|key| !key.is_empty() && key.len() <= MAX_KEY_LEN)
+                .filter(|key| {
+                    !key.is_empty()
+                        && key.len() <= MAX_KEY_LEN
+                        && key.bytes().all(|b| (b' '..=b'~').contains(&b))
+                })
                 .ok_or_else(|| {
                     invalid("header `Idempotency-Key`: 1 to 191 visible ASCII characters")
                 })?

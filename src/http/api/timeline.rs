@@ -36,8 +36,9 @@ pub struct Timeline {
 
 /// The steps of an operation, oldest first; 404 for other people's.
 #[utoipa::path(get, path = "/api/v1/operations/{operationId}/timeline", tag = "requests",
-    params(("operationId" = String, Path, description = "The operation id (UUID)")),
-    responses((status = 200, body = Timeline), (status = 404, description = "Unknown, or not yours")))]
+    params(("operationId" = uuid::Uuid, Path, description = "The operation id")),
+    responses((status = 200, description = "The operation's steps", body = Timeline),
+        (status = 404, description = "NOT_FOUND: unknown, or not yours")))]
 pub async fn get_timeline(
     AuthUser(caller): AuthUser,
     Database(db): Database,
