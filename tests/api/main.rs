@@ -11,6 +11,7 @@ mod batches;
 mod callbacks;
 mod cli;
 mod contention;
+mod contract;
 mod durability;
 mod galera;
 mod gitlab_client;
