@@ -27,7 +27,7 @@ test("a requester applies, the timeline reaches VALIDATED, and the binding is re
   await page.click("#submit");
   const reasonError = page.locator('.field-error[data-field="reason"]');
   await reasonError.waitFor();
-  assert.match(await reasonError.innerText(), /characters, required/);
+  assert.match(await reasonError.innerText(), /1 to 2000 characters, not only spaces/);
   assert.equal(await page.locator("#submit").isEnabled(), true);
   await screenshot(page, "requester-1-field-error");
 
