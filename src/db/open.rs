@@ -282,8 +282,16 @@ async fn open_sqlite(settings: &DatabaseSettings) -> Result<SqliteDb, OpenError>
 /// storage refuses writes would refuse every write for as long as it lives,
 /// after the storage is back too. The test change is rolled back: nothing is
 /// written.
+///
+/// Another process holding the write lock past the busy timeout (one
+/// applying migrations, say) proves the file writable: the connection is
+/// taken as it is, and it waits for the lock when it writes.
 async fn refuse_read_only_writer(conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
-    sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+    match sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut *conn).await {
+        Ok(_) => {}
+        Err(err) if super::is_retryable_conflict(&err) => return Ok(()),
+        Err(err) => return Err(err),
+    }
     let rewritten = rewrite_user_version(conn).await;
     sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await?;
     rewritten
