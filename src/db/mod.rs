@@ -249,8 +249,10 @@ pub fn is_unavailable(err: &sqlx::Error) -> bool {
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(db_error) => {
+            // A lost lock race past every retry, or a Galera node not ready
+            // ([`Conflict`]), or a server shutting down.
             if let Some(mysql) = db_error.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-                return matches!(mysql.number(), 1047 | 1053 | 1180 | 1205 | 1213);
+                return mysql.number() == 1053 || Conflict::of(err).is_some();
             }
             // SQLite's extended codes keep the primary code in the low byte.
             db_error
