@@ -353,16 +353,21 @@ pub async fn list_batches(
     })
 }
 
-/// RUNNING batches whose lease is free or expired. Served by
+/// RUNNING batches whose lease is free, expired, or held by `owner` (the
+/// caller's own, which it holds only during a round: one it holds between
+/// rounds is one it could not give back). Served by
 /// `ix_merge_batch_status_updated`.
-pub async fn runnable(db: &Db) -> Result<Vec<i64>, sqlx::Error> {
+pub async fn runnable(db: &Db, owner: &str) -> Result<Vec<i64>, sqlx::Error> {
     let now = dialect::now_ms(db.backend());
     let sql = format!(
         "SELECT id FROM merge_batch WHERE status = 'RUNNING' \
-         AND (lease_owner IS NULL OR lease_until < {now}) ORDER BY id"
+         AND (lease_owner IS NULL OR lease_until < {now} OR lease_owner = ?) ORDER BY id"
     );
     with_pool!(db, reader, |pool| {
-        sqlx::query_scalar(AssertSqlSafe(sql)).fetch_all(pool).await
+        sqlx::query_scalar(AssertSqlSafe(sql))
+            .bind(owner)
+            .fetch_all(pool)
+            .await
     })
 }
 

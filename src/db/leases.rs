@@ -104,17 +104,23 @@ pub async fn release_lease(
     })
 }
 
-/// Up to `limit` operations due by the database clock whose lease is free
-/// or expired, earliest first. Served by `ix_operation_due` (the range scan
-/// stops at now; the lease test filters the few rows in it).
-pub async fn list_due(db: &Db, limit: u32) -> Result<Vec<String>, sqlx::Error> {
+/// Up to `limit` operations due by the database clock whose lease is free,
+/// expired, or held by `owner`, earliest first. `owner` is the caller's
+/// own step lease id: whatever it holds and is not running (the caller
+/// skips those) is a lease it could not give back, say while its database
+/// node was gone, and waiting for it to expire would only delay the step.
+/// Served by `ix_operation_due` (the range scan stops at now; the lease
+/// test filters the few rows in it).
+pub async fn list_due(db: &Db, owner: &str, limit: u32) -> Result<Vec<String>, sqlx::Error> {
     let now = dialect::now_ms(db.backend());
     let sql = format!(
         "SELECT operation_id FROM operation WHERE due_at <= {now} \
-         AND (lease_owner IS NULL OR lease_until < {now}) ORDER BY due_at LIMIT ?"
+         AND (lease_owner IS NULL OR lease_until < {now} OR lease_owner = ?) \
+         ORDER BY due_at LIMIT ?"
     );
     with_pool!(db, reader, |pool| {
         sqlx::query_scalar(AssertSqlSafe(sql))
+            .bind(owner)
             .bind(limit)
             .fetch_all(pool)
             .await

@@ -15,7 +15,9 @@ const BATCH: usize = 100;
 
 /// One round: queues due operations while the queue has room, keeping a
 /// quarter of it for new requests (a backlog must not make them "busy").
-pub async fn run_once(db: &Db, executor: &Executor) -> anyhow::Result<Outcome> {
+/// `owner` is the workers' step lease id: steps it holds but does not run
+/// are taken up again at once.
+pub async fn run_once(db: &Db, executor: &Executor, owner: &str) -> anyhow::Result<Outcome> {
     let kept_for_requests = executor.max_capacity() / 4;
     let room = executor
         .free_capacity()
@@ -24,7 +26,7 @@ pub async fn run_once(db: &Db, executor: &Executor) -> anyhow::Result<Outcome> {
     if room == 0 {
         return Ok(Outcome::Idle);
     }
-    let due = list_due(db, u32::try_from(room).unwrap_or(u32::MAX))
+    let due = list_due(db, owner, u32::try_from(room).unwrap_or(u32::MAX))
         .await
         .context("listing due operations")?;
     let mut queued = 0;
