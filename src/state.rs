@@ -11,6 +11,7 @@ use crate::config::LiveConfig;
 use crate::db::DbSlot;
 use crate::http::layers::limiter::SlidingWindow;
 use crate::observer::Observer;
+use crate::sealing::KeyRing;
 use crate::store::SubmissionQueue;
 use crate::workflow::Executor;
 
@@ -57,4 +58,6 @@ pub struct App {
     pub merge_queue: MergeQueue,
     /// Records new requests, in groups under load.
     pub submissions: SubmissionQueue,
+    /// Seals webhook signing secrets; `None` on MySQL without `webhooks.secret_key`.
+    pub sealing: Option<Arc<KeyRing>>,
 }

@@ -91,10 +91,12 @@ impl LiveConfig {
     }
 
     /// Re-reads the file, the environment and the secret files. An invalid
-    /// file keeps the last good snapshot, logs one error and counts
-    /// `changegate_config_reload_failures_total`; static settings (among them
-    /// the database password read from `database.password_file`) keep their
-    /// running values until a restart.
+    /// file keeps the last good snapshot, logs one error, counts
+    /// `changegate_config_reload_failures_total` and sets
+    /// `changegate_config_last_reload_successful` to 0 until a reload
+    /// succeeds; static settings (among them the database password read
+    /// from `database.password_file`) keep their running values until a
+    /// restart.
     pub fn reload(&self) -> ReloadOutcome {
         let mut last_read = self.last_read();
         let running = self.current();
@@ -138,6 +140,7 @@ impl LiveConfig {
                     "configuration reload rejected; keeping the last good configuration"
                 );
                 metrics::counter!("changegate_config_reload_failures_total").increment(1);
+                metrics::gauge!("changegate_config_last_reload_successful").set(0.0);
                 return ReloadOutcome::Rejected;
             }
         };
@@ -152,8 +155,11 @@ impl LiveConfig {
         if next.server.listen != running.server.listen
             || next.database.url != running.database.url
             || next.tls != running.tls
+            || next.telemetry != running.telemetry
         {
-            tracing::warn!("server, database or tls settings changed; they apply after a restart");
+            tracing::warn!(
+                "server, database, tls or telemetry settings changed; they apply after a restart"
+            );
         }
         if next.webhooks.allow_private_targets != running.webhooks.allow_private_targets {
             tracing::warn!(
@@ -161,9 +167,16 @@ impl LiveConfig {
             );
             next.webhooks.allow_private_targets = running.webhooks.allow_private_targets;
         }
+        if next.webhooks.sealing_keys != running.webhooks.sealing_keys {
+            tracing::warn!(
+                "webhooks.secret_key or previous_secret_keys changed; they apply after a restart"
+            );
+            next.webhooks.sealing_keys = running.webhooks.sealing_keys.clone();
+        }
         next.server = running.server.clone();
         next.database = running.database.clone();
         next.tls = running.tls.clone();
+        next.telemetry = running.telemetry.clone();
         next.log.format = running.log.format;
         if next.log.level != running.log.level
             && let Some(set_level) = &self.inner.set_level
@@ -174,6 +187,7 @@ impl LiveConfig {
         }
         self.inner.current.store(Arc::new(next));
         metrics::counter!("changegate_config_reloads_total").increment(1);
+        metrics::gauge!("changegate_config_last_reload_successful").set(1.0);
         tracing::info!("configuration reloaded");
         ReloadOutcome::Applied
     }

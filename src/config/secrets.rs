@@ -72,49 +72,54 @@ pub(super) fn secret(
     text(r, files, path).map(SecretString::from)
 }
 
-/// `gitlab.reviewer_tokens`, or the files listed in `gitlab.reviewer_token_files`.
-pub(super) fn reviewer_tokens(r: &mut Reader<'_>, files: &mut SecretFiles) -> Vec<SecretString> {
-    const KEY: &str = "gitlab.reviewer_tokens";
-    const FILES_KEY: &str = "gitlab.reviewer_token_files";
+/// A list of secrets at `section.key` (`gitlab.reviewer_tokens`, say), or
+/// the files listed at `section.files_key` (`gitlab.reviewer_token_files`).
+pub(super) fn list(
+    r: &mut Reader<'_>,
+    files: &mut SecretFiles,
+    section: &str,
+    [key, files_key]: [&str; 2],
+) -> Vec<SecretString> {
+    let (full_key, full_files_key) = (format!("{section}.{key}"), format!("{section}.{files_key}"));
     let given = |value: Option<&Value>| match value {
         None => false,
         Some(Value::Array(items)) => !items.is_empty(),
         Some(_) => true,
     };
-    let inline = r.get("gitlab", "reviewer_tokens");
-    let listed = r.get("gitlab", "reviewer_token_files");
+    let inline = r.get(section, key);
+    let listed = r.get(section, files_key);
     match (given(inline), given(listed)) {
         (true, true) => {
-            both_given(r, KEY, FILES_KEY);
+            both_given(r, &full_key, &full_files_key);
             Vec::new()
         }
         (false, true) => {
             let paths: Vec<PathBuf> = r
-                .string_list_at(&["gitlab", "reviewer_token_files"])
+                .string_list_at(&[section, files_key])
                 .into_iter()
                 .map(PathBuf::from)
                 .collect();
-            let tokens = paths
+            let secrets = paths
                 .iter()
                 .filter_map(|path| {
                     read_secret_file(path)
-                        .map_err(|message| r.error(FILES_KEY, message))
+                        .map_err(|message| r.error(&full_files_key, message))
                         .ok()
                 })
                 .map(SecretString::from)
                 .collect();
-            files.0.insert(FILES_KEY.to_owned(), paths);
-            tokens
+            files.0.insert(full_files_key, paths);
+            secrets
         }
         _ => match inline {
             None => Vec::new(),
             Some(Value::Array(items)) if items.iter().all(Value::is_str) => items
                 .iter()
                 .filter_map(Value::as_str)
-                .map(|token| SecretString::from(token.to_owned()))
+                .map(|secret| SecretString::from(secret.to_owned()))
                 .collect(),
             Some(_) => {
-                r.error(KEY, "must be a list of two token strings");
+                r.error(&full_key, "must be a list of strings");
                 Vec::new()
             }
         },

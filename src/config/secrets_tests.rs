@@ -299,7 +299,7 @@ fn the_effective_config_shows_the_file_never_its_content() {
         quoted(&password)
     ));
     assert!(problems.is_empty(), "{problems:?}");
-    let shown = effective::effective(&settings);
+    let shown = serde_json::to_value(effective::effective(&settings)).unwrap();
     assert_eq!(shown["gitlab"]["botToken"], "[redacted]");
     assert_eq!(shown["gitlab"]["botTokenFile"], token.display().to_string());
     assert_eq!(

@@ -12,6 +12,7 @@ use toml::Value;
 use super::reader::Reader;
 use super::resolve;
 use super::secrets::{self, SecretFiles};
+use super::webhook_keys::{self, SealingKeys};
 
 /// `[identity]`: who is calling (SPEC §3, identity).
 #[derive(Debug, Clone)]
@@ -454,6 +455,9 @@ pub struct WebhookSettings {
     pub breaker_open_for: Duration,
     /// `secret_grace`, default `24h`: after a rotation, the old secret signs too for this long.
     pub secret_grace: Duration,
+    /// `secret_key[_file]` and `previous_secret_keys` (or
+    /// `previous_secret_key_files`): the keys sealing signing secrets at rest.
+    pub sealing_keys: SealingKeys,
 }
 
 pub(super) const WEBHOOK_KEYS: &[&str] = &[
@@ -466,11 +470,15 @@ pub(super) const WEBHOOK_KEYS: &[&str] = &[
     "breaker_failures",
     "breaker_open_for",
     "secret_grace",
+    "secret_key",
+    "secret_key_file",
+    "previous_secret_keys",
+    "previous_secret_key_files",
 ];
 
 const DEFAULT_RETRY_SCHEDULE: &[&str] = &["0s", "5s", "5m", "30m", "2h", "5h", "10h", "10h"];
 
-pub(super) fn webhooks(r: &mut Reader<'_>) -> WebhookSettings {
+pub(super) fn webhooks(r: &mut Reader<'_>, files: &mut SecretFiles) -> WebhookSettings {
     let schedule_key = ["webhooks", "retry_schedule"];
     let retry_schedule = if r.at(&schedule_key).is_none() {
         DEFAULT_RETRY_SCHEDULE
@@ -507,5 +515,6 @@ pub(super) fn webhooks(r: &mut Reader<'_>) -> WebhookSettings {
             Duration::from_secs(60),
         ),
         secret_grace: r.static_duration("webhooks", "secret_grace", Duration::from_secs(86_400)),
+        sealing_keys: webhook_keys::read(r, files),
     }
 }

@@ -29,9 +29,9 @@ pub struct EndpointRow {
     pub description: String,
     /// `,a,b,` or empty for every event type.
     pub event_types: String,
-    /// The current `whsec_` secret.
+    /// The current `whsec_` secret, sealed (see [`crate::sealing`]).
     pub secret: String,
-    /// The secret before the last rotation, valid until `previous_secret_until`.
+    /// The secret before the last rotation, sealed, valid until `previous_secret_until`.
     pub previous_secret: Option<String>,
     /// End of the rotation grace period.
     pub previous_secret_until: Option<NaiveDateTime>,
@@ -221,6 +221,47 @@ pub async fn rotate_secret(
             .bind(millis(grace))
             .bind(id)
             .execute(conn)
+            .await
+            .map(|done| done.rows_affected() == 1)
+    })
+}
+
+/// The stored (sealed or, from before sealing, plain) secrets of one endpoint.
+#[derive(Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct StoredSecrets {
+    /// The endpoint.
+    pub id: i64,
+    /// `webhook_endpoint.secret` as stored.
+    pub secret: String,
+    /// `webhook_endpoint.previous_secret` as stored.
+    pub previous_secret: Option<String>,
+}
+
+/// Every endpoint's stored secrets (a small table: full scan).
+pub async fn list_stored_secrets(db: &Db) -> Result<Vec<StoredSecrets>, sqlx::Error> {
+    let sql = "SELECT id, secret, previous_secret FROM webhook_endpoint ORDER BY id";
+    with_pool!(db, writer, |pool| {
+        sqlx::query_as(sql).fetch_all(pool).await
+    })
+}
+
+/// Replaces an endpoint's stored secrets with `next` if they are still
+/// `seen` (nobody rotated or resealed them meanwhile); `true` when replaced.
+pub async fn replace_stored_secrets(
+    db: &Db,
+    seen: &StoredSecrets,
+    next: &StoredSecrets,
+) -> Result<bool, sqlx::Error> {
+    let sql = "UPDATE webhook_endpoint SET secret = ?, previous_secret = ? \
+               WHERE id = ? AND secret = ? AND COALESCE(previous_secret, '') = ?";
+    with_pool!(db, writer, |pool| {
+        sqlx::query(sql)
+            .bind(&next.secret)
+            .bind(&next.previous_secret)
+            .bind(seen.id)
+            .bind(&seen.secret)
+            .bind(seen.previous_secret.as_deref().unwrap_or_default())
+            .execute(pool)
             .await
             .map(|done| done.rows_affected() == 1)
     })

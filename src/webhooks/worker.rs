@@ -25,7 +25,10 @@ use crate::db::webhook_endpoints::{
     EndpointRow, disable_gone, get_endpoint, record_failure, record_success, take_half_open,
 };
 use crate::jobs::Outcome;
-use crate::signature::{self, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP, WebhookSecret};
+use crate::sealing::{KeyRing, OpenError};
+use crate::signature::{
+    self, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP, SecretError, WebhookSecret,
+};
 use crate::webhooks::target::{self, GlobalOnly, SystemLookup};
 
 /// How often lost claims are summed up in the log.
@@ -67,6 +70,7 @@ struct Inner {
     db: Db,
     config: LiveConfig,
     client: SystemClient,
+    keys: Arc<KeyRing>,
     owner: String,
     lost: LostClaims,
 }
@@ -112,20 +116,28 @@ impl LostClaims {
 }
 
 impl Deliverer {
-    /// A worker on `db` identified by a fresh owner id.
-    pub fn new(db: Db, config: LiveConfig, client: SystemClient) -> Self {
+    /// A worker on `db` identified by a fresh owner id, opening the
+    /// endpoints' secrets with `keys`.
+    pub fn new(db: Db, config: LiveConfig, client: SystemClient, keys: Arc<KeyRing>) -> Self {
         let owner = format!("cg-{}", uuid::Uuid::new_v4().simple());
-        Self::owned_by(db, config, client, owner)
+        Self::owned_by(db, config, client, keys, owner)
     }
 
     /// A worker claiming deliveries as `owner` (an id of this instance's
     /// run, see [`crate::instance::Instance`]).
-    pub fn owned_by(db: Db, config: LiveConfig, client: SystemClient, owner: String) -> Self {
+    pub fn owned_by(
+        db: Db,
+        config: LiveConfig,
+        client: SystemClient,
+        keys: Arc<KeyRing>,
+        owner: String,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 db,
                 config,
                 client,
+                keys,
                 owner,
                 lost: LostClaims {
                     since_log: AtomicU64::new(0),
@@ -265,7 +277,18 @@ impl Deliverer {
             tracing::warn!(delivery_id = id, endpoint_id = endpoint.id, "{reason}");
             return Ok(());
         }
-        let answer = self.send(&endpoint, &delivery, hooks.request_timeout).await;
+        let signatures = match signatures(&self.inner.keys, &endpoint) {
+            Ok(signatures) => signatures,
+            Err(why) => {
+                let reason = format!("not delivered: the endpoint's signing secret {why}");
+                finish(db, id, claimed_version, Ending::Failed, None, Some(&reason)).await?;
+                tracing::error!(delivery_id = id, endpoint_id = endpoint.id, "{reason}");
+                return Ok(());
+            }
+        };
+        let answer = self
+            .send(&endpoint, &delivery, &signatures, hooks.request_timeout)
+            .await;
         let (ending, status, error) = classify(&answer, &delivery, &hooks);
         let recorded = finish(
             db,
@@ -323,10 +346,11 @@ impl Deliverer {
         &self,
         endpoint: &EndpointRow,
         delivery: &DeliveryRow,
+        signatures: &Signatures,
         timeout: Duration,
     ) -> Result<reqwest::Response, CallError> {
         let timestamp = chrono::Utc::now().timestamp();
-        let signatures = signatures(endpoint, &delivery.msg_id, timestamp, &delivery.body);
+        let signatures = signatures.at(timestamp, delivery);
         let client = &self.inner.client;
         let request = client
             .request(reqwest::Method::POST, &endpoint.url)
@@ -340,22 +364,65 @@ impl Deliverer {
     }
 }
 
-/// `v1,<sig>` with the current secret, and with the previous one too while
-/// its rotation grace lasts (space-separated, as Standard Webhooks allows).
-fn signatures(endpoint: &EndpointRow, msg_id: &str, timestamp: i64, body: &str) -> String {
-    let mut all = Vec::with_capacity(2);
-    if let Ok(secret) = WebhookSecret::parse(&endpoint.secret) {
-        all.push(signature::sign(&secret, msg_id, timestamp, body.as_bytes()));
-    }
+/// The secrets that sign a delivery to one endpoint: the current one, and
+/// the previous one too while its rotation grace lasts.
+struct Signatures(Vec<WebhookSecret>);
+
+/// Why an endpoint's secrets cannot sign.
+#[derive(Debug, thiserror::Error)]
+enum SigningError {
+    #[error("cannot be opened: {0}")]
+    Sealed(#[from] OpenError),
+    #[error("is not a webhook secret: {0}")]
+    Invalid(#[from] SecretError),
+}
+
+fn signatures(keys: &KeyRing, endpoint: &EndpointRow) -> Result<Signatures, SigningError> {
+    let mut secrets = vec![WebhookSecret::parse(&keys.open(&endpoint.secret)?)?];
     let grace = endpoint
         .previous_secret_until
         .is_some_and(|until| until > chrono::Utc::now().naive_utc());
-    if let (true, Some(previous)) = (grace, &endpoint.previous_secret)
-        && let Ok(secret) = WebhookSecret::parse(previous)
-    {
-        all.push(signature::sign(&secret, msg_id, timestamp, body.as_bytes()));
+    if let (true, Some(previous)) = (grace, &endpoint.previous_secret) {
+        secrets.push(WebhookSecret::parse(&keys.open(previous)?)?);
     }
-    all.join(" ")
+    Ok(Signatures(secrets))
+}
+
+impl Signatures {
+    /// The `webhook-signature` value at `timestamp`: `v1,<sig>` per secret,
+    /// space-separated as Standard Webhooks allows.
+    fn at(&self, timestamp: i64, delivery: &DeliveryRow) -> String {
+        self.0
+            .iter()
+            .map(|secret| {
+                signature::sign(
+                    secret,
+                    &delivery.msg_id,
+                    timestamp,
+                    delivery.body.as_bytes(),
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// Describes the delivery counters and starts them at zero.
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        "changegate_webhook_claims_total",
+        "Webhook delivery claims, by outcome: won (this instance sends it), lost (another instance does)."
+    );
+    metrics::describe_counter!(
+        "changegate_webhook_attempts_total",
+        "Webhook delivery attempts, by result: delivered, retry (failed, tried again later), failed (the last attempt failed)."
+    );
+    for outcome in ["won", "lost"] {
+        metrics::counter!("changegate_webhook_claims_total", "outcome" => outcome).increment(0);
+    }
+    for result in ["delivered", "retry", "failed"] {
+        metrics::counter!("changegate_webhook_attempts_total", "result" => result).increment(0);
+    }
 }
 
 #[cfg(test)]
