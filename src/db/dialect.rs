@@ -34,6 +34,16 @@ pub fn for_update(backend: Backend) -> &'static str {
     }
 }
 
+/// An inner join that reads its left table first, whatever the optimizer
+/// would pick: `STRAIGHT_JOIN` on MySQL; on SQLite a `CROSS JOIN` never
+/// swaps its tables.
+pub fn outer_first_join(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => "CROSS JOIN",
+        Backend::MySql => "STRAIGHT_JOIN",
+    }
+}
+
 /// SQL expression for the database's current time plus `?` milliseconds
 /// (one bound integer parameter).
 pub fn now_plus_ms(backend: Backend) -> &'static str {

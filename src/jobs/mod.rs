@@ -6,6 +6,7 @@ pub mod expiry;
 pub mod idempotency_cleanup;
 pub mod progress;
 pub mod reconcile;
+pub mod retention;
 
 use std::future::Future;
 use std::time::Duration;

@@ -61,7 +61,7 @@ async fn due_operations_go_to_the_workers_unless_a_live_lease_holds_them() {
         let mut tasks = tokio::task::JoinSet::new();
         let stop = CancellationToken::new();
         let executor = Executor::start(1, 100, steps.clone(), stop.clone(), &mut tasks);
-        let outcome = run_once(db, &executor).await.unwrap();
+        let outcome = run_once(db, &executor, "dispatcher").await.unwrap();
         assert_eq!(
             outcome,
             Outcome::Worked {
@@ -116,13 +116,19 @@ async fn of_many_racing_instances_exactly_one_takes_a_lease_and_a_dead_ones_leas
             test_db.name
         );
         assert!(
-            list_due(db, 10).await.unwrap().is_empty(),
+            list_due(db, "dispatcher", 10).await.unwrap().is_empty(),
             "{}: a leased operation is not due",
+            test_db.name
+        );
+        assert_eq!(
+            list_due(db, &winners[0], 10).await.unwrap(),
+            std::slice::from_ref(&id),
+            "{}: to its holder, which is not running it (it asks), it is due",
             test_db.name
         );
         set_past(db, &id, "lease_until").await;
         assert_eq!(
-            list_due(db, 10).await.unwrap(),
+            list_due(db, "dispatcher", 10).await.unwrap(),
             std::slice::from_ref(&id),
             "{}",
             test_db.name
@@ -160,7 +166,7 @@ async fn a_poll_makes_the_operation_due_later_unless_someone_moved_it_meanwhile(
         let polled = get_operation(db, &id).await.unwrap().unwrap();
         assert_eq!(polled.attempts, 1, "{}", test_db.name);
         assert!(
-            list_due(db, 10).await.unwrap().is_empty(),
+            list_due(db, "dispatcher", 10).await.unwrap().is_empty(),
             "{}",
             test_db.name
         );
@@ -190,7 +196,12 @@ async fn a_poll_makes_the_operation_due_later_unless_someone_moved_it_meanwhile(
             "{}: a stale poll does not push the due time",
             test_db.name
         );
-        assert_eq!(list_due(db, 10).await.unwrap(), [id], "{}", test_db.name);
+        assert_eq!(
+            list_due(db, "dispatcher", 10).await.unwrap(),
+            [id],
+            "{}",
+            test_db.name
+        );
     }
 }
 
@@ -318,6 +329,72 @@ async fn the_progress_gauges_count_unfinished_requests_by_status_and_step_and_ag
             "{}: just queued: {}",
             test_db.name,
             rows[1].oldest_ms
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_progress_gauges_count_enabled_webhook_endpoints_by_breaker_state() {
+    use changegate::db::webhook_endpoints::{record_failure, take_half_open};
+    use changegate::jobs::progress::ProgressGauges;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    use crate::webhooks::add_endpoint;
+
+    // A recorder of this thread, which runs the test's runtime: the gauges
+    // this test sets only.
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _recording = metrics::set_default_local_recorder(&recorder);
+    let hold = Duration::from_secs(600);
+    for test_db in each_backend().await {
+        let db = &test_db.db;
+        add_endpoint(db, "https://closed.example/hook", "").await;
+        let (open, _) = add_endpoint(db, "https://open.example/hook", "").await;
+        let (half_open, _) = add_endpoint(db, "https://half-open.example/hook", "").await;
+        let (disabled, _) = add_endpoint(db, "https://disabled.example/hook", "").await;
+        for id in [open, half_open, disabled] {
+            let open_for = if id == half_open {
+                Duration::ZERO
+            } else {
+                hold
+            };
+            assert!(record_failure(db, id, 1, open_for).await.unwrap());
+        }
+        assert!(take_half_open(db, half_open, hold).await.unwrap());
+        changegate::with_pool!(db, writer, |pool| {
+            sqlx::query("UPDATE webhook_endpoint SET enabled = FALSE WHERE id = ?")
+                .bind(disabled)
+                .execute(pool)
+                .await
+                .map(|_| ())
+        })
+        .unwrap();
+
+        ProgressGauges::default().run_once(db).await.unwrap();
+        let mut gauges: Vec<(String, f64)> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| key.key().name() == "changegate_webhook_endpoints")
+            .map(|(key, _, _, value)| {
+                let breaker = key.key().labels().next().unwrap().value().to_owned();
+                match value {
+                    DebugValue::Gauge(endpoints) => (breaker, endpoints.into_inner()),
+                    other => panic!("not a gauge: {other:?}"),
+                }
+            })
+            .collect();
+        gauges.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            gauges,
+            [
+                ("closed".to_owned(), 1.0),
+                ("half_open".to_owned(), 1.0),
+                ("open".to_owned(), 1.0)
+            ],
+            "{}: the disabled endpoint's open breaker is not counted",
+            test_db.name
         );
     }
 }
