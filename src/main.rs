@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use changegate::app::Application;
+use changegate::clients::http::{Outbound, ProxyRules, Trust};
 use changegate::config::{self, LiveConfig, Problem, Settings, Severity, source};
+use changegate::traces::Traces;
 use changegate::{db, telemetry};
 
 /// Exit code for configuration problems.
@@ -33,6 +35,15 @@ enum Command {
         #[arg(long, env = "CHANGEGATE_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Write a consistent copy of the SQLite database (and its generated
+    /// webhook key) to a new file while the service runs.
+    Backup {
+        /// Configuration file, as for `serve`.
+        #[arg(long, env = "CHANGEGATE_CONFIG")]
+        config: Option<PathBuf>,
+        /// The new file to write.
+        path: PathBuf,
+    },
     /// Validate a configuration file: print each problem with its key; exit 2 on any.
     CheckConfig {
         /// The file to check.
@@ -45,6 +56,7 @@ fn main() -> ExitCode {
     match cli.command.unwrap_or(Command::Serve { config: None }) {
         Command::Serve { config } => with_runtime(serve(config)),
         Command::Migrate { config } => with_runtime(migrate(config)),
+        Command::Backup { config, path } => with_runtime(backup(config, path)),
         Command::CheckConfig { path } => check_config(&path),
     }
 }
@@ -84,13 +96,21 @@ async fn serve(named: Option<PathBuf>) -> ExitCode {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
-    let set_level = match telemetry::init_logging(&settings.log.level, settings.log.format) {
-        Ok(set_level) => set_level,
+    let traces = match start_traces(&settings) {
+        Ok(traces) => traces,
         Err(err) => {
-            eprintln!("error: cannot set up logging: {err}");
+            eprintln!("error: cannot set up trace export: {err:#}");
             return ExitCode::FAILURE;
         }
     };
+    let set_level =
+        match telemetry::init_logging(&settings.log.level, settings.log.format, traces.as_ref()) {
+            Ok(set_level) => set_level,
+            Err(err) => {
+                eprintln!("error: cannot set up logging: {err}");
+                return ExitCode::FAILURE;
+            }
+        };
     if let Some(path) = &path {
         tracing::info!(path = %path.display(), "configuration loaded");
     }
@@ -111,13 +131,31 @@ async fn serve(named: Option<PathBuf>) -> ExitCode {
         }
     };
     signals.cancel_on_first(app.shutdown_token());
-    match app.run_until_stopped().await {
+    let stopped = app.run_until_stopped().await;
+    // The spans of the last requests and steps, before the process ends.
+    if let Some(traces) = traces {
+        traces.shutdown().await;
+    }
+    match stopped {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             tracing::error!("server stopped: {err:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// The trace export `telemetry.otlp_endpoint` asks for, sent with the trust
+/// and proxies of every other outbound call.
+fn start_traces(settings: &Settings) -> anyhow::Result<Option<Traces>> {
+    if settings.telemetry.otlp_endpoint.is_none() {
+        return Ok(None);
+    }
+    let outbound = Outbound::new(
+        Trust::load(settings.tls.ca_file.as_deref())?,
+        ProxyRules::from_env(),
+    );
+    Traces::start(&settings.telemetry, &outbound)
 }
 
 /// SIGINT and SIGTERM, registered before the port opens, so a signal that
@@ -169,6 +207,55 @@ async fn migrate(named: Option<PathBuf>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+async fn backup(named: Option<PathBuf>, target: PathBuf) -> ExitCode {
+    let (settings, _) = match load_settings(named.as_deref()) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    let Some(database) = db::sqlite_file(&settings.database.url) else {
+        eprintln!("error: {}", db::backup::BackupError::NotSqlite);
+        return ExitCode::FAILURE;
+    };
+    if !database.exists() {
+        eprintln!("error: there is no database at {}", database.display());
+        return ExitCode::FAILURE;
+    }
+    // Copied as it is: a backup taken before an upgrade must not migrate.
+    let db = match db::connect(&settings.database).await {
+        Ok(db) => db,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let copied = db::backup::backup_sqlite(&db, &target).await;
+    db.close().await;
+    if let Err(err) = copied {
+        eprintln!("error: {err}");
+        return ExitCode::FAILURE;
+    }
+    // Without its key the copy's webhook secrets could not be opened.
+    let key = changegate::webhooks::sealed::key_file_of(&database);
+    if settings.webhooks.sealing_keys.current.is_none() && key.exists() {
+        let key_copy = changegate::webhooks::sealed::key_file_of(&target);
+        if let Err(err) = std::fs::copy(&key, &key_copy) {
+            eprintln!(
+                "error: the database was copied, but not its webhook key {}: {err}",
+                key.display()
+            );
+            return ExitCode::FAILURE;
+        }
+        println!(
+            "{} and its webhook key {} written",
+            target.display(),
+            key_copy.display()
+        );
+    } else {
+        println!("{} written", target.display());
+    }
+    ExitCode::SUCCESS
 }
 
 fn check_config(path: &Path) -> ExitCode {

@@ -59,6 +59,11 @@ pub enum MigrationError {
 async fn run_unlocked<C: Migrate>(migrations: &Migrator, conn: &mut C) -> Result<(), MigrateError> {
     let mut migrator = Migrator::with_migrations(migrations.iter().cloned().collect());
     migrator.set_locking(false);
+    // A database a newer release already migrated further (mid rolling
+    // upgrade, an old instance restarting; or after a rollback) still
+    // opens: migrations only expand the schema (README, Upgrades), so an
+    // older release runs on a newer schema.
+    migrator.set_ignore_missing(true);
     migrator.run_direct(None, conn, false).await
 }
 
@@ -140,7 +145,14 @@ async fn take_lock_row(pool: &MySqlPool, holder: &str) -> Result<(), MigrationEr
     .fetch_one(pool)
     .await?;
     if exists == 0 {
-        sqlx::query(LOCK_TABLE).execute(pool).await?;
+        // Instances starting together on a fresh database all find it
+        // missing. On Galera their CREATEs run cluster-wide in total order
+        // and one can abort another (1213): the table exists then.
+        match sqlx::query(LOCK_TABLE).execute(pool).await {
+            Ok(_) => {}
+            Err(err) if super::is_retryable_conflict(&err) => {}
+            Err(err) => return Err(err.into()),
+        }
     }
     loop {
         match try_lock_row(pool, holder).await {

@@ -6,6 +6,7 @@
 //! one query body for each, so most SQL is written once.
 
 pub mod audit;
+pub mod backup;
 pub mod batches;
 pub mod bindings;
 pub mod callbacks;
@@ -18,12 +19,15 @@ pub mod idempotency;
 pub mod lease_owners;
 pub mod leases;
 mod migrate;
+
 mod mysql_url;
 mod open;
+pub mod operation_snapshot;
 pub mod operations;
 pub mod outage;
 pub mod progress;
 mod readiness;
+pub mod retention;
 mod retry;
 pub mod script;
 pub mod settle_counts;
@@ -36,7 +40,7 @@ use sqlx::migrate::Migrator;
 use sqlx::{MySqlPool, SqlitePool};
 
 pub use migrate::MigrationError;
-pub use open::{OpenError, open};
+pub use open::{OpenError, connect, open, sqlite_file};
 pub use readiness::{DbSlot, connect_until_ready};
 pub use retry::{
     Conflict, Contended, RETRIES, describe_metrics as describe_retry_metrics, retrying,

@@ -89,16 +89,22 @@ pub enum OpenError {
 
 /// Connects and applies migrations.
 pub async fn open(settings: &DatabaseSettings) -> Result<Db, OpenError> {
-    let db = match Backend::of_url(&settings.url) {
-        Some(Backend::Sqlite) => Db::Sqlite(open_sqlite(settings).await?),
-        Some(Backend::MySql) => Db::MySql(open_mysql(settings).await?),
-        None => return Err(OpenError::UnsupportedUrl),
-    };
+    let db = connect(settings).await?;
     if let Err(err) = db.migrate().await {
         db.close().await;
         return Err(OpenError::Migrate(err.to_string()));
     }
     Ok(db)
+}
+
+/// Connects without applying migrations: for a tool that must leave the
+/// schema as it is (a backup taken before an upgrade's migrations).
+pub async fn connect(settings: &DatabaseSettings) -> Result<Db, OpenError> {
+    Ok(match Backend::of_url(&settings.url) {
+        Some(Backend::Sqlite) => Db::Sqlite(open_sqlite(settings).await?),
+        Some(Backend::MySql) => Db::MySql(open_mysql(settings).await?),
+        None => return Err(OpenError::UnsupportedUrl),
+    })
 }
 
 async fn open_mysql(settings: &DatabaseSettings) -> Result<MySqlPool, OpenError> {
@@ -238,6 +244,19 @@ async fn encrypted_login_works(url: &MySqlUrl, timeout: Duration) -> bool {
     }
 }
 
+/// The file of the SQLite database at `url`; `None` for an in-memory one
+/// or a URL that is not SQLite's.
+pub fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+    if Backend::of_url(url) != Some(Backend::Sqlite) {
+        return None;
+    }
+    let path = SqliteConnectOptions::from_str(url)
+        .ok()?
+        .get_filename()
+        .to_path_buf();
+    (path.to_str() != Some(":memory:")).then_some(path)
+}
+
 async fn open_sqlite(settings: &DatabaseSettings) -> Result<SqliteDb, OpenError> {
     let options = SqliteConnectOptions::from_str(&settings.url)
         .map_err(|err| OpenError::InvalidUrl(err.to_string()))?
@@ -259,22 +278,47 @@ async fn open_sqlite(settings: &DatabaseSettings) -> Result<SqliteDb, OpenError>
         .max_connections(1)
         .acquire_timeout(settings.connect_timeout)
         .after_connect(|conn, _| Box::pin(refuse_read_only_writer(conn)))
-        .after_release(|conn, _| Box::pin(discard_if_stuck_in_transaction(conn)))
-        .connect_with(options.clone())
-        .await
-        .map_err(|err| file_error(err.to_string()))?;
+        .after_release(|conn, _| Box::pin(discard_if_stuck_in_transaction(conn)));
+    let writer =
+        connect_sqlite_waiting_out_locks(writer, options.clone(), settings.connect_timeout)
+            .await
+            .map_err(|err| file_error(err.to_string()))?;
     // An in-memory database exists only inside its one connection.
     let reader = if in_memory {
         writer.clone()
     } else {
-        SqlitePoolOptions::new()
+        let reader = SqlitePoolOptions::new()
             .max_connections(settings.max_connections)
-            .acquire_timeout(settings.connect_timeout)
-            .connect_with(options.read_only(true))
+            .acquire_timeout(settings.connect_timeout);
+        connect_sqlite_waiting_out_locks(reader, options.read_only(true), settings.connect_timeout)
             .await
             .map_err(|err| file_error(err.to_string()))?
     };
     Ok(SqliteDb { writer, reader })
+}
+
+/// Connects `pool` to `options`, trying again while another process holds a
+/// lock, until `timeout`. Switching a fresh file to WAL needs an exclusive
+/// lock, and SQLite answers `SQLITE_BUSY` at once, without its busy handler,
+/// when that wait could deadlock (a connection holding a shared lock while
+/// another holds the reserved one): so several instances opening one new
+/// file together (each migrating it, say) would fail at random without this.
+async fn connect_sqlite_waiting_out_locks(
+    pool: SqlitePoolOptions,
+    options: SqliteConnectOptions,
+    timeout: Duration,
+) -> Result<sqlx::SqlitePool, sqlx::Error> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match pool.clone().connect_with(options.clone()).await {
+            Err(err)
+                if super::is_retryable_conflict(&err) && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            connected => return connected,
+        }
+    }
 }
 
 /// Fails a new writer connection that cannot write. SQLite silently opens a

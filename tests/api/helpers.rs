@@ -145,6 +145,25 @@ impl MySqlScratch {
         url.into()
     }
 
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The arguments naming the server to MariaDB's command-line tools.
+    pub fn client_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--protocol=tcp".to_owned(),
+            format!("--host={}", self.server.host_str().unwrap_or("127.0.0.1")),
+            format!("--port={}", self.server.port().unwrap_or(3306)),
+            format!("--user={}", self.server.username()),
+        ];
+        if let Some(password) = self.server.password() {
+            args.push(format!("--password={password}"));
+        }
+        args
+    }
+
     async fn admin(&self, sql: &str) {
         use sqlx::Connection;
         let mut conn = sqlx::MySqlConnection::connect(self.server.as_str())
@@ -220,16 +239,26 @@ rule_codes = ["restricted.apply"]
 "#;
 
 /// Starts changegate on `database_url` with `extra` TOML appended to the
-/// test defaults.
+/// test defaults (it opens inside the `[database]` section).
 pub async fn spawn_app(database_url: &str, extra: &str) -> TestApp {
     spawn_app_with(database_url, extra, Parts::default()).await
 }
 
 /// [`spawn_app`] with replaced parts (worker steps, metrics observer).
 pub async fn spawn_app_with(database_url: &str, extra: &str, parts: Parts) -> TestApp {
+    // `extra` opens inside `[database]`, and may give its own connect_timeout.
+    let gives_connect_timeout = extra
+        .lines()
+        .take_while(|line| !line.starts_with('['))
+        .any(|line| line.starts_with("connect_timeout"));
+    let connect_timeout = if gives_connect_timeout {
+        ""
+    } else {
+        "connect_timeout = \"2s\"\n"
+    };
     let (settings, problems) = settings_from(&format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_timeout = \"2s\"\n\
-         [database]\nurl = {database_url:?}\nconnect_timeout = \"2s\"\nretry_max_interval = \"200ms\"\n{extra}"
+         [database]\nurl = {database_url:?}\n{connect_timeout}retry_max_interval = \"200ms\"\n{extra}"
     ));
     assert!(problems.is_empty(), "test config problems: {problems:?}");
     let app = Application::build_with(LiveConfig::new(settings, None, None), parts)
