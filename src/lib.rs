@@ -13,10 +13,12 @@ pub mod identity;
 pub mod instance;
 pub mod jobs;
 pub mod observer;
+pub mod sealing;
 pub mod signature;
 pub mod state;
 pub mod store;
 pub mod telemetry;
+pub mod traces;
 pub mod webhooks;
 pub mod workflow;
 

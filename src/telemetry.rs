@@ -15,13 +15,42 @@ use tracing_subscriber::{EnvFilter, Layer, Registry, fmt, reload};
 
 use crate::config::{LevelSetter, LogFormat};
 use crate::http::request_id;
+use crate::traces::Traces;
 
 /// Installs the global logger with `level` (a level or filter such as
 /// `info,sqlx=warn`) and returns the setter that changes it at runtime.
-pub fn init_logging(level: &str, format: LogFormat) -> anyhow::Result<LevelSetter> {
+/// With `traces`, spans also go to OpenTelemetry, chosen by their own filter
+/// so that the log level neither hides them nor is widened by them.
+pub fn init_logging(
+    level: &str,
+    format: LogFormat,
+    traces: Option<&Traces>,
+) -> anyhow::Result<LevelSetter> {
     let filter = EnvFilter::try_new(level)?;
     let (filter, handle) = reload::Layer::new(filter);
-    let output = match format {
+    match traces {
+        // The level filters everything: a span or line below it costs nothing.
+        None => Registry::default()
+            .with(filter)
+            .with(output(format))
+            .try_init()?,
+        Some(traces) => Registry::default()
+            .with(output(format).with_filter(filter))
+            .with(traces.layer())
+            .try_init()?,
+    }
+    Ok(Arc::new(move |level: &str| {
+        let filter = EnvFilter::try_new(level).map_err(|err| err.to_string())?;
+        handle.reload(filter).map_err(|err| err.to_string())
+    }))
+}
+
+/// Log lines on stdout, for people or as JSON.
+fn output<S>(format: LogFormat) -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: Subscriber + for<'span> LookupSpan<'span>,
+{
+    match format {
         LogFormat::Human => fmt::layer()
             .with_ansi(std::io::stdout().is_terminal())
             .with_writer(std::io::stdout)
@@ -34,12 +63,7 @@ pub fn init_logging(level: &str, format: LogFormat) -> anyhow::Result<LevelSette
             .with_writer(std::io::stdout)
             .map_event_format(|inner| WithRequestId { inner, json: true })
             .boxed(),
-    };
-    Registry::default().with(filter).with(output).try_init()?;
-    Ok(Arc::new(move |level: &str| {
-        let filter = EnvFilter::try_new(level).map_err(|err| err.to_string())?;
-        handle.reload(filter).map_err(|err| err.to_string())
-    }))
+    }
 }
 
 /// Adds the id of the request being handled to every line logged while
@@ -101,6 +125,18 @@ pub fn metrics_handle() -> PrometheusHandle {
                         GROUP_SIZE_BUCKETS,
                     )
                 })
+                .and_then(|builder| {
+                    builder.set_buckets_for_metric(
+                        Matcher::Full("changegate_step_duration_seconds".to_owned()),
+                        STEP_BUCKETS_SECONDS,
+                    )
+                })
+                .and_then(|builder| {
+                    builder.set_buckets_for_metric(
+                        Matcher::Full("changegate_batch_size".to_owned()),
+                        BATCH_SIZE_BUCKETS,
+                    )
+                })
                 .expect("bucket bounds are non-empty")
                 .build_recorder();
             let handle = recorder.handle();
@@ -123,6 +159,16 @@ const LATENCY_BUCKETS_SECONDS: &[f64] = &[
 
 /// Submission group sizes, up to a group's largest (32).
 const GROUP_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0];
+
+/// Workflow step rounds: a few milliseconds when GitLab answers at once, up
+/// to minutes when its calls time out and are retried (`gitlab.timeout` is
+/// 30 s by default). A full matcher wins over the `_seconds` suffix.
+const STEP_BUCKETS_SECONDS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
+/// Merge batch sizes, up to `batch.max_requests`' default (500).
+const BATCH_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0];
 
 /// How often recorded histogram samples are folded into their buckets.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
@@ -154,10 +200,27 @@ fn describe_metrics() {
         "Configuration reloads rejected because the file was invalid."
     );
     metrics::describe_gauge!(
+        "changegate_config_last_reload_successful",
+        "0 while the configuration file holds something the last reload rejected, else 1."
+    );
+    metrics::describe_gauge!(
         "changegate_database_ready",
         "1 when the database answers and migrations are applied."
     );
+    // Counted from zero, so that an alert on their increase sees the first.
+    metrics::counter!("changegate_config_reloads_total").increment(0);
+    metrics::counter!("changegate_config_reload_failures_total").increment(0);
+    // A process runs only on a configuration that loaded.
+    metrics::gauge!("changegate_config_last_reload_successful").set(1.0);
     crate::db::describe_retry_metrics();
+    crate::observer::describe_metrics();
+    crate::store::describe_metrics();
+    crate::workflow::describe_metrics();
+    crate::batch::describe_metrics();
+    crate::jobs::progress::describe_metrics();
+    crate::clients::describe_metrics();
+    crate::webhooks::worker::describe_metrics();
+    crate::jobs::retention::describe_metrics();
 }
 
 #[cfg(test)]

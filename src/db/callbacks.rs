@@ -74,13 +74,15 @@ pub struct MrOperation {
     pub operation_id: String,
     /// Its target.
     pub target_key: String,
+    /// The traceparent of the request that submitted it, if traced.
+    pub trace_parent: Option<String>,
 }
 
 /// Operations whose MR has the iid `mr_iid` (in whichever project) and whose
 /// binding is still theirs, in id order (one lock order for every caller),
 /// served by `ix_operation_mr_iid`.
 pub async fn operations_of_mr(tx: &mut DbTx, mr_iid: i64) -> Result<Vec<MrOperation>, sqlx::Error> {
-    let sql = "SELECT o.operation_id, o.target_key FROM operation o \
+    let sql = "SELECT o.operation_id, o.target_key, o.trace_parent FROM operation o \
                JOIN binding b ON b.operation_id = o.operation_id WHERE o.mr_iid = ? ORDER BY o.operation_id";
     with_tx!(tx, |conn| {
         sqlx::query_as(sql).bind(mr_iid).fetch_all(conn).await

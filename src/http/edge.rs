@@ -1,5 +1,6 @@
 //! The outermost layer of every route: the request id, the request timeout
-//! and the request's trace, in one service.
+//! and the request's trace (its span continues a trusted proxy's W3C trace
+//! context), in one service.
 //!
 //! Hand-written rather than `axum::middleware::from_fn` with tower-http's
 //! trace and timeout layers (and its request-id layer, see [`request_id`]):
@@ -25,22 +26,37 @@ use tower::{Layer, Service};
 use tracing::Span;
 use tracing::instrument::{Instrument, Instrumented};
 
+use super::client_addr::peer_of;
 use super::error::ApiError;
 use super::request_id;
+use crate::config::LiveConfig;
+use crate::traces::propagation::{self, TRACEPARENT};
 
 /// Gives every request an id (echoed on the answer and current while it is
 /// handled), answers 503 `TIMEOUT` when it takes longer than `limit`, and
 /// traces it: a span and a line per request at debug, a line per 5xx answer
 /// at error.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct EdgeLayer {
     limit: Duration,
+    proxies: Option<LiveConfig>,
 }
 
 impl EdgeLayer {
-    /// Requests are bounded by `limit`.
+    /// Requests are bounded by `limit`; no caller's trace is continued.
     pub fn new(limit: Duration) -> Self {
-        Self { limit }
+        Self {
+            limit,
+            proxies: None,
+        }
+    }
+
+    /// The same, continuing the trace of requests from
+    /// `identity.trusted_proxies` (read live from `config`).
+    #[must_use]
+    pub fn continuing_traces_from(mut self, config: LiveConfig) -> Self {
+        self.proxies = Some(config);
+        self
     }
 }
 
@@ -51,6 +67,7 @@ impl<S> Layer<S> for EdgeLayer {
         Edge {
             inner,
             limit: self.limit,
+            proxies: self.proxies.clone(),
         }
     }
 }
@@ -60,6 +77,7 @@ impl<S> Layer<S> for EdgeLayer {
 pub struct Edge<S> {
     inner: S,
     limit: Duration,
+    proxies: Option<LiveConfig>,
 }
 
 impl<S, B> Service<Request> for Edge<S>
@@ -80,6 +98,17 @@ where
         let id = request_id::of(&mut request);
         let started = Instant::now();
         let span = span_of(&request, &id);
+        // Only a span that is exported (traces on) has a trace to continue.
+        if !span.is_disabled()
+            && request.headers().contains_key(TRACEPARENT)
+            && let Some(config) = &self.proxies
+        {
+            let peer = peer_of(&request);
+            let trusted = &config.load().identity.trusted_proxies;
+            if trusted.iter().any(|net| net.contains(&peer)) {
+                propagation::continue_incoming(&span, request.headers());
+            }
+        }
         let answer = span.in_scope(|| self.inner.call(request));
         let bounded = Bounded {
             timeout: tokio::time::timeout_at(started + self.limit, answer),
@@ -94,18 +123,26 @@ where
 
 /// The request's span, at debug: the id reaches every logged line without a
 /// span (telemetry::WithRequestId), and an enabled span on every request
-/// would cost more than the rest of the edge.
+/// would cost more than the rest of the edge. Exported traces enable it
+/// whatever the log level (crate::traces).
 fn span_of(request: &Request, id: &HeaderValue) -> Span {
     // The fields are computed only when the span is enabled.
     tracing::debug_span!(
         "request",
+        otel.name = format!("{} {}", request.method(), route_of(request)),
+        otel.kind = "server",
         method = %request.method(),
-        route = request
-            .extensions()
-            .get::<MatchedPath>()
-            .map_or("unmatched", MatchedPath::as_str),
+        route = route_of(request),
         request_id = id.to_str().unwrap_or_default(),
+        status = tracing::field::Empty,
     )
+}
+
+fn route_of(request: &Request) -> &str {
+    request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str)
 }
 
 pin_project! {
@@ -129,6 +166,7 @@ where
         let mut response = ready!(this.scoped.as_mut().poll(cx))?;
         let span = this.scoped.span();
         let status = response.status();
+        span.record("status", status.as_u16());
         if status.is_server_error() {
             let latency = this.started.elapsed();
             tracing::error!(parent: span, status = status.as_u16(), ?latency, "request failed");

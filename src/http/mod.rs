@@ -36,6 +36,7 @@ const MAX_BODY_BYTES: usize = 64 * 1024;
 /// The whole application router with its layers.
 pub fn router(state: AppState) -> Router {
     let request_timeout = state.config.current().server.request_timeout;
+    let edge = EdgeLayer::new(request_timeout).continuing_traces_from(state.config.clone());
     let (api, document) = api::router(&state);
     // Serialised once: the document is fixed for the life of the process.
     let document: Arc<str> = serde_json::to_string(&document)
@@ -55,19 +56,23 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .fallback(web::serve)
         .with_state(state);
-    with_edge_layers(router, request_timeout)
+    with_edge(router, edge)
 }
 
-/// The layers every route gets: request id and request timeout, tracing,
-/// panic catching and the body limit.
+/// The layers every route gets: request id and request timeout, tracing
+/// (continuing no caller's trace), panic catching and the body limit.
 pub fn with_edge_layers(router: Router, request_timeout: Duration) -> Router {
+    with_edge(router, EdgeLayer::new(request_timeout))
+}
+
+fn with_edge(router: Router, edge: EdgeLayer) -> Router {
     // One `layer` call with the whole stack: axum boxes each route once per
     // call and clones every box on every request, so four calls cost four
     // boxes per request where one costs one. Listed outermost first: the
     // request id wraps everything, so traces, panics and timeouts carry it.
     router.layer(
         ServiceBuilder::new()
-            .layer(EdgeLayer::new(request_timeout))
+            .layer(edge)
             .layer(CatchPanicLayer::custom(
                 |panic: Box<dyn std::any::Any + Send>| {
                     let detail = panic

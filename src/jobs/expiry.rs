@@ -37,6 +37,7 @@ pub async fn run_once(db: &Db, executor: &Executor) -> anyhow::Result<Outcome> {
             idempotency: None,
             busy: false,
             expired: true,
+            trace_parent: None,
         };
         match store::submit(db, &request).await {
             Ok(_) => {

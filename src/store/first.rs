@@ -150,6 +150,7 @@ impl FirstApplies {
                     params,
                     reason: &request.reason,
                     expires_at: request.expires_at,
+                    trace_parent: request.trace_parent.as_deref(),
                 },
             )
             .collect();

@@ -45,6 +45,9 @@ pub struct NewRequest {
     pub busy: bool,
     /// A close that changegate opens itself because the binding expired.
     pub expired: bool,
+    /// The W3C traceparent of the request that submits it, kept with the
+    /// operation so that its later work joins that trace.
+    pub trace_parent: Option<String>,
 }
 
 /// An idempotency key, claimed in the same transaction as the operation so
@@ -233,6 +236,7 @@ async fn record(
         params: &params,
         reason: &request.reason,
         expires_at: request.expires_at,
+        trace_parent: request.trace_parent.as_deref(),
     };
     claim_ids(tx, request, &new_operation).await?;
     claim_relation(tx, request, existing, &owner).await?;

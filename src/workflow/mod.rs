@@ -20,17 +20,20 @@ pub use executor::{Busy, Executor, Reservation, Steps};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
 
 use crate::clients::approval::ApprovalClient;
 use crate::clients::gitlab::GitLabClient;
 use crate::config::{LiveConfig, PollSchedule};
 use crate::db::batches::in_running_batch;
 use crate::db::leases::{acquire_lease, release_lease, renew_lease};
-use crate::db::operations::get_operation_with_status;
+use crate::db::operations::{OperationRow, get_operation_with_status};
 use crate::db::{Db, DbSlot};
 use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{self, Change, StoreError};
+use crate::traces::propagation;
 
 /// A unit of work for one operation; resolves to the pause after which it
 /// should run again, if any.
@@ -203,6 +206,28 @@ impl Workflow {
                 };
             }
         };
+        let span = tracing::debug_span!(
+            "step",
+            otel.name = format!("step {}", operation.step),
+            operation.id = operation_id,
+            mr.iid = operation.mr_iid,
+            step = %operation.step,
+        );
+        // Part of the trace of the request that submitted the operation.
+        propagation::continue_stored(&span, operation.trace_parent.as_deref());
+        self.step_from(db, operation_id, operation, status)
+            .instrument(span)
+            .await
+    }
+
+    /// [`Self::step`] once the operation is read.
+    async fn step_from(
+        &self,
+        db: &Db,
+        operation_id: &str,
+        operation: OperationRow,
+        status: Option<BindingStatus>,
+    ) -> Progress {
         // A member of a running merge batch moves with its batch, never by itself.
         if matches!(
             status,
@@ -220,53 +245,67 @@ impl Workflow {
                 }
             }
         }
-        let outcome = match (status, operation.step) {
+        let started = Instant::now();
+        let (kind, outcome) = match (status, operation.step) {
             (
                 Some(BindingStatus::ApprovalSending),
                 StepStatus::Accepted
                 | StepStatus::ApprovalSending
                 | StepStatus::ApprovalSendUnknown,
-            ) => self.send_approval(db, &operation).await,
+            ) => ("send_approval", self.send_approval(db, &operation).await),
             (
                 Some(BindingStatus::MrCreating),
                 StepStatus::Accepted | StepStatus::CalledBackApproved | StepStatus::MrCreating,
-            ) => self.open_merge_request(db, &operation).await,
+            ) => (
+                "open_merge_request",
+                self.open_merge_request(db, &operation).await,
+            ),
             (
                 Some(BindingStatus::MrCreated),
                 StepStatus::MrCreated | StepStatus::PipelinePending,
-            ) => self.await_pipeline(db, &operation).await,
+            ) => ("await_pipeline", self.await_pipeline(db, &operation).await),
             (
                 Some(BindingStatus::MrCreated | BindingStatus::Closing),
                 StepStatus::PipelineRetrying,
-            ) => self.rerun_pipeline(db, &operation).await,
+            ) => ("rerun_pipeline", self.rerun_pipeline(db, &operation).await),
             (
                 Some(BindingStatus::Merging),
                 StepStatus::HandleStarted
                 | StepStatus::CalledBackApproved
                 | StepStatus::MergePending
                 | StepStatus::MergeChecksPending,
-            ) => self.approve_and_merge(db, &operation).await,
+            ) => (
+                "approve_and_merge",
+                self.approve_and_merge(db, &operation).await,
+            ),
             // A close walks the same MR steps while its binding stays CLOSING.
             (
                 Some(BindingStatus::Closing),
                 StepStatus::CloseRequested | StepStatus::CloseExpired,
-            ) => self.open_merge_request(db, &operation).await,
+            ) => (
+                "open_merge_request",
+                self.open_merge_request(db, &operation).await,
+            ),
             (
                 Some(BindingStatus::Closing),
                 StepStatus::CloseMrCreated | StepStatus::PipelinePending,
-            ) => self.await_pipeline(db, &operation).await,
+            ) => ("await_pipeline", self.await_pipeline(db, &operation).await),
             (
                 Some(BindingStatus::Closing),
                 StepStatus::HandleStarted
                 | StepStatus::MergePending
                 | StepStatus::MergeChecksPending,
-            ) => self.approve_and_merge(db, &operation).await,
+            ) => (
+                "approve_and_merge",
+                self.approve_and_merge(db, &operation).await,
+            ),
             // Waiting for a decision, a deploy, or an operator.
             (status, step) => {
                 tracing::debug!(operation_id, ?status, %step, "no automatic step from here");
                 return Progress::Idle;
             }
         };
+        record_step(kind, started.elapsed(), outcome.is_ok());
         // A pause GitLab's rate limiter asked for is kept: the step is due
         // again only after it (stored as its due time, so also after a restart).
         let pause = poll_pause(
@@ -297,6 +336,24 @@ impl Workflow {
             }
         }
     }
+}
+
+/// Records one step's run in `changegate_step_duration_seconds{step, result}`:
+/// `step` names what it did (`send_approval`, `open_merge_request`,
+/// `await_pipeline`, `rerun_pipeline`, `approve_and_merge`); `result` is
+/// `error` when its write to the database failed (the step is retried).
+fn record_step(kind: &'static str, took: Duration, written: bool) {
+    let result = if written { "ok" } else { "error" };
+    metrics::histogram!("changegate_step_duration_seconds", "step" => kind, "result" => result)
+        .record(took.as_secs_f64());
+}
+
+/// Describes the step histogram.
+pub fn describe_metrics() {
+    metrics::describe_histogram!(
+        "changegate_step_duration_seconds",
+        "How long one round of a workflow step took, by step and result (error: its database write failed and it is retried)."
+    );
 }
 
 /// Where an operation whose binding is in `status` lands when its step fails

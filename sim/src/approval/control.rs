@@ -30,6 +30,10 @@ pub struct ReceivedRequest {
     pub status: u16,
     /// The request fault that hit it.
     pub fault: Option<ApprovalFaultKind>,
+    /// The `traceparent` header it came with, if any (left out of the
+    /// JSON when none, as before calls were traced).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// An approval as the control API reports it.

@@ -51,7 +51,7 @@ async fn create_approval(
             "UNAUTHORIZED",
             "bad or missing token",
         );
-        return record(&ctx, raw, None, answer);
+        return record(&ctx, &headers, raw, None, answer);
     }
     let request: ApprovalRequest = match serde_json::from_value(raw.clone()) {
         Ok(request) => request,
@@ -61,7 +61,7 @@ async fn create_approval(
                 "INVALID_ARGUMENT",
                 &err.to_string(),
             );
-            return record(&ctx, raw, None, answer);
+            return record(&ctx, &headers, raw, None, answer);
         }
     };
     let Ok(operation) = Uuid::parse_str(&request.operation_id) else {
@@ -70,7 +70,7 @@ async fn create_approval(
             "INVALID_ARGUMENT",
             "operationId is no UUID",
         );
-        return record(&ctx, raw, None, answer);
+        return record(&ctx, &headers, raw, None, answer);
     };
     let (fault, hold) = {
         let mut state = ctx.lock();
@@ -83,7 +83,7 @@ async fn create_approval(
         tracing::debug!(%operation, ?fault, "approval simulator injects a fault");
     }
     if let Some(ApprovalFaultKind::Status(code)) = fault {
-        return record(&ctx, raw, fault, status_fault(code));
+        return record(&ctx, &headers, raw, fault, status_fault(code));
     }
     let (status, approval_id, policy) = {
         let mut state = ctx.lock();
@@ -115,7 +115,7 @@ async fn create_approval(
         })),
     )
         .into_response();
-    let answer = record(&ctx, raw, fault, answer);
+    let answer = record(&ctx, &headers, raw, fault, answer);
     if let Some(ApprovalFaultKind::CallbackBeforeAnswer(result)) = fault {
         // The early callback is this approval's decision, so the policy is not consulted.
         // It runs as its own task so that a client giving up does not cut it short.
@@ -157,6 +157,7 @@ fn authorized(ctx: &SimContext, headers: &HeaderMap) -> bool {
 /// Logs the request with the status it is answered with, and passes the answer through.
 fn record(
     ctx: &SimContext,
+    headers: &HeaderMap,
     body: Value,
     fault: Option<ApprovalFaultKind>,
     answer: Response,
@@ -165,8 +166,17 @@ fn record(
         body,
         status: answer.status().as_u16(),
         fault,
+        traceparent: traceparent_of(headers),
     });
     answer
+}
+
+/// The W3C trace context the caller sent, if any.
+fn traceparent_of(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("traceparent")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
 }
 
 /// The answer of an injected status fault.

@@ -245,6 +245,10 @@ pub struct RecordedRequest {
     pub user: Option<String>,
     /// The fault that hit the call.
     pub fault: Option<FaultKind>,
+    /// The `traceparent` header it came with, if any (left out of the
+    /// JSON when none, as before calls were traced).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// Queued faults, call counters and the request log.

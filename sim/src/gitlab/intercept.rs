@@ -46,6 +46,11 @@ pub async fn intercept(
     // connection, which `Listener` (axum-server) puts on every request.
     let connection = request.extensions().get::<ConnectionShutdown>().cloned();
     let token = token_of(request.headers()).map(str::to_owned);
+    let traceparent = request
+        .headers()
+        .get("traceparent")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
     let (fault, hold, user) = {
         let mut state = ctx.lock();
         let fault = state.faults.record_call(endpoint);
@@ -90,6 +95,7 @@ pub async fn intercept(
         handled,
         user,
         fault: fault.clone(),
+        traceparent,
     });
     match fault {
         Some(FaultKind::Slow(delay)) => tokio::time::sleep(delay).await,

@@ -11,12 +11,14 @@ mod unreachable;
 use std::time::Duration;
 
 use anyhow::Context;
+use tracing::Instrument;
 
 pub use proxy::ProxyRules;
 pub use trust::{Trust, install_crypto_provider};
 pub use unreachable::Unreachable;
 
 use super::health::{Dependencies, System};
+use crate::traces::propagation;
 
 /// The HTTP client settings every outbound client shares: trust and proxies.
 #[derive(Debug, Clone)]
@@ -125,14 +127,30 @@ impl SystemClient {
         &self,
         request: reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, CallError> {
-        let request = request
+        let mut request = request
             .build()
             .map_err(|err| CallError::Failed(err.without_url().to_string()))?;
         let url = request.url().clone();
         let host = url.host_str().unwrap_or_default().to_owned();
-        match self.client.execute(request).await {
+        let span = tracing::debug_span!(
+            "call",
+            otel.name = format!("{} {}", request.method(), self.system.label()),
+            otel.kind = "client",
+            system = self.system.label(),
+            method = %request.method(),
+            host = %host,
+            status = tracing::field::Empty,
+        );
+        // Every system called hears which trace the call belongs to.
+        if !span.is_disabled() {
+            propagation::inject(&span, request.headers_mut());
+        }
+        let outcome = self.client.execute(request).instrument(span.clone()).await;
+        self.count(&outcome);
+        match outcome {
             Ok(response) => {
                 let status = response.status();
+                span.record("status", status.as_u16());
                 if status.is_server_error() {
                     self.health
                         .failed(self.system, &format!("answered HTTP {}", status.as_u16()));
@@ -168,6 +186,34 @@ impl SystemClient {
                 }
             }
         }
+    }
+
+    /// Counts one call in `changegate_outbound_requests_total{system, result}`.
+    fn count(&self, outcome: &Result<reqwest::Response, reqwest::Error>) {
+        let result = match outcome {
+            Ok(response) => answer_result(response.status()),
+            Err(err) if err.is_timeout() => "timeout",
+            Err(err) if err.is_connect() => "unreachable",
+            Err(_) => "failed",
+        };
+        metrics::counter!(
+            "changegate_outbound_requests_total",
+            "system" => self.system.label(),
+            "result" => result
+        )
+        .increment(1);
+    }
+}
+
+/// The `result` label of a call that got an answer: a 4xx is an answer the
+/// caller reads (GitLab's 404 for a file not there yet), a 5xx a failure.
+fn answer_result(status: reqwest::StatusCode) -> &'static str {
+    if status.is_server_error() {
+        "server_error"
+    } else if status.is_client_error() {
+        "client_error"
+    } else {
+        "ok"
     }
 }
 

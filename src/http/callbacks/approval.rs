@@ -3,10 +3,9 @@
 use axum::Json;
 use axum::extract::State;
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::signed::{ApprovalSystem, SignedJson};
-use super::{Answer, first_receipt, valid_callback_id};
+use super::{Answer, CallbackAnswer, first_receipt, trace_operation, valid_callback_id};
 use crate::batch::apply_decision;
 use crate::config::Settings;
 use crate::config::resolve::FlowOrder;
@@ -53,13 +52,13 @@ struct Ext {
     request_body = ApprovalCallback,
     params(("webhook-id" = String, Header), ("webhook-timestamp" = String, Header),
         ("webhook-signature" = String, Header, description = "Standard Webhooks `v1,<base64 HMAC-SHA256>`")),
-    responses((status = 200, description = "`{code: OK | DUPLICATE | IGNORED_STALE}`", body = Object),
+    responses((status = 200, description = "OK (applied), DUPLICATE (applied before) or IGNORED_STALE (no longer applies)", body = CallbackAnswer),
         (status = 401, description = "INVALID_SIGNATURE")))]
 pub async fn approval_callback(
     State(state): State<AppState>,
     Database(db): Database,
     SignedJson(callback, _): SignedJson<ApprovalCallback, ApprovalSystem>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<CallbackAnswer>> {
     if !valid_callback_id(&callback.callback_id) {
         return Err(ApiError::InvalidArgument(
             "field `callbackId`: 1 to 191 printable characters".to_owned(),
@@ -75,6 +74,11 @@ pub async fn approval_callback(
     let Some(operation) = get_operation(&db, &operation_id).await? else {
         return Ok(Answer::IgnoredStale.json());
     };
+    trace_operation(
+        &operation_id,
+        operation.mr_iid,
+        operation.trace_parent.as_deref(),
+    );
     let mr_first = operation.flow_order == FlowOrder::MrFirst;
     let has_mr = callback.ext.as_ref().and_then(|ext| ext.mr_id).is_some();
     if callback.result == Decision::Approved && mr_first != has_mr {

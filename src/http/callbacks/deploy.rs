@@ -3,13 +3,12 @@
 use axum::Json;
 use axum::extract::State;
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::signed::{DeployPipeline, SignedJson};
-use super::{Answer, first_receipt, valid_callback_id};
+use super::{Answer, CallbackAnswer, first_receipt, trace_operation, valid_callback_id};
 use crate::config::Settings;
 use crate::config::projects::{NamedProject, ProjectKey, Projects};
-use crate::db::callbacks::{CallbackSource, insert_deploy_report, operations_of_mr};
+use crate::db::callbacks::{CallbackSource, MrOperation, insert_deploy_report, operations_of_mr};
 use crate::domain::{BindingStatus, OperationId, StepStatus};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::Database;
@@ -80,14 +79,14 @@ pub struct DeployCallback {
     request_body = DeployCallback,
     params(("webhook-id" = String, Header), ("webhook-timestamp" = String, Header),
         ("webhook-signature" = String, Header, description = "Standard Webhooks `v1,<base64 HMAC-SHA256>`")),
-    responses((status = 200, description = "`{code: OK | DUPLICATE | IGNORED_STALE}`", body = Object),
+    responses((status = 200, description = "OK (applied), DUPLICATE (applied before) or IGNORED_STALE (no longer applies)", body = CallbackAnswer),
         (status = 400, description = "INVALID_ARGUMENT: a bad `callbackId`; `project` missing while the targets span several projects, empty, or in a form no configured project can be matched in (an id where projects are configured by path, or the reverse)"),
         (status = 401, description = "INVALID_SIGNATURE")))]
 pub async fn deploy_callback(
     State(state): State<AppState>,
     Database(db): Database,
     SignedJson(callback, _): SignedJson<DeployCallback, DeployPipeline>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<CallbackAnswer>> {
     if !valid_callback_id(&callback.callback_id) {
         return Err(ApiError::InvalidArgument(
             "field `callbackId`: 1 to 191 printable characters".to_owned(),
@@ -115,7 +114,7 @@ pub async fn deploy_callback(
             NamedProject::Unknown(_) => Vec::new(),
         };
         let mut applied = 0;
-        for operation_id in &operations {
+        for MrOperation { operation_id, .. } in &operations {
             let outcome = if success {
                 let change = Change {
                     step: StepStatus::DeployConfirmed,
@@ -145,12 +144,19 @@ pub async fn deploy_callback(
                 Err(err) => return Err(ApiError::internal(err)),
             }
         }
-        Ok::<_, ApiError>(Some(applied))
+        Ok::<_, ApiError>(Some((applied, operations)))
     })
     .await?;
-    let Some(applied) = applied else {
+    let Some((applied, operations)) = applied else {
         return Ok(Answer::Duplicate.json());
     };
+    for operation in &operations {
+        trace_operation(
+            &operation.operation_id,
+            Some(callback.mr_iid),
+            operation.trace_parent.as_deref(),
+        );
+    }
     Ok(if applied > 0 {
         Answer::Ok
     } else {
@@ -185,7 +191,7 @@ async fn operations_meant(
     settings: &Settings,
     project: &ProjectKey,
     callback: &DeployCallback,
-) -> Result<Vec<String>, sqlx::Error> {
+) -> Result<Vec<MrOperation>, sqlx::Error> {
     let named: Option<Vec<String>> = callback.operation_ids.as_ref().map(|named| {
         named
             .iter()
@@ -199,7 +205,10 @@ async fn operations_meant(
         .filter(|operation| {
             ProjectKey::new(settings.project_for(&operation.target_key)) == *project
         })
-        .map(|operation| operation.operation_id)
-        .filter(|id| named.as_ref().is_none_or(|named| named.contains(id)))
+        .filter(|operation| {
+            named
+                .as_ref()
+                .is_none_or(|named| named.contains(&operation.operation_id))
+        })
         .collect())
 }

@@ -7,7 +7,9 @@ mod deploy;
 mod signed;
 
 use axum::Json;
-use serde_json::{Value, json};
+use serde::Serialize;
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 use utoipa_axum::routes;
 
@@ -17,6 +19,7 @@ use crate::http::error::ApiResult;
 use crate::http::layers::{RouteSpec, observed};
 use crate::state::AppState;
 use crate::store::StoreTx;
+use crate::traces::propagation;
 
 /// Callbacks count in the API metrics like every other route.
 static CALLBACK: RouteSpec = RouteSpec {
@@ -36,8 +39,25 @@ pub fn router(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(observe(routes!(deploy::deploy_callback)))
 }
 
+/// Marks the callback's span (when exported) as about `operation_id`, linked
+/// to the request that submitted it: the callback arrives from outside, in
+/// a trace of its own or of its caller.
+fn trace_operation(operation_id: &str, mr_iid: Option<i64>, trace_parent: Option<&str>) {
+    let span = Span::current();
+    if span.is_disabled() {
+        return;
+    }
+    span.set_attribute("operation.id", operation_id.to_owned());
+    if let Some(iid) = mr_iid {
+        span.set_attribute("mr.iid", iid);
+    }
+    propagation::link_stored(&span, trace_parent, operation_id);
+}
+
 /// The answer codes of a callback.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[schema(as = CallbackCode)]
 enum Answer {
     /// Applied.
     Ok,
@@ -47,14 +67,15 @@ enum Answer {
     IgnoredStale,
 }
 
+/// The answer to a callback that was understood.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CallbackAnswer {
+    code: Answer,
+}
+
 impl Answer {
-    fn json(self) -> Json<Value> {
-        let code = match self {
-            Self::Ok => "OK",
-            Self::Duplicate => "DUPLICATE",
-            Self::IgnoredStale => "IGNORED_STALE",
-        };
-        Json(json!({ "code": code }))
+    fn json(self) -> Json<CallbackAnswer> {
+        Json(CallbackAnswer { code: self })
     }
 }
 
