@@ -135,6 +135,30 @@ impl Observer for PrometheusObserver {
     }
 }
 
+/// Describes the metrics [`PrometheusObserver`] records.
+pub fn describe_metrics() {
+    metrics::describe_histogram!(
+        "changegate_http_request_duration_seconds",
+        "API request latency, by route template, method and status."
+    );
+    metrics::describe_counter!(
+        "changegate_http_requests_total",
+        "API requests answered, by route template, method and status."
+    );
+    metrics::describe_counter!(
+        "changegate_activity_received_total",
+        "Business activities (apply, close, ...) received, by activity."
+    );
+    metrics::describe_counter!(
+        "changegate_activity_succeeded_total",
+        "Business activities answered 2xx, by activity."
+    );
+    metrics::describe_counter!(
+        "changegate_rate_limited_total",
+        "Requests refused by a rate limit (429), by bucket."
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,6 +54,7 @@ async fn claim_once(db: &Db, partition_key: &str, max: u32) -> Result<Claimed, S
         Ok(Claimed::Batch { id, members }) => {
             tx.commit().await?;
             tracing::info!(batch = id, members = members.len(), "merge batch claimed");
+            super::metrics::record_claimed(members.len());
             Ok(Claimed::Batch { id, members })
         }
         Ok(other) => {

@@ -4,11 +4,14 @@
 mod claim;
 mod departed;
 mod enqueue;
+mod metrics;
 mod outcome;
 mod runner;
 mod settle;
+mod traced;
 
 pub use claim::{Claimed, claim_batch, claim_in};
 pub use enqueue::{apply_decision, partition_of};
+pub use metrics::{count_round_failure, describe_metrics};
 pub use runner::{ClaimError, MergeQueue, NotNow};
 pub use settle::Settled;

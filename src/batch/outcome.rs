@@ -15,6 +15,7 @@ use crate::store::{Change, StoreError, StoreTx, lock_members, move_members};
 use crate::workflow::{bot, file_action};
 use crate::write_tx;
 
+use super::metrics::Ended;
 use super::runner::{ACTOR, IN_FLIGHT, MergeQueue, batch_branch};
 
 impl MergeQueue {
@@ -118,6 +119,7 @@ impl MergeQueue {
         if !written {
             return Ok(());
         }
+        Ended::Merged.count();
         tracing::info!(batch = batch.id, members = ids.len(), "merge batch merged");
         let Some(iid) = batch.mr_iid else {
             return Ok(());
@@ -282,6 +284,7 @@ impl MergeQueue {
         if !written {
             return Ok(());
         }
+        if bisect { Ended::Split } else { Ended::Failed }.count();
         tracing::warn!(
             batch = batch.id,
             members = ids.len(),

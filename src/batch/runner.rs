@@ -25,6 +25,7 @@ use crate::workflow::{
 };
 
 use super::claim::{Claimed, claim_batch};
+use super::metrics::Ended;
 use crate::write_tx;
 
 pub(super) const ACTOR: &str = "merge-queue";
@@ -116,13 +117,15 @@ impl MergeQueue {
             return Ok(0);
         }
         let mut driven = 0;
-        for batch_id in runnable(db).await? {
+        for batch_id in runnable(db, &self.owner).await? {
             let lease = settings.executor.lease;
             if !acquire_batch_lease(db, batch_id, &self.owner, lease).await? {
                 continue;
             }
             let outcome = match get_batch(db, batch_id).await? {
-                Some(batch) if batch.status == "RUNNING" => self.drive(db, &settings, batch).await,
+                Some(batch) if batch.status == "RUNNING" => {
+                    self.drive_traced(db, &settings, batch).await
+                }
                 _ => Ok(()),
             };
             release_batch_lease(db, batch_id, &self.owner).await?;
@@ -133,7 +136,12 @@ impl MergeQueue {
     }
 
     /// One round of a running batch's current phase.
-    async fn drive(&self, db: &Db, settings: &Settings, batch: BatchRow) -> Result<(), StoreError> {
+    pub(super) async fn drive(
+        &self,
+        db: &Db,
+        settings: &Settings,
+        batch: BatchRow,
+    ) -> Result<(), StoreError> {
         let token = match bot(settings) {
             Ok(token) => token,
             // A mistake the team has to fix: the members say so.
@@ -413,6 +421,7 @@ impl MergeQueue {
         if !written {
             return Ok(());
         }
+        Ended::InPlace.count();
         tracing::info!(
             batch = batch.id,
             members = ids.len(),

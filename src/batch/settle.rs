@@ -11,6 +11,7 @@ use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, StoreError, move_members};
 use crate::write_tx;
 
+use super::metrics::Ended;
 use super::outcome::fail_members;
 use super::runner::{ACTOR, IN_FLIGHT, MergeQueue, SETTLE_TRIES};
 
@@ -135,6 +136,7 @@ impl MergeQueue {
         let Some(exhausted) = written else {
             return Ok(Settled::NotRunning);
         };
+        Ended::Settled.count();
         if exhausted > 0 {
             tracing::warn!(
                 batch = batch.id,

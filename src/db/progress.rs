@@ -1,5 +1,6 @@
-//! How many requests are in each unfinished status and step, and how long
-//! the oldest has been in its status: what the progress gauges report.
+//! How many requests are in each unfinished status and step, how long the
+//! oldest has been in its status, and how many webhook endpoints have their
+//! breaker open: what the progress gauges report.
 
 use sqlx::AssertSqlSafe;
 
@@ -60,5 +61,15 @@ pub async fn in_progress(db: &Db) -> Result<Vec<InProgress>, sqlx::Error> {
     );
     with_pool!(db, reader, |pool| {
         sqlx::query_as(AssertSqlSafe(sql)).fetch_all(pool).await
+    })
+}
+
+/// Enabled webhook endpoints by breaker state (`closed`, `open`,
+/// `half_open`); a small table, read whole.
+pub async fn endpoints_by_breaker(db: &Db) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    let sql = "SELECT breaker_state, COUNT(*) FROM webhook_endpoint \
+               WHERE enabled = TRUE GROUP BY breaker_state";
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(sql).fetch_all(pool).await
     })
 }

@@ -1,10 +1,12 @@
 //! The progress gauges alerting rules read: requests in each unfinished
-//! status and step (`changegate_operations_in_progress{status, step}`) and
-//! the age of the oldest in each status
-//! (`changegate_operation_oldest_age_seconds{status}`), refreshed from the
-//! database by every instance. Each instance reports the whole database, so
-//! across instances take `max()` (not `sum()`): "nothing stuck for over an
-//! hour" is `max(changegate_operation_oldest_age_seconds{status!="MERGED"}) > 3600`.
+//! status and step (`changegate_operations_in_progress{status, step}`), the
+//! age of the oldest in each status
+//! (`changegate_operation_oldest_age_seconds{status}`) and the enabled
+//! webhook endpoints by breaker state (`changegate_webhook_endpoints{breaker}`),
+//! refreshed from the database by every instance. Each instance reports the
+//! whole database, so across instances take `max()` (not `sum()`): "nothing
+//! stuck for over an hour" is
+//! `max(changegate_operation_oldest_age_seconds{status!="MERGED"}) > 3600`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,8 +14,11 @@ use anyhow::Context;
 
 use super::Outcome;
 use crate::db::Db;
-use crate::db::progress::{InProgress, in_progress};
+use crate::db::progress::{InProgress, endpoints_by_breaker, in_progress};
 use crate::domain::StepStatus;
+
+/// The breaker states an endpoint can be in, each reported every round.
+const BREAKER_STATES: [&str; 3] = ["closed", "open", "half_open"];
 
 /// The label sets reported last round, so one that emptied reads 0 instead
 /// of keeping its last value.
@@ -60,6 +65,17 @@ impl ProgressGauges {
         }
         self.reported_steps = steps.into_keys().collect();
         self.reported_statuses = oldest.into_keys().collect();
+        let breakers = endpoints_by_breaker(db)
+            .await
+            .context("counting webhook endpoints by breaker state")?;
+        for state in BREAKER_STATES {
+            let endpoints = breakers
+                .iter()
+                .find(|(of, _)| of == state)
+                .map_or(0, |(_, count)| *count);
+            metrics::gauge!("changegate_webhook_endpoints", "breaker" => state)
+                .set(endpoints as f64);
+        }
         Ok(rows)
     }
 
@@ -80,4 +96,20 @@ fn gauge_in_progress((status, step): &(String, String), requests: i64) {
         "step" => step.clone()
     )
     .set(requests as f64);
+}
+
+/// Describes the progress gauges.
+pub fn describe_metrics() {
+    metrics::describe_gauge!(
+        "changegate_operations_in_progress",
+        "Unfinished requests by binding status and step, read from the database (every instance reports the whole database: aggregate with max)."
+    );
+    metrics::describe_gauge!(
+        "changegate_operation_oldest_age_seconds",
+        "How long the oldest unfinished request of each status has been in it (aggregate with max)."
+    );
+    metrics::describe_gauge!(
+        "changegate_webhook_endpoints",
+        "Enabled webhook endpoints by circuit breaker state: closed, open, half_open (aggregate with max)."
+    );
 }

@@ -96,6 +96,24 @@ fn count_flip(tx: &mut StoreTx, flip: &Flip) {
     tx.after_commit(move || count_committed_flip(from, to));
 }
 
+/// Describes the store's metrics and starts the rejection counter at zero,
+/// so that an alert on its increase sees the first rejection.
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        "changegate_binding_transitions_total",
+        "Committed binding status changes, by from and to status (NONE: a new binding)."
+    );
+    metrics::describe_counter!(
+        "changegate_executor_rejected_total",
+        "Requests refused as BUSY_REJECTED because the executor's queue was full."
+    );
+    metrics::describe_histogram!(
+        "changegate_submission_group_size",
+        "First requests recorded together in one transaction (group commit)."
+    );
+    metrics::counter!("changegate_executor_rejected_total").increment(0);
+}
+
 /// Counts a flip whose transaction has committed.
 fn count_committed_flip(from: Option<BindingStatus>, to: BindingStatus) {
     let from = from.map_or("NONE", BindingStatus::as_str);

@@ -190,3 +190,40 @@ async fn request_latency_is_exported_as_a_histogram_per_route_template() {
     assert!(count >= 1, "{bucket}");
     app.stop().await.expect("graceful stop");
 }
+
+/// Every metric has its help text (what `promtool check metrics` asks), and
+/// the counters alerts take the increase of exist before their first event:
+/// an increase needs a sample before it.
+#[tokio::test]
+async fn every_metric_has_help_and_alerted_counters_start_at_zero() {
+    let db = crate::helpers::sqlite_db().await;
+    let app = spawn_app(&db.url, "").await;
+    app.wait_until_ready().await;
+
+    // The recorder is the process's: this scrape also shows what other
+    // tests recorded, all of which must be described too.
+    let text = app.get("/metrics").await.text().await.unwrap();
+    let undescribed: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|typed| typed.split(' ').next())
+        .filter(|name| !text.contains(&format!("# HELP {name} ")))
+        .collect();
+    assert!(undescribed.is_empty(), "no help text: {undescribed:?}");
+    for series in [
+        "changegate_executor_rejected_total ",
+        "changegate_config_reload_failures_total ",
+        "changegate_config_last_reload_successful ",
+        "changegate_store_retries_exhausted_total ",
+        "changegate_batches_finished_total{outcome=\"failed\"} ",
+        "changegate_merge_queue_round_failures_total{round=\"claim\"} ",
+        "changegate_merge_queue_round_failures_total{round=\"drive\"} ",
+        "changegate_webhook_attempts_total{result=\"failed\"} ",
+    ] {
+        assert!(
+            text.lines().any(|line| line.starts_with(series)),
+            "{series}is not exported: {text}"
+        );
+    }
+    app.stop().await.expect("graceful stop");
+}

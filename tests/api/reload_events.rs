@@ -83,17 +83,22 @@ fn count(logs: &Logs, line: &str) -> usize {
 }
 
 /// Reload failures counted since the last call (a snapshot resets counters).
-fn new_reload_failures(snapshotter: &Snapshotter) -> u64 {
-    snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .filter(|(key, ..)| key.key().name() == "changegate_config_reload_failures_total")
-        .map(|(.., value)| match value {
-            DebugValue::Counter(count) => count,
-            other => panic!("not a counter: {other:?}"),
-        })
-        .sum()
+/// From one snapshot (it resets what it reads): the reload failures counted
+/// since the last one, and the last-reload gauge as it was last set.
+fn reload_metrics(snapshotter: &Snapshotter) -> (u64, Option<f64>) {
+    let (mut failures, mut successful) = (0, None);
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        match (key.key().name(), value) {
+            ("changegate_config_reload_failures_total", DebugValue::Counter(count)) => {
+                failures += count;
+            }
+            ("changegate_config_last_reload_successful", DebugValue::Gauge(value)) => {
+                successful = Some(value.into_inner());
+            }
+            _ => {}
+        }
+    }
+    (failures, successful)
 }
 
 #[tokio::test]
@@ -169,21 +174,21 @@ async fn a_broken_edit_is_reported_and_counted_once_until_it_changes() {
     std::fs::write(&path, &broken).unwrap();
     tokio::time::sleep(QUIET).await;
     assert_eq!(count(&logs, REJECTED), 1);
-    assert_eq!(new_reload_failures(&snapshotter), 1);
+    assert_eq!(reload_metrics(&snapshotter), (1, Some(0.0)));
     assert_eq!(watchers.configs[0].current().batch.max_requests, 10);
 
     // Broken differently: a new report.
     std::fs::write(&path, format!("{broken}[[[\n")).unwrap();
     tokio::time::sleep(QUIET).await;
     assert_eq!(count(&logs, REJECTED), 2);
-    assert_eq!(new_reload_failures(&snapshotter), 1);
+    assert_eq!(reload_metrics(&snapshotter), (1, Some(0.0)));
 
     std::fs::write(&path, config_text(20)).unwrap();
     watchers.wait_for(20).await;
     tokio::time::sleep(QUIET).await;
     assert_eq!(count(&logs, RELOADED), 1);
     assert_eq!(count(&logs, REJECTED), 2);
-    assert_eq!(new_reload_failures(&snapshotter), 0);
+    assert_eq!(reload_metrics(&snapshotter), (0, Some(1.0)));
 }
 
 /// Kubernetes mounts a ConfigMap as `name -> ..data/name` and updates it by
