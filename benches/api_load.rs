@@ -396,7 +396,7 @@ fn main() {
     let runs = |part: &str| wanted.is_empty() || wanted.iter().any(|arg| arg == part);
     // The production logger at its default level, so request spans cost what
     // they cost in service.
-    telemetry::init_logging("info", LogFormat::Human).expect("logging");
+    telemetry::init_logging("info", LogFormat::Human, None).expect("logging");
     if runs("api") {
         let runtime = tokio::runtime::Runtime::new().expect("runtime");
         runtime.block_on(async {

@@ -42,6 +42,7 @@ async fn waiting(db: &Db, round: usize) {
             idempotency: None,
             busy: false,
             expired: false,
+            trace_parent: None,
         };
         store::submit(db, &request).await.expect("submit");
         let id = request.operation_id.as_string();

@@ -21,6 +21,7 @@ use changegate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_event};
 use changegate::db::webhook_endpoints::insert_endpoint;
 use changegate::db::{self, Db};
 use changegate::domain::BindingStatus;
+use changegate::sealing::KeyRing;
 use changegate::signature::WebhookSecret;
 use changegate::webhooks::relay;
 use changegate::webhooks::worker::{Deliverer, http_client};
@@ -83,7 +84,9 @@ async fn measure(server: &str, receiver: &str, instances: usize) {
          [log]\nlevel = \"warn\"\n[webhooks]\nallow_private_targets = true\nconcurrency = 64\n"
     ));
     let first = db::open(&config.database).await.expect("open");
-    let secret = WebhookSecret::generate().expose();
+    // Sealed as the service stores it: each delivery opens it.
+    let keys = Arc::new(KeyRing::new(&[42; 32], &[]));
+    let secret = keys.seal(&WebhookSecret::generate().expose());
     let mut tx = first.begin().await.expect("begin");
     insert_endpoint(&mut tx, receiver, "", "", &secret)
         .await
@@ -105,6 +108,7 @@ async fn measure(server: &str, receiver: &str, instances: usize) {
                 true,
             )
             .expect("client"),
+            keys.clone(),
         );
         running.spawn(async move {
             while delivered(&pool).await < EVENTS as i64 {
