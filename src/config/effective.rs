@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use secrecy::SecretString;
+use serde::Serialize;
 use serde_json::{Value, json};
+use utoipa::openapi::schema::{AdditionalProperties, Object, ObjectBuilder, Type};
 
 use super::resolve::{AccessMode, AccessWindow, ApproveImpl};
 use super::{ApprovalProvider, AuthzProvider, LogFormat, Settings};
@@ -14,6 +16,11 @@ const REDACTED: &str = "[redacted]";
 
 fn secret(value: Option<&SecretString>) -> Value {
     value.map_or(Value::Null, |_| json!(REDACTED))
+}
+
+/// A retention age, `"0"` when rows are kept for ever.
+fn kept(age: Option<std::time::Duration>) -> Value {
+    age.map_or(json!("0"), |age| json!(duration(age)))
 }
 
 /// A file's path as text; paths that are not UTF-8 are shown lossily.
@@ -49,8 +56,70 @@ fn duration(value: std::time::Duration) -> String {
     }
 }
 
+/// The effective configuration: one member per section of the
+/// configuration file, each an object of that section's keys in camelCase.
+///
+/// The document lists the sections, not their keys (each is an object with
+/// `additionalProperties`): the keys mirror `config/default.toml` one for
+/// one, and `rateLimit` and `targets` are keyed by bucket and by target, so
+/// a schema of every key would repeat the file and drift from it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveConfig {
+    #[schema(schema_with = section)]
+    server: Value,
+    #[schema(schema_with = section)]
+    database: Value,
+    #[schema(schema_with = section)]
+    log: Value,
+    #[schema(schema_with = section)]
+    access: Value,
+    #[schema(schema_with = section)]
+    rate_limit: Value,
+    #[schema(schema_with = section)]
+    identity: Value,
+    #[schema(schema_with = section)]
+    authz: Value,
+    #[schema(schema_with = section)]
+    targets: Value,
+    #[schema(schema_with = section)]
+    idempotency: Value,
+    #[schema(schema_with = section)]
+    executor: Value,
+    #[schema(schema_with = section)]
+    workflow: Value,
+    #[schema(schema_with = section)]
+    gitlab: Value,
+    #[schema(schema_with = section)]
+    approval: Value,
+    #[schema(schema_with = section)]
+    deploy: Value,
+    #[schema(schema_with = section)]
+    batch: Value,
+    #[schema(schema_with = section)]
+    webhooks: Value,
+    #[schema(schema_with = section)]
+    reconcile: Value,
+    #[schema(schema_with = section)]
+    retention: Value,
+    #[schema(schema_with = section)]
+    web: Value,
+    #[schema(schema_with = section)]
+    tls: Value,
+    #[schema(schema_with = section)]
+    telemetry: Value,
+}
+
+/// One section: its keys in camelCase, secrets as `[redacted]`.
+fn section() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .additional_properties(Some(AdditionalProperties::FreeForm(true)))
+        .build()
+}
+
 /// The effective configuration of `settings`.
-pub fn effective(settings: &Settings) -> Value {
+pub fn effective(settings: &Settings) -> EffectiveConfig {
     let s = settings;
     let access_mode = match s.access.mode {
         AccessMode::Open => "OPEN",
@@ -80,28 +149,29 @@ pub fn effective(settings: &Settings) -> Value {
             (key.clone(), value)
         })
         .collect();
-    json!({
-        "server": {
+    EffectiveConfig {
+        server: json!({
             "listen": s.server.listen.to_string(),
             "requestTimeout": duration(s.server.request_timeout),
             "shutdownTimeout": duration(s.server.shutdown_timeout),
-        },
-        "database": {
+        }),
+        database: json!({
             "url": without_credentials(&s.database.url),
             "passwordFile": path(s.database.password_file.as_deref()),
             "maxConnections": s.database.max_connections,
             "connectTimeout": duration(s.database.connect_timeout),
+            "retryMaxInterval": duration(s.database.retry_max_interval),
             "galeraSyncWait": s.database.galera_sync_wait,
             "failoverHosts": s.database.failover_hosts.iter().map(|(host, port)| format!("{host}:{port}")).collect::<Vec<_>>(),
             "galeraRequireSynced": s.database.galera_require_synced,
-        },
-        "log": {
+        }),
+        log: json!({
             "level": s.log.level,
             "format": match s.log.format { LogFormat::Human => "human", LogFormat::Json => "json" },
-        },
-        "access": { "mode": access_mode, "window": window },
-        "rateLimit": s.rate_limit,
-        "identity": {
+        }),
+        access: json!({ "mode": access_mode, "window": window }),
+        rate_limit: json!(s.rate_limit),
+        identity: json!({
             "trustedProxies": s.identity.trusted_proxies.iter().map(ToString::to_string).collect::<Vec<_>>(),
             "userHeader": s.identity.user_header.as_str(),
             "emailHeader": s.identity.email_header.as_str(),
@@ -117,34 +187,34 @@ pub fn effective(settings: &Settings) -> Value {
                 "audience": s.identity.jwt.audience,
                 "leeway": duration(s.identity.jwt.leeway),
             },
-        },
-        "authz": {
+        }),
+        authz: json!({
             "provider": match s.authz.provider { AuthzProvider::Static => "static", AuthzProvider::Http => "http" },
             "url": without_credentials(&s.authz.url),
             "timeout": duration(s.authz.timeout),
             "rules": s.authz.rules,
             "grants": s.authz.grants,
-        },
-        "targets": targets,
-        "idempotency": {
+        }),
+        targets: Value::Object(targets),
+        idempotency: json!({
             "ttl": duration(s.idempotency.ttl),
             "cleanupInterval": duration(s.idempotency.cleanup_interval),
-        },
-        "executor": {
+        }),
+        executor: json!({
             "workers": s.executor.workers,
             "queueCapacity": s.executor.queue_capacity,
             "lease": duration(s.executor.lease),
             "pollInterval": duration(s.executor.poll_interval),
-        },
-        "workflow": {
+        }),
+        workflow: json!({
             "flowOrder": s.flow_order.as_str(),
             "shortPolls": s.polling.short_polls,
             "shortPollInterval": duration(s.polling.short_interval),
             "longPolls": s.polling.long_polls,
             "longPollInterval": duration(s.polling.long_interval),
             "unreachableDeadline": duration(s.unreachable_deadline),
-        },
-        "gitlab": {
+        }),
+        gitlab: json!({
             "baseUrl": without_credentials(&s.gitlab.base_url),
             "project": s.gitlab.project,
             "targetBranch": s.gitlab.target_branch,
@@ -154,26 +224,30 @@ pub fn effective(settings: &Settings) -> Value {
             "reviewerTokenFiles": s.secret_files.get("gitlab.reviewer_token_files").iter().map(|file| path(Some(file))).collect::<Vec<_>>(),
             "timeout": duration(s.gitlab.timeout),
             "approveImpl": match s.gitlab.approve_impl { ApproveImpl::Standard => "standard", ApproveImpl::Checklist => "checklist" },
-        },
-        "approval": {
+        }),
+        approval: json!({
             "provider": match s.approval.provider { ApprovalProvider::Builtin => "builtin", ApprovalProvider::Http => "http" },
             "url": without_credentials(&s.approval.url),
             "callbackSecret": secret(s.approval.callback_secret.as_ref()),
             "callbackSecretFile": secret_file(s, "approval.callback_secret_file"),
             "retries": s.approval.retries,
             "timeout": duration(s.approval.timeout),
-        },
-        "deploy": {
+        }),
+        deploy: json!({
             "callbackSecret": secret(s.deploy_callback_secret.as_ref()),
             "callbackSecretFile": secret_file(s, "deploy.callback_secret_file"),
-        },
-        "batch": {
+        }),
+        batch: json!({
             "enabled": s.batch.enabled,
             "interval": duration(s.batch.interval),
             "maxRequests": s.batch.max_requests,
+            "freeze": s.batch.freeze,
+            "timeout": duration(s.batch.timeout),
+            "maxSplitDepth": s.batch.max_split_depth,
+            "partitionByProject": s.batch.partition_by_project,
             "maxAttempts": s.batch.max_attempts,
-        },
-        "webhooks": {
+        }),
+        webhooks: json!({
             "silent": s.webhooks_silent,
             "allowPrivateTargets": s.webhooks.allow_private_targets,
             "retrySchedule": s.webhooks.retry_schedule.iter().map(|d| duration(*d)).collect::<Vec<_>>(),
@@ -183,15 +257,32 @@ pub fn effective(settings: &Settings) -> Value {
             "breakerFailures": s.webhooks.breaker_failures,
             "breakerOpenFor": duration(s.webhooks.breaker_open_for),
             "secretGrace": duration(s.webhooks.secret_grace),
-        },
-        "reconcile": {
+            "secretKey": s.webhooks.sealing_keys.current.as_ref().map_or(Value::Null, |_| json!(REDACTED)),
+            "secretKeyFile": secret_file(s, "webhooks.secret_key_file"),
+            "previousSecretKeys": s.webhooks.sealing_keys.previous.iter().map(|_| REDACTED).collect::<Vec<_>>(),
+            "previousSecretKeyFiles": s.secret_files.get("webhooks.previous_secret_key_files").iter().map(|file| path(Some(file))).collect::<Vec<_>>(),
+        }),
+        reconcile: json!({
             "interval": duration(s.reconcile.interval),
             "minAge": duration(s.reconcile.min_age),
             "maxAge": duration(s.reconcile.max_age),
-        },
-        "web": { "demoIdentity": s.web.demo_identity },
-        "tls": { "caFile": path(s.tls.ca_file.as_deref()) },
-    })
+        }),
+        retention: json!({
+            "events": kept(s.retention.events),
+            "webhookDeliveries": kept(s.retention.webhook_deliveries),
+            "callbackReceipts": kept(s.retention.callback_receipts),
+            "deployReports": kept(s.retention.deploy_reports),
+            "operationHistory": kept(s.retention.operation_history),
+            "auditLog": kept(s.retention.audit_log),
+            "interval": duration(s.retention.interval),
+        }),
+        web: json!({ "demoIdentity": s.web.demo_identity }),
+        tls: json!({ "caFile": path(s.tls.ca_file.as_deref()) }),
+        telemetry: json!({
+            "otlpEndpoint": s.telemetry.otlp_endpoint.as_ref().map(|url| without_credentials(url.as_str())),
+            "serviceName": s.telemetry.service_name,
+        }),
+    }
 }
 
 #[cfg(test)]

@@ -88,7 +88,16 @@ pub fn url_without_secrets(text: &str) -> Option<String> {
     Some(url.to_string())
 }
 
-/// Appends one entry in the caller's transaction.
+/// The outcome of an action that was done.
+pub const DONE: &str = "DONE";
+/// The outcome of an action the state did not allow (answered 409).
+pub const REFUSED: &str = "REFUSED";
+/// What the `refusal_reason` column holds.
+const MAX_REFUSAL_REASON_CHARS: usize = 500;
+
+/// Appends one entry for an action that was done, in the caller's
+/// transaction (the action's own, so the entry exists if and only if the
+/// action happened).
 pub async fn append_audit(
     tx: &mut DbTx,
     actor: &str,
@@ -96,7 +105,34 @@ pub async fn append_audit(
     subject: &str,
     params: &Value,
 ) -> Result<(), sqlx::Error> {
-    let sql = "INSERT INTO audit_log (actor, action, subject, params) VALUES (?, ?, ?, ?)";
+    insert(tx, actor, action, subject, params, DONE, None).await
+}
+
+/// Appends one entry for an action that was refused, with `reason`, the
+/// refusal's message (cut to what the column holds).
+pub async fn append_refusal(
+    tx: &mut DbTx,
+    actor: &str,
+    action: &str,
+    subject: &str,
+    params: &Value,
+    reason: &str,
+) -> Result<(), sqlx::Error> {
+    let reason: String = reason.chars().take(MAX_REFUSAL_REASON_CHARS).collect();
+    insert(tx, actor, action, subject, params, REFUSED, Some(&reason)).await
+}
+
+async fn insert(
+    tx: &mut DbTx,
+    actor: &str,
+    action: &str,
+    subject: &str,
+    params: &Value,
+    outcome: &str,
+    refusal_reason: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    let sql = "INSERT INTO audit_log (actor, action, subject, params, outcome, refusal_reason) \
+               VALUES (?, ?, ?, ?, ?, ?)";
     let params = params.to_string();
     with_tx!(tx, |conn| {
         sqlx::query(sql)
@@ -104,10 +140,28 @@ pub async fn append_audit(
             .bind(action)
             .bind(subject)
             .bind(&params)
+            .bind(outcome)
+            .bind(refusal_reason)
             .execute(conn)
             .await
             .map(|_| ())
     })
+}
+
+/// `params` as they may be shown: without the keys the server reserves
+/// (those starting with `__`, at any depth), whose values are kept in
+/// columns of their own (the operator is the entry's actor).
+pub fn shown_params(params: &Value) -> Value {
+    match params {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(key, _)| !key.starts_with("__"))
+                .map(|(key, inner)| (key.clone(), shown_params(inner)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(shown_params).collect()),
+        other => other.clone(),
+    }
 }
 
 /// One audit entry.
@@ -121,6 +175,10 @@ pub struct AuditRow {
     pub subject: String,
     /// Parameters (JSON).
     pub params: String,
+    /// [`DONE`] or [`REFUSED`].
+    pub outcome: String,
+    /// Why it was refused (the answer's message); none when done.
+    pub refusal_reason: Option<String>,
 }
 
 /// One audit entry with its place and time.
@@ -141,8 +199,8 @@ pub async fn list_audit_page(
     before_id: Option<i64>,
     limit: u32,
 ) -> Result<Vec<AuditEntry>, sqlx::Error> {
-    let sql = "SELECT id, actor, action, subject, params, created_at FROM audit_log \
-               WHERE id < ? ORDER BY id DESC LIMIT ?";
+    let sql = "SELECT id, actor, action, subject, params, outcome, refusal_reason, created_at \
+               FROM audit_log WHERE id < ? ORDER BY id DESC LIMIT ?";
     with_pool!(db, reader, |pool| {
         sqlx::query_as(sql)
             .bind(before_id.unwrap_or(i64::MAX))
@@ -154,7 +212,8 @@ pub async fn list_audit_page(
 
 /// The entries about `subject`, oldest first.
 pub async fn list_audit(db: &Db, subject: &str) -> Result<Vec<AuditRow>, sqlx::Error> {
-    let sql = "SELECT actor, action, subject, params FROM audit_log WHERE subject = ? ORDER BY id";
+    let sql = "SELECT actor, action, subject, params, outcome, refusal_reason FROM audit_log \
+               WHERE subject = ? ORDER BY id";
     with_pool!(db, reader, |pool| {
         sqlx::query_as(sql).bind(subject).fetch_all(pool).await
     })
@@ -183,6 +242,24 @@ mod tests {
         assert_eq!(params["nested"]["password"], "[redacted]");
         assert_eq!(params["nested"]["keep"], 1);
         assert_eq!(params["reason"].as_str().unwrap().chars().count(), 501);
+    }
+
+    #[test]
+    fn shown_parameters_leave_out_the_reserved_keys_at_any_depth() {
+        let stored = json!({
+            "reason": "stale",
+            "__authenticatedOperator": "admin",
+            "nested": { "__internal": 1, "keep": { "__deeper": true, "n": 2 } },
+            "list": [{ "__authenticatedOperator": "admin", "n": 3 }, "_single"],
+        });
+        assert_eq!(
+            shown_params(&stored),
+            json!({
+                "reason": "stale",
+                "nested": { "keep": { "n": 2 } },
+                "list": [{ "n": 3 }, "_single"],
+            })
+        );
     }
 
     #[test]

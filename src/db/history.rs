@@ -8,7 +8,7 @@ use sqlx::AssertSqlSafe;
 use super::statement::{SqlValue, Statement};
 use super::{Db, DbTx, dialect};
 use crate::domain::{BindingStatus, StepStatus};
-use crate::with_pool;
+use crate::{with_pool, with_tx};
 
 /// One recorded change. Never updated or deleted.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -91,13 +91,30 @@ pub fn append_history_statement<'a>(entries: &[NewHistory<'a>]) -> Statement<'a>
 
 /// An operation's history, oldest first.
 pub async fn list_history(db: &Db, operation_id: &str) -> Result<Vec<HistoryRow>, sqlx::Error> {
-    let sql = "SELECT id, operation_id, from_step, to_step, from_status, to_status, \
-               operation_version, actor, message, created_at \
-               FROM operation_history WHERE operation_id = ? ORDER BY id";
     with_pool!(db, reader, |pool| {
-        sqlx::query_as(sql).bind(operation_id).fetch_all(pool).await
+        sqlx::query_as(LIST_HISTORY)
+            .bind(operation_id)
+            .fetch_all(pool)
+            .await
     })
 }
+
+/// [`list_history`] inside `tx`.
+pub async fn list_history_in(
+    tx: &mut DbTx,
+    operation_id: &str,
+) -> Result<Vec<HistoryRow>, sqlx::Error> {
+    with_tx!(tx, |conn| {
+        sqlx::query_as(LIST_HISTORY)
+            .bind(operation_id)
+            .fetch_all(&mut *conn)
+            .await
+    })
+}
+
+const LIST_HISTORY: &str = "SELECT id, operation_id, from_step, to_step, from_status, to_status, \
+    operation_version, actor, message, created_at \
+    FROM operation_history WHERE operation_id = ? ORDER BY id";
 
 /// The last binding status recorded for an operation (its status even after
 /// a re-apply handed the binding to a newer operation).

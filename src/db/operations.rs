@@ -59,11 +59,14 @@ pub struct OperationRow {
     pub created_at: NaiveDateTime,
     /// Database time of the last write.
     pub updated_at: NaiveDateTime,
+    /// The W3C traceparent of the request that submitted it, when traces
+    /// were exported then (migration 0015).
+    pub trace_parent: Option<String>,
 }
 
 const COLUMNS: &str = "id, operation_id, kind, subject_id, target_key, requested_by, flow_order, \
     step_code, message, obstacle, unreachable_since, params, reason, expires_at, mr_iid, mr_url, version, due_at, attempts, \
-    created_at, updated_at";
+    created_at, updated_at, trace_parent";
 
 /// What a new operation row holds.
 #[derive(Debug, Clone)]
@@ -88,6 +91,8 @@ pub struct NewOperation<'a> {
     pub reason: &'a str,
     /// Expiry.
     pub expires_at: Option<NaiveDateTime>,
+    /// The submitting request's traceparent, if traces are exported.
+    pub trace_parent: Option<&'a str>,
 }
 
 /// Inserts an operation at version 1. A duplicate `operation_id` is a unique violation.
@@ -106,9 +111,9 @@ pub fn insert_operations_statement<'a>(
     Statement {
         sql: format!(
             "INSERT INTO operation (operation_id, kind, subject_id, target_key, requested_by, \
-             flow_order, step_code, params, reason, expires_at, due_at) VALUES {}",
+             flow_order, step_code, params, reason, expires_at, trace_parent, due_at) VALUES {}",
             dialect::value_rows(rows, |new| format!(
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {})",
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {})",
                 due_at_of(backend, new.step)
             ))
         ),
@@ -126,6 +131,7 @@ pub fn insert_operations_statement<'a>(
                     SqlValue::Text(new.params),
                     SqlValue::Text(new.reason),
                     SqlValue::OptTime(new.expires_at),
+                    SqlValue::OptText(new.trace_parent),
                 ]
             })
             .collect(),
@@ -231,7 +237,7 @@ pub async fn get_operation_with_status(
     db: &Db,
     operation_id: &str,
 ) -> Result<Option<(OperationRow, Option<BindingStatus>, Option<String>)>, sqlx::Error> {
-    let row = get_with_status(db, operation_id, "", "").await?;
+    let row = get_with_status(db, operation_id).await?;
     Ok(row.map(|row| {
         let owner = row.binding_owner.clone();
         let (operation, status) = row.split();
@@ -253,6 +259,8 @@ pub struct OperationPage {
     pub batch_id: Option<i64>,
     /// What keeps that batch from progressing, if anything.
     pub batch_obstacle: Option<String>,
+    /// The operation that holds its relation now, when that is another one.
+    pub superseded_by: Option<String>,
 }
 
 /// [`get_operation_with_status`] and the operation's merge batch, still in
@@ -261,41 +269,68 @@ pub async fn get_operation_page(
     db: &Db,
     operation_id: &str,
 ) -> Result<Option<OperationPage>, sqlx::Error> {
-    let row = get_with_status(
-        db,
-        operation_id,
+    let sql = format!("{} WHERE o.operation_id = ?", page_select());
+    let row: Option<WithStatus> = with_pool!(db, reader, |pool| {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .bind(operation_id)
+            .fetch_optional(pool)
+            .await
+    })?;
+    Ok(row.map(WithStatus::into_page))
+}
+
+/// [`get_operation_page`] inside `tx`, so that it agrees with the other
+/// reads of the same transaction.
+pub async fn get_operation_page_in(
+    tx: &mut DbTx,
+    operation_id: &str,
+) -> Result<Option<OperationPage>, sqlx::Error> {
+    let sql = format!(
+        "{PAGE_SELECT} WHERE o.operation_id = ?",
+        PAGE_SELECT = page_select()
+    );
+    let row: Option<WithStatus> = with_tx!(tx, |conn| {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .bind(operation_id)
+            .fetch_optional(&mut *conn)
+            .await
+    })?;
+    Ok(row.map(WithStatus::into_page))
+}
+
+/// The select of [`get_operation_page`]: the status columns and the
+/// operation's merge batch.
+fn page_select() -> String {
+    with_status_select(
         ", r.batch_id AS batch_id, mb.obstacle AS batch_obstacle",
         " LEFT JOIN merge_batch_request r ON r.operation_id = o.operation_id \
          LEFT JOIN merge_batch mb ON mb.id = r.batch_id",
     )
-    .await?;
-    Ok(row.map(|row| {
-        let binding_owner = row.binding_owner.clone();
-        let batch_id = row.batch_id;
-        let batch_obstacle = row.batch_obstacle.clone();
-        let (operation, status) = row.split();
-        OperationPage {
-            operation,
-            status,
-            binding_owner,
-            batch_id,
-            batch_obstacle,
-        }
-    }))
 }
 
-async fn get_with_status(
-    db: &Db,
-    operation_id: &str,
-    extra_columns: &str,
-    extra_join: &str,
-) -> Result<Option<WithStatus>, sqlx::Error> {
-    let sql = format!(
-        "SELECT {}, b.status AS binding_status, b.requested_by AS binding_owner{extra_columns} \
-         FROM operation o LEFT JOIN binding b ON b.operation_id = o.operation_id{extra_join} \
-         WHERE o.operation_id = ?",
+/// An operation with the status and requester of the binding it owns
+/// (`b`), and the operation holding its relation now (`cur`: itself, or the
+/// newer one that took the relation over); `extra_*` add columns and joins.
+fn with_status_select(extra_columns: &str, extra_join: &str) -> String {
+    with_status_select_from("operation o LEFT JOIN binding b", extra_columns, extra_join)
+}
+
+/// [`with_status_select`] with the first join (of `operation o` and
+/// `binding b`, on the binding the operation owns) spelled by the caller,
+/// which may fix its order.
+fn with_status_select_from(first_join: &str, extra_columns: &str, extra_join: &str) -> String {
+    format!(
+        "SELECT {}, b.status AS binding_status, b.requested_by AS binding_owner, \
+         cur.operation_id AS current_operation_id{extra_columns} \
+         FROM {first_join} ON b.operation_id = o.operation_id \
+         LEFT JOIN binding cur ON cur.subject_id = o.subject_id AND cur.target_key = o.target_key\
+         {extra_join}",
         prefixed_columns()
-    );
+    )
+}
+
+async fn get_with_status(db: &Db, operation_id: &str) -> Result<Option<WithStatus>, sqlx::Error> {
+    let sql = format!("{} WHERE o.operation_id = ?", with_status_select("", ""));
     with_pool!(db, reader, |pool| {
         sqlx::query_as(AssertSqlSafe(sql))
             .bind(operation_id)
@@ -312,6 +347,7 @@ struct WithStatus {
     operation: OperationRow,
     binding_status: Option<String>,
     binding_owner: Option<String>,
+    current_operation_id: Option<String>,
     #[sqlx(default)]
     batch_id: Option<i64>,
     #[sqlx(default)]
@@ -323,6 +359,62 @@ impl WithStatus {
         let status = self.binding_status.and_then(|s| s.parse().ok());
         (self.operation, status)
     }
+
+    /// The newer operation holding the relation, when this one no longer
+    /// owns its binding.
+    fn superseded_by(&self) -> Option<String> {
+        self.current_operation_id.clone().filter(|current| {
+            self.binding_status.is_none() && *current != self.operation.operation_id
+        })
+    }
+
+    fn into_page(self) -> OperationPage {
+        let binding_owner = self.binding_owner.clone();
+        let batch_id = self.batch_id;
+        let batch_obstacle = self.batch_obstacle.clone();
+        let superseded_by = self.superseded_by();
+        let (operation, status) = self.split();
+        OperationPage {
+            operation,
+            status,
+            binding_owner,
+            batch_id,
+            batch_obstacle,
+            superseded_by,
+        }
+    }
+
+    fn into_listed(self) -> ListedOperation {
+        let superseded_by = self.superseded_by();
+        let (operation, status) = self.split();
+        ListedOperation {
+            operation,
+            status,
+            superseded_by,
+        }
+    }
+}
+
+/// One operation of the operators' listing.
+#[derive(Debug)]
+pub struct ListedOperation {
+    /// The operation.
+    pub operation: OperationRow,
+    /// The status of the binding it owns, if it still owns one.
+    pub status: Option<BindingStatus>,
+    /// The operation that holds its relation now, when that is another one.
+    pub superseded_by: Option<String>,
+}
+
+/// Which operations the operators' listing keeps, by status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusFilter {
+    /// Those owning a binding in this status.
+    Binding(BindingStatus),
+    /// Those whose relation a newer operation took over: they own no
+    /// binding, and are listed as superseded, so the filter and the list
+    /// agree.
+    Superseded,
 }
 
 fn prefixed_columns() -> String {
@@ -336,31 +428,58 @@ fn prefixed_columns() -> String {
 /// Filters for the operators' listing; every field narrows the result.
 #[derive(Debug, Clone, Default)]
 pub struct OperationFilter {
-    /// Binding status of the relation the operation currently owns.
-    pub status: Option<BindingStatus>,
+    /// By the status the listing shows.
+    pub status: Option<StatusFilter>,
     /// Current step.
     pub step: Option<StepStatus>,
     /// Last changed at least this long ago (by the database clock).
     pub unchanged_for_ms: Option<i64>,
+    /// On this catalog key.
+    pub target_key: Option<String>,
+    /// For this subject.
+    pub subject_id: Option<String>,
     /// Only rows with `id` below this (the cursor of the previous page).
     pub before_id: Option<i64>,
     /// Page size.
     pub limit: u32,
 }
 
+/// Up to this many bindings in the status asked for, the listing reads
+/// them all and sorts them; beyond it, it walks the operations newest first.
+const FEW_IN_STATUS: u32 = 1000;
+
 /// Operations newest first, joined to the status of the binding they own.
-/// Uses `ix_operation_step_updated` when filtering by step.
+/// Filters by step, target and subject read `ix_operation_step_id`,
+/// `ix_operation_target_id` and `ix_operation_subject_id` in page order.
+///
+/// A status filter is on the binding, so no index yields its operations
+/// in id order. A rare status (failures, pending approvals: the usual
+/// question) is read through `ix_binding_status_updated` and sorted, a
+/// bounded sort; a common one (most bindings are VALIDATED) by walking the
+/// operations newest first, which finds a page after a few rows. Either
+/// join order alone is a cost growing with the data for the other kind.
 pub async fn list_operations(
     db: &Db,
     filter: &OperationFilter,
-) -> Result<Vec<(OperationRow, Option<BindingStatus>)>, sqlx::Error> {
+) -> Result<Vec<ListedOperation>, sqlx::Error> {
+    let first = dialect::outer_first_join(db.backend());
+    let first_join = match filter.status {
+        None | Some(StatusFilter::Superseded) => "operation o LEFT JOIN binding b".to_owned(),
+        Some(StatusFilter::Binding(status))
+            if bindings_in(db, status, FEW_IN_STATUS).await? < FEW_IN_STATUS =>
+        {
+            format!("binding b {first} operation o")
+        }
+        Some(StatusFilter::Binding(_)) => format!("operation o {first} binding b"),
+    };
     let mut sql = format!(
-        "SELECT {}, b.status AS binding_status, b.requested_by AS binding_owner FROM operation o \
-         LEFT JOIN binding b ON b.operation_id = o.operation_id WHERE 1 = 1",
-        prefixed_columns()
+        "{} WHERE 1 = 1",
+        with_status_select_from(&first_join, "", "")
     );
-    if filter.status.is_some() {
-        sql.push_str(" AND b.status = ?");
+    match filter.status {
+        Some(StatusFilter::Binding(_)) => sql.push_str(" AND b.status = ?"),
+        Some(StatusFilter::Superseded) => sql.push_str(" AND b.id IS NULL"),
+        None => {}
     }
     if filter.step.is_some() {
         sql.push_str(" AND o.step_code = ?");
@@ -371,6 +490,12 @@ pub async fn list_operations(
             dialect::now_minus_ms(db.backend())
         ));
     }
+    if filter.target_key.is_some() {
+        sql.push_str(" AND o.target_key = ?");
+    }
+    if filter.subject_id.is_some() {
+        sql.push_str(" AND o.subject_id = ?");
+    }
     if filter.before_id.is_some() {
         sql.push_str(" AND o.id < ?");
     }
@@ -378,7 +503,7 @@ pub async fn list_operations(
 
     let rows: Vec<WithStatus> = with_pool!(db, reader, |pool| {
         let mut query = sqlx::query_as(AssertSqlSafe(sql));
-        if let Some(status) = filter.status {
+        if let Some(StatusFilter::Binding(status)) = filter.status {
             query = query.bind(status.as_str());
         }
         if let Some(step) = filter.step {
@@ -387,12 +512,32 @@ pub async fn list_operations(
         if let Some(ms) = filter.unchanged_for_ms {
             query = query.bind(ms);
         }
+        if let Some(target_key) = &filter.target_key {
+            query = query.bind(target_key.as_str());
+        }
+        if let Some(subject_id) = &filter.subject_id {
+            query = query.bind(subject_id.as_str());
+        }
         if let Some(before) = filter.before_id {
             query = query.bind(before);
         }
         query.bind(filter.limit).fetch_all(pool).await
     })?;
-    Ok(rows.into_iter().map(WithStatus::split).collect())
+    Ok(rows.into_iter().map(WithStatus::into_listed).collect())
+}
+
+/// How many bindings are in `status`, counting no further than `up_to`
+/// (an index-only read of at most that many entries).
+async fn bindings_in(db: &Db, status: BindingStatus, up_to: u32) -> Result<u32, sqlx::Error> {
+    let sql = "SELECT COUNT(*) FROM (SELECT 1 FROM binding WHERE status = ? LIMIT ?) found";
+    let count: i64 = with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(sql)
+            .bind(status.as_str())
+            .bind(up_to)
+            .fetch_one(pool)
+            .await
+    })?;
+    Ok(u32::try_from(count).unwrap_or(up_to))
 }
 
 /// Records the operation's Merge Request if it is still at
@@ -442,4 +587,18 @@ pub async fn operations_by_ids(
         rows.extend(found);
     }
     Ok(rows)
+}
+
+/// The members of batch `batch_id` that were submitted in a traced request,
+/// with that request's traceparent, for the links of the batch's spans.
+pub async fn member_trace_parents(
+    db: &Db,
+    batch_id: i64,
+) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let sql = "SELECT o.operation_id, o.trace_parent FROM merge_batch_request r \
+               JOIN operation o ON o.operation_id = r.operation_id \
+               WHERE r.batch_id = ? AND o.trace_parent IS NOT NULL ORDER BY o.operation_id";
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(sql).bind(batch_id).fetch_all(pool).await
+    })
 }

@@ -48,6 +48,22 @@ impl Db {
     }
 }
 
+impl Db {
+    /// Begins a read-only transaction in which every read sees one
+    /// snapshot, so that what a page shows from several queries agrees.
+    /// SQLite (WAL) takes the snapshot at the first read, on a reader
+    /// connection; MySQL at once, with its consistent snapshot.
+    pub async fn begin_read(&self) -> Result<DbTx, sqlx::Error> {
+        match self {
+            Self::Sqlite(sqlite) => sqlite.reader.begin().await.map(DbTx::Sqlite),
+            Self::MySql(pool) => pool
+                .begin_with("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+                .await
+                .map(DbTx::MySql),
+        }
+    }
+}
+
 impl DbTx {
     /// Which engine this transaction runs on.
     pub fn backend(&self) -> Backend {

@@ -7,6 +7,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::domain::BindingStatus;
+
 use super::request_id;
 use crate::db::{Conflict, Contended};
 
@@ -35,9 +37,18 @@ pub enum ApiError {
     /// the methods it has).
     #[error("this method is not allowed here; the Allow header lists the methods that are")]
     MethodNotAllowed,
-    /// The relation has a request in progress or awaiting recovery.
-    #[error("a request for this target is already {0}; wait for it to finish or contact the team")]
-    InProgress(String),
+    /// The relation has a request in progress, live, or awaiting the team:
+    /// the message says which request and what helps.
+    #[error("{}", in_the_way(*.status, .operation_id))]
+    InProgress {
+        /// The relation's status.
+        status: BindingStatus,
+        /// The operation that holds it, named in the answer.
+        operation_id: String,
+    },
+    /// Another request is changing the relation this very moment.
+    #[error("another request is changing this target right now; retry shortly")]
+    BeingChanged,
     /// The action does not apply to the resource's current state.
     #[error("{0}")]
     Conflict(&'static str),
@@ -85,6 +96,26 @@ pub struct ErrorBody<'a> {
     message: &'a str,
     /// The request's `x-request-id`, to quote when asking for help.
     request_id: String,
+    /// `IN_PROGRESS`: the change request in the way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    operation_id: Option<String>,
+}
+
+/// What to tell someone whose request `operation_id`, at `status`, holds
+/// the relation: when it is live, remove it first; when it failed and
+/// waits for the team, contact them; otherwise wait for it.
+fn in_the_way(status: BindingStatus, operation_id: &str) -> String {
+    match status {
+        BindingStatus::Validated => format!(
+            "this target is already live (request {operation_id}): request its removal first, then apply again"
+        ),
+        BindingStatus::CreateFailed | BindingStatus::HandleFailed => format!(
+            "request {operation_id} for this target failed and waits for the team: contact the team, quoting it"
+        ),
+        other => format!(
+            "request {operation_id} for this target is still in progress ({other}): wait for it to finish"
+        ),
+    }
 }
 
 impl ApiError {
@@ -97,7 +128,7 @@ impl ApiError {
             Self::Forbidden => (StatusCode::FORBIDDEN, "FORBIDDEN"),
             Self::NotFound => (StatusCode::NOT_FOUND, "NOT_FOUND"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED"),
-            Self::InProgress(_) => (StatusCode::CONFLICT, "IN_PROGRESS"),
+            Self::InProgress { .. } | Self::BeingChanged => (StatusCode::CONFLICT, "IN_PROGRESS"),
             Self::RetryLater => (StatusCode::CONFLICT, "RETRY_LATER"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "CONFLICT"),
             Self::IdempotencyKeyReused => {
@@ -182,10 +213,15 @@ impl IntoResponse for ApiError {
                 other.to_string()
             }
         };
+        let operation_id = match &self {
+            Self::InProgress { operation_id, .. } => Some(operation_id.clone()),
+            _ => None,
+        };
         let body = ErrorBody {
             code,
             message: &message,
             request_id: request_id::current().unwrap_or_default(),
+            operation_id,
         };
         let mut response = (status, Json(body)).into_response();
         if unavailable {
@@ -195,5 +231,31 @@ impl IntoResponse for ApiError {
             );
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_in_the_way_is_named_with_what_helps() {
+        let live = in_the_way(BindingStatus::Validated, "op-1");
+        assert!(
+            live.contains("op-1") && live.contains("removal first"),
+            "{live}"
+        );
+        for failed in [BindingStatus::CreateFailed, BindingStatus::HandleFailed] {
+            let message = in_the_way(failed, "op-2");
+            assert!(
+                message.contains("op-2") && message.contains("contact the team"),
+                "{message}"
+            );
+        }
+        let moving = in_the_way(BindingStatus::Merging, "op-3");
+        assert!(
+            moving.contains("op-3") && moving.contains("MERGING") && moving.contains("wait"),
+            "{moving}"
+        );
     }
 }

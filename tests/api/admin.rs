@@ -56,15 +56,24 @@ async fn an_operator_approves_or_rejects_and_it_is_audited() {
         assert_eq!(again["code"], "CONFLICT");
 
         let audit = list_audit(&test_db.db, &id).await.unwrap();
+        let outcomes: Vec<(&str, &str, &str)> = audit
+            .iter()
+            .map(|entry| {
+                (
+                    entry.actor.as_str(),
+                    entry.action.as_str(),
+                    entry.outcome.as_str(),
+                )
+            })
+            .collect();
         assert_eq!(
-            audit.len(),
-            1,
-            "{}: only the action that happened is audited",
+            outcomes,
+            [
+                ("admin", "approval.approve", "DONE"),
+                ("admin", "approval.approve", "REFUSED")
+            ],
+            "{}: the approval, then the refused second one",
             test_db.name
-        );
-        assert_eq!(
-            (audit[0].actor.as_str(), audit[0].action.as_str()),
-            ("admin", "approval.approve")
         );
         let params: Value = serde_json::from_str(&audit[0].params).unwrap();
         assert_eq!(
@@ -120,7 +129,17 @@ async fn with_an_external_approval_system_local_decisions_are_refused() {
         )
         .await;
     assert_eq!(answer.status(), 409);
-    assert!(list_audit(&db.db, &id).await.unwrap().is_empty());
+    let message = answer.json::<Value>().await.unwrap()["message"].clone();
+    let audit = list_audit(&db.db, &id).await.unwrap();
+    assert_eq!(audit.len(), 1, "refused, and audited as such");
+    assert_eq!(
+        (
+            audit[0].action.as_str(),
+            audit[0].outcome.as_str(),
+            audit[0].refusal_reason.as_deref()
+        ),
+        ("approval.approve", "REFUSED", message.as_str())
+    );
 }
 
 /// The path of a request whose reviewer bots could not approve.
@@ -294,8 +313,19 @@ async fn an_operator_force_fails_with_a_reason_and_the_request_may_be_applied_fo
             .await;
         assert_eq!(again.status(), 409);
         let audit = list_audit(&test_db.db, &stuck).await.unwrap();
-        assert_eq!(audit.len(), 1, "{}: only what happened", test_db.name);
-        assert_eq!(audit[0].action, "operation.force_fail");
+        let outcomes: Vec<(&str, &str)> = audit
+            .iter()
+            .map(|entry| (entry.action.as_str(), entry.outcome.as_str()))
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                ("operation.force_fail", "DONE"),
+                ("operation.force_fail", "REFUSED")
+            ],
+            "{}: what happened, then the refusal (a 400 is not audited)",
+            test_db.name
+        );
 
         let reapplied = app
             .post_as(
@@ -357,6 +387,28 @@ async fn operators_find_operations_by_status_step_and_age_and_read_the_audit_log
         );
         let (_, page) = get("?step=APPROVAL_SENT").await;
         assert_eq!(ids(&page), vec![waiting.clone()]);
+        // The console offers only what would succeed.
+        let actions = |page: &Value| page["items"][0]["actions"].clone();
+        assert_eq!(actions(&page), json!(["fail", "approve", "reject"]));
+        let (_, failed_page) = get("?status=HANDLE_FAILED").await;
+        assert_eq!(actions(&failed_page), json!(["retry", "fail"]));
+        let outside = requester_app(
+            &test_db.url,
+            "[approval]\nprovider = \"http\"\nurl = \"http://127.0.0.1:9/approvals\"\n",
+        )
+        .await;
+        let decided_outside: Value = outside
+            .get_as("admin", "/admin/v1/operations?step=APPROVAL_SENT")
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            actions(&decided_outside),
+            json!(["fail"]),
+            "{}: the approval system decides, nothing to re-run",
+            test_db.name
+        );
         let (_, page) = get(&format!("?step={}", StepStatus::HandleApproveFailed.code())).await;
         assert_eq!(ids(&page), vec![failed.clone()]);
         let (_, page) = get("?olderThanSeconds=3600").await;
@@ -448,9 +500,12 @@ async fn operators_find_operations_by_status_step_and_age_and_read_the_audit_log
 async fn operators_read_the_effective_configuration_without_its_secrets() {
     let db = crate::helpers::sqlite_db().await;
     let secret = "whsec_c2VjcmV0LXRoYXQtbXVzdC1ub3QtbGVhaw==";
+    let sealing_key = "KioqKioqKioqKioqKioqKioqKioqKioqKioqKioqKio=";
     let extra = format!(
         "[approval]\ncallback_secret = {secret:?}\n[gitlab]\nbot_token = \"bot-token-value\"\n\
-         [workflow]\nflow_order = \"mr_first\"\n"
+         [workflow]\nflow_order = \"mr_first\"\n\
+         [batch]\nfreeze = true\ntimeout = \"10m\"\nmax_split_depth = 2\npartition_by_project = true\n\
+         [webhooks]\nsecret_key = {sealing_key:?}\n[retention]\naudit_log = 0\n"
     );
     let app = requester_app(&db.url, &extra).await;
     assert_eq!(app.get_as("alice", "/admin/v1/config").await.status(), 403);
@@ -458,13 +513,28 @@ async fn operators_read_the_effective_configuration_without_its_secrets() {
     assert_eq!(answer.status(), 200);
     let text = answer.text().await.unwrap();
     assert!(
-        !text.contains("c2VjcmV0") && !text.contains("bot-token-value"),
+        !text.contains("c2VjcmV0")
+            && !text.contains("bot-token-value")
+            && !text.contains("KioqKioq"),
         "{text}"
     );
     let config: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(config["approval"]["callbackSecret"], "[redacted]");
     assert_eq!(config["gitlab"]["botToken"], "[redacted]");
     assert_eq!(config["workflow"]["flowOrder"], "mr_first");
+    assert_eq!(config["webhooks"]["secretKey"], "[redacted]");
+    let batch = &config["batch"];
+    assert_eq!(
+        (
+            &batch["freeze"],
+            &batch["timeout"],
+            &batch["maxSplitDepth"],
+            &batch["partitionByProject"]
+        ),
+        (&json!(true), &json!("600s"), &json!(2), &json!(true))
+    );
+    assert_eq!(config["retention"]["auditLog"], "0");
+    assert_eq!(config["retention"]["events"], "2592000s");
     assert_eq!(config["access"]["mode"], "OPEN");
     assert_eq!(
         config["targets"]["demo.feature-flags"]["description"],

@@ -66,6 +66,7 @@ async fn queued_requests(db: &Db, count: usize) -> Vec<String> {
             idempotency: None,
             busy: false,
             expired: false,
+            trace_parent: None,
         };
         changegate::store::submit(db, &request).await.unwrap();
         let id = request.operation_id.as_string();

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, each_backend, sqlite_db};
 use crate::requests::requester_app;
+use crate::webhooks::SEALING_KEY;
 
 const METHODS: [&str; 5] = ["get", "put", "post", "delete", "patch"];
 
@@ -163,6 +164,71 @@ async fn every_operation_is_unique_described_and_lists_its_errors_with_the_error
     );
     let error = &document["components"]["schemas"]["Error"];
     assert_eq!(error["required"], json!(["code", "message", "requestId"]));
+}
+
+/// Whether `schema` (a `$ref` followed to its component) says what the
+/// JSON holds, rather than only that it is an object.
+fn has_shape(schemas: &Value, schema: &Value) -> bool {
+    let schema = match schema["$ref"].as_str() {
+        Some(reference) => &schemas[reference.trim_start_matches("#/components/schemas/")],
+        None => schema,
+    };
+    ["properties", "items", "additionalProperties"]
+        .iter()
+        .any(|key| schema.get(key).is_some())
+}
+
+#[tokio::test]
+async fn every_json_success_answer_has_a_schema_with_a_shape() {
+    let db = sqlite_db().await;
+    let app = requester_app(&db.url, "").await;
+    let document = document(&app).await;
+    let schemas = &document["components"]["schemas"];
+    let mut checked = 0;
+    for (path, method, operation) in operations(&document) {
+        for (status, response) in operation["responses"].as_object().unwrap() {
+            let Some(json) = response["content"].get("application/json") else {
+                continue;
+            };
+            if !status.starts_with('2') {
+                continue;
+            }
+            let schema = &json["schema"];
+            assert!(
+                has_shape(schemas, schema),
+                "{method} {path} {status}: a bare {schema}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "only {checked} JSON answers found");
+}
+
+#[tokio::test]
+async fn a_submission_answer_links_to_the_operation_and_its_timeline() {
+    let db = sqlite_db().await;
+    let app = requester_app(&db.url, "").await;
+    let document = document(&app).await;
+    let ids: HashSet<&str> = operations(&document)
+        .into_iter()
+        .filter_map(|(_, _, operation)| operation["operationId"].as_str())
+        .collect();
+    for path in ["/api/v1/applications", "/api/v1/bindings/{targetKey}/close"] {
+        let links = &document["paths"][path]["post"]["responses"]["202"]["links"];
+        for (name, target) in [
+            ("status", "get_operation_status"),
+            ("timeline", "get_timeline"),
+        ] {
+            let link = &links[name];
+            assert_eq!(link["operationId"], target, "{path} {name}: {links}");
+            assert!(ids.contains(target), "{target} is not an operation");
+            assert_eq!(
+                link["parameters"],
+                json!({ "operationId": "$response.body#/operationId" }),
+                "{path} {name}"
+            );
+        }
+    }
 }
 
 #[tokio::test]
@@ -394,7 +460,11 @@ async fn a_request_reason_is_counted_as_sent_and_an_idempotency_key_is_visible_a
 #[tokio::test]
 async fn webhook_endpoint_fields_fit_their_columns_on_create_and_change() {
     for test_db in each_backend().await {
-        let app = requester_app(&test_db.url, "[webhooks]\npoll_interval = \"1h\"\n").await;
+        let app = requester_app(
+            &test_db.url,
+            &format!("[webhooks]\npoll_interval = \"1h\"\n{SEALING_KEY}"),
+        )
+        .await;
         let base = "/admin/v1/webhook-endpoints";
         let long_url = format!("https://hooks.example.com/{}", "a".repeat(2048));
         let long_names: Vec<String> = (0..20)

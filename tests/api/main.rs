@@ -7,6 +7,8 @@
 )]
 
 mod admin;
+mod audit;
+mod backup;
 mod batches;
 mod callbacks;
 mod cli;
@@ -20,6 +22,7 @@ mod helpers;
 mod jobs;
 mod lease_takeover;
 mod migrations;
+mod migrations_released;
 mod outage;
 mod proxy;
 mod readiness;
@@ -27,12 +30,17 @@ mod reconcile;
 mod reload;
 mod reload_events;
 mod requests;
+mod retention;
+mod rolling_upgrade;
 mod signature;
 mod storage;
 mod store;
+mod superseded;
 mod tls;
+mod traces;
 mod web;
 mod webhooks;
 mod webhooks_delivery;
 mod webhooks_race;
+mod webhooks_sealing;
 mod workflow;

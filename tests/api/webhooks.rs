@@ -17,6 +17,7 @@ use changegate::db::Db;
 use changegate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_event};
 use changegate::db::webhook_endpoints::insert_endpoint;
 use changegate::domain::BindingStatus;
+use changegate::sealing::KeyRing;
 use changegate::signature::WebhookSecret;
 use changegate::webhooks::relay;
 use changegate::webhooks::worker::Deliverer;
@@ -149,20 +150,30 @@ pub fn hooks_config(extra: &str) -> LiveConfig {
     LiveConfig::new(settings, None, None)
 }
 
+/// The key the workers driven by these tests seal and open secrets with.
+pub fn sealing_keys() -> Arc<KeyRing> {
+    Arc::new(KeyRing::new(&[42; 32], &[]))
+}
+
+/// The `[webhooks]` line giving a service the key of [`sealing_keys`].
+pub const SEALING_KEY: &str = "secret_key = \"KioqKioqKioqKioqKioqKioqKioqKioqKioqKioqKio=\"\n";
+
 /// A delivery worker on `db`: one "instance".
 pub fn deliverer(db: &Db, config: &LiveConfig) -> Deliverer {
     Deliverer::new(
         db.clone(),
         config.clone(),
         crate::helpers::system_client(System::Webhook),
+        sealing_keys(),
     )
 }
 
-/// An endpoint stored directly; answers (id, secret).
+/// An endpoint stored directly, its secret sealed as the service stores
+/// it; answers (id, secret).
 pub async fn add_endpoint(db: &Db, url: &str, types: &str) -> (i64, String) {
     let secret = WebhookSecret::generate().expose();
     let mut tx = db.begin().await.unwrap();
-    let id = insert_endpoint(&mut tx, url, "", types, &secret)
+    let id = insert_endpoint(&mut tx, url, "", types, &sealing_keys().seal(&secret))
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -221,7 +232,10 @@ pub async fn drain(db: &Db, worker: &Deliverer, silent: bool, deadline: Duration
     }
 }
 
-const OPERATOR_CONFIG: &str = "[webhooks]\npoll_interval = \"1h\"\n";
+const OPERATOR_CONFIG: &str = concat!(
+    "[webhooks]\npoll_interval = \"1h\"\n",
+    "secret_key = \"KioqKioqKioqKioqKioqKioqKioqKioqKioqKioqKio=\"\n"
+);
 
 #[tokio::test]
 async fn endpoints_are_validated_show_their_secret_once_and_are_audited() {
@@ -346,7 +360,7 @@ async fn deliveries_verify_with_the_official_library_and_a_reserialised_body_doe
         let receiver = Receiver::start().await;
         let app = spawn_app(
             &test_db.url,
-            &format!("{REQUESTER_CONFIG}[webhooks]\npoll_interval = \"1h\"\nallow_private_targets = true\n"),
+            &format!("{REQUESTER_CONFIG}[webhooks]\npoll_interval = \"1h\"\nallow_private_targets = true\n{SEALING_KEY}"),
         )
         .await;
         app.wait_until_ready().await;
@@ -416,6 +430,92 @@ async fn deliveries_verify_with_the_official_library_and_a_reserialised_body_doe
 }
 
 #[tokio::test]
+async fn the_delivery_log_names_each_events_binding_flip_and_operation() {
+    for test_db in each_backend().await {
+        let db = &test_db.db;
+        let app = spawn_app(
+            &test_db.url,
+            &format!("{REQUESTER_CONFIG}{OPERATOR_CONFIG}"),
+        )
+        .await;
+        app.wait_until_ready().await;
+        let (endpoint, _) = add_endpoint(db, "https://hooks.example.com/in", "").await;
+        let created = uuid::Uuid::new_v4().to_string();
+        let merged = uuid::Uuid::new_v4().to_string();
+        let mut tx = db.begin().await.unwrap();
+        for (operation_id, subject_id, from_status, to_status) in [
+            (&created, "alice", None, BindingStatus::ApprovalSending),
+            (
+                &merged,
+                "bob",
+                Some(BindingStatus::Merging),
+                BindingStatus::Merged,
+            ),
+        ] {
+            append_event(
+                &mut tx,
+                &NewEvent {
+                    event_type: BINDING_STATUS_CHANGED,
+                    operation_id,
+                    subject_id,
+                    target_key: "team.access",
+                    from_status,
+                    to_status,
+                    payload: "{}",
+                },
+            )
+            .await
+            .unwrap();
+        }
+        tx.commit().await.unwrap();
+        // Silent mode: recorded, never sent (no receiver needed).
+        while relay::run_once(db, true).await.unwrap() != changegate::jobs::Outcome::Idle {}
+        let path = format!("/admin/v1/webhook-endpoints/{endpoint}/deliveries");
+        let expected = json!([
+            { "operationId": merged, "subjectId": "bob", "targetKey": "team.access",
+              "fromStatus": "MERGING", "toStatus": "MERGED", "attempts": 0 },
+            { "operationId": created, "subjectId": "alice", "targetKey": "team.access",
+              "fromStatus": null, "toStatus": "APPROVAL_SENDING", "attempts": 0 },
+        ]);
+        let shown = |page: Value| -> Value {
+            let keys = [
+                "operationId",
+                "subjectId",
+                "targetKey",
+                "fromStatus",
+                "toStatus",
+                "attempts",
+            ];
+            page["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|item| {
+                    keys.iter()
+                        .map(|key| (key.to_string(), item[key].clone()))
+                        .collect::<serde_json::Map<_, _>>()
+                })
+                .collect()
+        };
+        let page: Value = app.get_as("admin", &path).await.json().await.unwrap();
+        assert_eq!(shown(page), expected, "{}", test_db.name);
+
+        // Retention may prune the events before their deliveries: the log
+        // still names them, from the body that was (or is to be) sent.
+        changegate::with_pool!(db, writer, |pool| {
+            sqlx::query("DELETE FROM event")
+                .execute(pool)
+                .await
+                .map(drop)
+        })
+        .unwrap();
+        let page: Value = app.get_as("admin", &path).await.json().await.unwrap();
+        assert_eq!(shown(page), expected, "{}", test_db.name);
+        app.stop().await.unwrap();
+    }
+}
+
+#[tokio::test]
 async fn only_matching_endpoints_get_a_delivery_and_the_log_shows_it() {
     let test_db = crate::helpers::sqlite_db().await;
     let db = &test_db.db;
@@ -447,7 +547,7 @@ async fn a_running_service_relays_and_delivers_on_its_own() {
         let app = spawn_app(
             &test_db.url,
             &format!(
-                "{REQUESTER_CONFIG}[webhooks]\npoll_interval = \"50ms\"\nallow_private_targets = true\n"
+                "{REQUESTER_CONFIG}[webhooks]\npoll_interval = \"50ms\"\nallow_private_targets = true\n{SEALING_KEY}"
             ),
         )
         .await;

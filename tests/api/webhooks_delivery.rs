@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::helpers::{Logs, REQUESTER_CONFIG, each_backend, spawn_app};
 use crate::webhooks::{
-    Receiver, add_endpoint, add_events, count_status, deliverer, drain, hooks_config,
+    Receiver, SEALING_KEY, add_endpoint, add_events, count_status, deliverer, drain, hooks_config,
 };
 
 async fn relay_all(db: &Db, silent: bool) {
@@ -69,7 +69,7 @@ async fn retries_follow_the_schedule_and_retry_after_and_the_last_failure_can_be
         receiver.seen.default_status.store(200, Ordering::SeqCst);
         let app = spawn_app(
             &test_db.url,
-            &format!("{REQUESTER_CONFIG}[webhooks]\npoll_interval = \"1h\"\n"),
+            &format!("{REQUESTER_CONFIG}[webhooks]\npoll_interval = \"1h\"\n{SEALING_KEY}"),
         )
         .await;
         app.wait_until_ready().await;

@@ -9,8 +9,8 @@ export const BASE_URL = process.env.CHANGEGATE_E2E_BASE_URL ?? "http://127.0.0.1
 export const GITLAB_SIM_URL = process.env.CHANGEGATE_E2E_GITLAB_URL ?? "http://127.0.0.1:18081";
 /** The demo's approval simulator, whose control API sets how requests are decided. */
 export const APPROVAL_SIM_URL = process.env.CHANGEGATE_E2E_APPROVAL_URL ?? "http://127.0.0.1:18082";
-/** Screenshots go here (ignored by git). */
-export const OUTPUT_DIR = process.env.CHANGEGATE_E2E_OUTPUT ?? new URL("./output/", import.meta.url).pathname;
+/** Screenshots go here (ignored by git): each run leaves them for a reviewer to look at. */
+export const OUTPUT_DIR = process.env.CHANGEGATE_E2E_OUTPUT ?? new URL("./screenshots/", import.meta.url).pathname;
 
 mkdirSync(OUTPUT_DIR, { recursive: true });
 

@@ -7,7 +7,7 @@
 #
 # Needs /usr/bin/chromium (Debian `chromium`; CHROMIUM=... for another) and
 # the npm packages (`npm ci` in this directory); .ci/run installs both.
-# Screenshots and the demo's log go to web/e2e/output/
+# Screenshots and the demo's log go to web/e2e/screenshots/
 # (CHANGEGATE_E2E_OUTPUT=... for another directory).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -23,7 +23,7 @@ if [ ! -d "$here/node_modules/playwright-core" ]; then
     exit 1
 fi
 
-export CHANGEGATE_E2E_OUTPUT="${CHANGEGATE_E2E_OUTPUT:-$here/output}"
+export CHANGEGATE_E2E_OUTPUT="${CHANGEGATE_E2E_OUTPUT:-$here/screenshots}"
 mkdir -p "$CHANGEGATE_E2E_OUTPUT"
 
 # The README's run command, exactly as a newcomer types it: the first

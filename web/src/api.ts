@@ -1,10 +1,12 @@
 // Every call to changegate goes through here: one error shape (SPEC §2:
-// `{code, message, requestId}`) and, in the demo only, the chosen identity.
+// `{code, message, requestId}`, with `operationId` naming the change request
+// in the way of an `IN_PROGRESS`) and, in the demo only, the chosen identity.
 
 export interface ErrorBody {
   code: string;
   message: string;
   requestId?: string;
+  operationId?: string;
 }
 
 /** A non-2xx answer. */
@@ -14,6 +16,7 @@ export class ApiError extends Error {
     readonly code: string,
     message: string,
     readonly requestId?: string,
+    readonly operationId?: string,
   ) {
     super(message);
   }
@@ -71,6 +74,7 @@ export async function call<T>(
       error?.code ?? `HTTP_${response.status}`,
       error?.message ?? `changegate answered ${response.status}`,
       error?.requestId,
+      error?.operationId,
     );
   }
   return parsed as T;

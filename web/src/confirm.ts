@@ -14,9 +14,15 @@ export interface ConfirmOptions {
   /** The API takes no reason (its body is strict): the field is left out. */
   noReason?: boolean;
   /** Does the action; its resolved value is described in the dialog. */
-  act: (reason: string) => Promise<string>;
-  /** Called after a successful action, when the dialog closes. */
+  act: (reason: string) => Promise<string | Outcome>;
+  /** Called after a successful action, at once (the page behind shows its effect). */
   done?: () => void;
+}
+
+/** What an action did, with where to follow it. */
+export interface Outcome {
+  text: string;
+  follow?: { href: string; label: string };
 }
 
 /** Opens the dialog; the action runs only after the user confirms. */
@@ -25,7 +31,6 @@ export function confirmAction(options: ConfirmOptions): void {
   const outcome = h("div", { id: "confirm-outcome", "aria-live": "polite" });
   const ok = h("button", { type: "submit", id: "confirm-ok" }, options.confirmLabel);
   const cancel = h("button", { type: "button", id: "confirm-cancel" }, "Cancel");
-  let succeeded = false;
   const dialog = h(
     "dialog",
     { id: "confirm", class: "confirm" },
@@ -42,10 +47,7 @@ export function confirmAction(options: ConfirmOptions): void {
     ),
   );
   cancel.addEventListener("click", () => dialog.close());
-  dialog.addEventListener("close", () => {
-    dialog.remove();
-    if (succeeded) options.done?.();
-  });
+  dialog.addEventListener("close", () => dialog.remove());
   document.body.append(dialog);
   dialog.showModal();
 
@@ -60,11 +62,13 @@ export function confirmAction(options: ConfirmOptions): void {
     reason.disabled = true;
     replace(outcome, h("p", { class: "hint" }, "Working…"));
     try {
-      const description = await options.act(text);
-      succeeded = true;
-      replace(outcome, h("p", { class: "success", id: "confirm-result" }, description));
+      const result = await options.act(text);
+      const { text: description, follow } = typeof result === "string" ? { text: result, follow: undefined } : result;
+      replace(outcome, h("p", { class: "success", id: "confirm-result" }, description,
+        follow ? [" ", h("a", { href: follow.href, id: "confirm-follow", onclick: () => dialog.close() }, follow.label)] : null));
       ok.hidden = true;
       cancel.textContent = "Close";
+      options.done?.();
     } catch (error) {
       const message = error instanceof ApiError ? error.describe() : String(error);
       replace(outcome, h("p", { class: "error", id: "confirm-result" }, message));

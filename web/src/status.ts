@@ -44,6 +44,22 @@ export function badge(status: string): HTMLElement {
   return h("span", { class: `badge ${tone(status)}` }, status);
 }
 
+/** Step QUEUED: waiting in the merge queue for the next round. */
+const QUEUED = 10007;
+
+/**
+ * The badge of an operation: its binding status, except that a request a
+ * newer one superseded says so (its status was its last, no longer what is
+ * live), and one waiting for the next merge round says QUEUED rather than
+ * MR_CREATING. The binding status stays in the badge's tooltip.
+ */
+export function operationBadge(op: Pick<Operation, "status" | "step" | "supersededBy">): HTMLElement {
+  const label = op.supersededBy ? "SUPERSEDED" : op.step.code === QUEUED ? "QUEUED" : op.status;
+  const element = h("span", { class: `badge ${op.supersededBy ? "ended" : tone(op.status)}`, "data-status": op.status }, label);
+  if (label !== op.status) element.title = op.supersededBy ? `was ${op.status}` : `binding status ${op.status}`;
+  return element;
+}
+
 /** Statuses whose binding may be removed (src/store/submit.rs, close). */
 export const CLOSABLE = ["MERGED", "VALIDATED", "CLOSE_FAILED"];
 
@@ -55,8 +71,9 @@ const ENDED: Record<string, string> = {
   ABANDONED: "An operator stopped it.",
 };
 
-/** `next` in plain words. */
-export function advice(next: Next, status: string): string {
+/** `next` in plain words; a superseded request points at its successor instead. */
+export function advice(next: Next, status: string, superseded = false): string {
+  if (superseded) return "Superseded: a newer request for the same target took over, and what is live is shown there.";
   switch (next) {
     case "WAIT":
       return "Keep waiting: this is in progress, and this page updates by itself.";

@@ -32,10 +32,17 @@ export interface Operation {
   next: Next;
   message: string;
   mergeRequest?: { iid: number; url?: string };
-  batchId?: string;
+  batchId?: number;
   createdAt: string;
   updatedAt: string;
+  /** The newer request for the same subject and target that took the binding over. */
+  supersededBy?: string;
+  /** In the operators' list: the actions the server would accept now. */
+  actions?: OperatorAction[];
 }
+
+/** An operator action on an operation. */
+export type OperatorAction = "retry" | "fail" | "approve" | "reject";
 
 /** One recorded step of an operation, oldest first. */
 export interface HistoryEntry {
@@ -44,6 +51,25 @@ export interface HistoryEntry {
   actor: string;
   message: string;
   at: string;
+}
+
+/** Another request for the same subject and target (or this one). */
+export interface Related {
+  operationId: string;
+  kind: "APPLY" | "CLOSE";
+  status?: string;
+  step: { code: number; name: string };
+  /** Whether it holds the binding now; the others are superseded. */
+  current: boolean;
+  createdAt: string;
+}
+
+/** A request as of one moment: status, steps and relation from one read. */
+export interface OperationTimeline {
+  operation: Operation;
+  items: HistoryEntry[];
+  batchMembers?: number;
+  relation: Related[];
 }
 
 export interface Submitted {
@@ -67,12 +93,19 @@ export interface Page<T> {
   nextCursor?: string | null;
 }
 
+/** An audit entry: an operator action, done or refused. */
 export interface AuditEntry {
   id: number | string;
+  /** The authenticated operator who acted (or tried to). */
   actor: string;
   action: string;
   target: string;
-  params: unknown;
+  /** As sent (redacted, cut), without the keys the server reserves (`__…`). */
+  params: Record<string, unknown> | null;
+  /** `REFUSED`: the state did not allow it (answered 409); nothing changed. */
+  outcome: "DONE" | "REFUSED";
+  /** The message of the 409 answer; null when done. */
+  refusalReason?: string | null;
   createdAt: string;
 }
 
@@ -161,6 +194,14 @@ export interface WebhookDelivery {
   id: number;
   eventId: number;
   eventType: string;
+  /** The operation whose status change the event reports. */
+  operationId?: string | null;
+  /** The binding that changed. */
+  subjectId?: string | null;
+  targetKey?: string | null;
+  /** Its status before (null for a new binding) and after. */
+  fromStatus?: string | null;
+  toStatus?: string | null;
   webhookId: string;
   /** `queued`, `sending`, `delivered`, `failed` or `silent`. */
   status: string;

@@ -40,6 +40,37 @@ struct Args {
     deploy_port: u16,
 }
 
+/// The simulators keep their state in memory only, so a database kept from
+/// an earlier run would hold requests, merge requests and bindings they
+/// never heard of: links to other MRs, removals that "succeed" with an
+/// empty MR. The demo starts from a fresh database on every run instead,
+/// its file with its WAL, shared-memory and webhook key files removed.
+fn start_afresh(database_url: &str) -> anyhow::Result<()> {
+    let Some(file) = changegate::db::sqlite_file(database_url) else {
+        tracing::warn!(
+            "the demo's database is not an SQLite file: it is kept, but the simulators start empty"
+        );
+        return Ok(());
+    };
+    let mut wal = file.clone().into_os_string();
+    wal.push("-wal");
+    let mut shm = file.clone().into_os_string();
+    shm.push("-shm");
+    let key = changegate::webhooks::sealed::key_file_of(&file);
+    for path in [file.clone(), wal.into(), shm.into(), key] {
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => anyhow::bail!("cannot remove the earlier demo's {}: {err}", path.display()),
+        }
+    }
+    println!(
+        "fresh demo database  {} (each run starts anew)",
+        file.display()
+    );
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let runtime = match tokio::runtime::Runtime::new() {
@@ -63,10 +94,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
         anyhow::anyhow!("{}: {}", args.config.display(), problems.join("; "))
     })?;
-    let set_level = telemetry::init_logging(&settings.log.level, settings.log.format)?;
+    let set_level = telemetry::init_logging(&settings.log.level, settings.log.format, None)?;
     for warning in warnings {
         tracing::warn!("{warning}");
     }
+    start_afresh(&settings.database.url)?;
     let changegate_url = format!("http://{}", settings.server.listen);
     let demo_identity = settings.web.demo_identity;
     let loopback = |port| std::net::SocketAddr::from(([127, 0, 0, 1], port));

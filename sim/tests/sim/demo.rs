@@ -80,20 +80,24 @@ async fn start_demo(dir: &std::path::Path) -> Result<Started, String> {
     })
 }
 
-#[tokio::test]
-async fn the_demo_starts_changegate_and_the_simulators_wired_together() {
-    let dir = tempfile::tempdir().unwrap();
-    // A port found free may be taken by a parallel test before the demo
-    // binds it: the demo then stops at once, and is started again on other
-    // ports.
+/// [`start_demo`] until it is ready: a port found free may be taken by a
+/// parallel test before the demo binds it; the demo then stops at once, and
+/// is started again on other ports.
+async fn start_demo_retrying(dir: &std::path::Path) -> Started {
     let mut attempts = Vec::new();
-    let started = loop {
-        match start_demo(dir.path()).await {
-            Ok(started) => break started,
+    loop {
+        match start_demo(dir).await {
+            Ok(started) => return started,
             Err(output) if attempts.len() < 2 => attempts.push(output),
             Err(output) => panic!("the demo stopped before it was ready: {attempts:?} {output}"),
         }
-    };
+    }
+}
+
+#[tokio::test]
+async fn the_demo_starts_changegate_and_the_simulators_wired_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = start_demo_retrying(dir.path()).await;
     let Started {
         mut child,
         service,
@@ -138,4 +142,57 @@ async fn the_demo_starts_changegate_and_the_simulators_wired_together() {
         "changegate runs on its embedded database"
     );
     child.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn each_run_of_the_demo_starts_from_a_fresh_database_as_its_simulators_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = crate::client::builder().no_proxy().build().unwrap();
+    let mut first = start_demo_retrying(dir.path()).await;
+    let applied = client
+        .post(format!(
+            "http://127.0.0.1:{}/api/v1/applications",
+            first.service
+        ))
+        .header("x-auth-request-user", "alice")
+        .json(&serde_json::json!({ "targetKey": "demo.feature-flags", "reason": "first run" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(applied.status(), 202);
+    let applied: serde_json::Value = applied.json().await.unwrap();
+    let operation = applied["operationId"].as_str().unwrap().to_owned();
+    first.child.kill().await.unwrap();
+
+    let mut second = start_demo_retrying(dir.path()).await;
+    assert!(
+        second.printed.contains("fresh demo database"),
+        "{}",
+        second.printed
+    );
+    let status = client
+        .get(format!(
+            "http://127.0.0.1:{}/api/v1/operations/{operation}",
+            second.service
+        ))
+        .header("x-auth-request-user", "alice")
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 404, "the first run's request is gone with its MRs");
+    let bindings: serde_json::Value = client
+        .get(format!(
+            "http://127.0.0.1:{}/api/v1/me/bindings",
+            second.service
+        ))
+        .header("x-auth-request-user", "alice")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(bindings["items"], serde_json::json!([]));
+    second.child.kill().await.unwrap();
 }

@@ -5,10 +5,10 @@ use axum::Json;
 use axum::extract::{Path, State};
 use serde::Serialize;
 
+use super::attempt::Attempt;
 use super::bodies::{OptionalReason, audited};
 use crate::batch::apply_decision;
 use crate::config::ApprovalProvider;
-use crate::db::audit::append_audit;
 use crate::db::operations::get_operation;
 use crate::domain::{ApprovalDecision, BindingStatus, OperationId};
 use crate::http::error::{ApiError, ApiResult};
@@ -86,31 +86,42 @@ async fn decide(
     body: &OptionalReason,
     decision: ApprovalDecision,
 ) -> ApiResult<Json<Decided>> {
-    if state.config.current().approval.provider != ApprovalProvider::Builtin {
-        return Err(ApiError::Conflict(
-            "approvals are decided by the approval system",
-        ));
-    }
     let message = body.reason()?;
     let id = OperationId::parse(operation_id)
         .map_err(|_| ApiError::NotFound)?
         .as_string();
-    let operation = get_operation(db, &id).await?.ok_or(ApiError::NotFound)?;
     let operator = caller.identity.as_str();
-    let params = audited(body, operator);
     let action = match decision {
         ApprovalDecision::Approved => "approval.approve",
         _ => "approval.reject",
     };
+    let attempt = Attempt::new(operator, action, id.clone(), audited(body, operator));
+    let decided = attempt_decision(state, db, &attempt, id, message, decision).await;
+    attempt.refusal_audited(db, decided).await
+}
 
+async fn attempt_decision(
+    state: &AppState,
+    db: &crate::db::Db,
+    attempt: &Attempt<'_>,
+    id: String,
+    message: Option<String>,
+    decision: ApprovalDecision,
+) -> ApiResult<Json<Decided>> {
     let settings = state.config.current();
+    if settings.approval.provider != ApprovalProvider::Builtin {
+        return Err(ApiError::Conflict(
+            "approvals are decided by the approval system",
+        ));
+    }
+    let operation = get_operation(db, &id).await?.ok_or(ApiError::NotFound)?;
     let to = write_tx!(db, |tx| {
         let to = apply_decision(
             tx,
             &settings,
             &operation,
             decision,
-            operator,
+            attempt.operator(),
             message.as_deref(),
         )
         .await
@@ -118,7 +129,7 @@ async fn decide(
         .ok_or(ApiError::Conflict(
             "the request is not waiting for approval",
         ))?;
-        append_audit(tx.db(), operator, action, &id, &params).await?;
+        attempt.done(tx.db()).await?;
         Ok::<_, ApiError>(to)
     })
     .await?;

@@ -3,8 +3,9 @@
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 
-use crate::db::audit::list_audit_page;
+use crate::db::audit::{DONE, REFUSED, list_audit_page, shown_params};
 use crate::http::api::status::rfc3339;
 use crate::http::error::ApiResult;
 use crate::http::extract::{AppQuery, Database};
@@ -26,18 +27,39 @@ pub struct AuditQuery {
     limit: Option<u32>,
 }
 
-/// One audit entry; `params` are as stored (redacted, truncated).
+/// One audit entry: an operator action, done or refused.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditView {
     id: i64,
+    /// The authenticated operator who acted (or tried to).
     actor: String,
     action: String,
     /// What the action was about (an operation id, an endpoint id, ...).
     target: String,
+    /// The parameters the operator sent, as stored (secret-looking values
+    /// redacted, long ones cut), without the keys the server reserves
+    /// (starting with `__`): who acted is `actor`.
     #[schema(value_type = Object)]
     params: Value,
+    #[schema(schema_with = outcome_schema)]
+    outcome: String,
+    /// Why it was refused: the message of the 409 answer; null when done.
+    refusal_reason: Option<String>,
+    #[schema(value_type = String, format = DateTime)]
     created_at: String,
+}
+
+/// The outcomes an entry records.
+fn outcome_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some(
+            "`DONE` (the action happened) or `REFUSED` (the state did not allow it: \
+             answered 409, nothing changed)",
+        ))
+        .enum_values(Some([DONE, REFUSED]))
+        .build()
 }
 
 /// One page of audit entries.
@@ -68,7 +90,11 @@ pub async fn list(
             actor: entry.row.actor,
             action: entry.row.action,
             target: entry.row.subject,
-            params: serde_json::from_str(&entry.row.params).unwrap_or(Value::Null),
+            params: serde_json::from_str(&entry.row.params)
+                .map(|params| shown_params(&params))
+                .unwrap_or(Value::Null),
+            outcome: entry.row.outcome,
+            refusal_reason: entry.row.refusal_reason,
             created_at: rfc3339(entry.created_at),
         })
         .collect();

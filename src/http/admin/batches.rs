@@ -8,10 +8,13 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 
+use super::attempt::Attempt;
 use super::bodies::{FreezeBody, OptionalReason, RequiredReason, audited};
+use super::ok::OkCode;
 use crate::batch::{ClaimError, Claimed, NotNow, Settled};
+use crate::db::Db;
 use crate::db::audit::append_audit;
 use crate::db::batches::{
     BatchRow, get_batch, list_batches, members, membership_history, set_frozen,
@@ -44,21 +47,60 @@ pub struct BatchQuery {
 #[serde(rename_all = "camelCase")]
 pub struct BatchView {
     id: i64,
-    /// `RUNNING`, `SUCCEEDED`, `FAILED` or `BLOCKED`.
+    #[schema(schema_with = batch_status_schema)]
     status: String,
-    /// `OPENING`, `PIPELINE` or `MERGING` (meaningful while RUNNING).
+    #[schema(schema_with = batch_phase_schema)]
     phase: String,
+    /// The GitLab project of its MR.
     project: String,
-    /// The half of a failed batch it retries (`a`/`b` path), empty for a first try.
+    /// The half of a failed batch it retries, as a path (`3a`, `3a/5b`);
+    /// empty for a first try.
     split_group: String,
+    /// Its MR, once opened.
     #[serde(skip_serializing_if = "Option::is_none")]
-    merge_request: Option<Value>,
+    merge_request: Option<BatchMergeRequest>,
+    /// The head that was merged.
     #[serde(skip_serializing_if = "Option::is_none")]
     merge_sha: Option<String>,
+    /// Why it ended as it did, or what it is waiting for.
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<String>,
+    #[schema(value_type = String, format = DateTime)]
     created_at: String,
+    #[schema(value_type = String, format = DateTime)]
     updated_at: String,
+}
+
+/// The Merge Request of a batch; `url` is null when GitLab gave none.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct BatchMergeRequest {
+    iid: i64,
+    url: Option<String>,
+}
+
+/// The statuses a batch row can hold (the active-slot column names
+/// RUNNING and BLOCKED).
+fn batch_status_schema() -> Object {
+    strings(
+        "`RUNNING`, `SUCCEEDED`, `FAILED` or `BLOCKED`",
+        &["RUNNING", "SUCCEEDED", "FAILED", "BLOCKED"],
+    )
+}
+
+/// The phases the runner moves a batch through.
+fn batch_phase_schema() -> Object {
+    strings(
+        "`OPENING`, `PIPELINE` or `MERGING` (meaningful while RUNNING)",
+        &["OPENING", "PIPELINE", "MERGING"],
+    )
+}
+
+fn strings(description: &str, values: &[&str]) -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some(description))
+        .enum_values(Some(values.iter().copied()))
+        .build()
 }
 
 impl From<BatchRow> for BatchView {
@@ -69,9 +111,10 @@ impl From<BatchRow> for BatchView {
             phase: row.phase,
             project: row.project,
             split_group: row.split_group,
-            merge_request: row
-                .mr_iid
-                .map(|iid| json!({ "iid": iid, "url": row.mr_url })),
+            merge_request: row.mr_iid.map(|iid| BatchMergeRequest {
+                iid,
+                url: row.mr_url,
+            }),
             merge_sha: row.merge_sha,
             message: row.message,
             created_at: rfc3339(row.created_at),
@@ -80,61 +123,154 @@ impl From<BatchRow> for BatchView {
     }
 }
 
+/// One page of batches, newest first.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchPage {
+    items: Vec<BatchView>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    next_cursor: Option<String>,
+}
+
+/// A batch with its members and their membership history.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct BatchDetail {
+    batch: BatchView,
+    /// The operation ids claimed into it, in id order.
+    members: Vec<String>,
+    /// Every change of its membership, oldest first.
+    history: Vec<MembershipEvent>,
+}
+
+/// One change of a batch's membership.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MembershipEvent {
+    operation_id: String,
+    /// What happened to the member, e.g. `CLAIMED`, `MERGED`, `RELEASED`,
+    /// `SPLIT`, `FAILED`, `REMOVED`: the history is append-only and keeps
+    /// the events of earlier releases, so the set is left open.
+    event: String,
+    /// The split group (`SPLIT`), the merged head (`MERGED`) or a reason.
+    detail: Option<String>,
+    #[schema(value_type = String, format = DateTime)]
+    at: String,
+}
+
+/// What a claim round did.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MergeRound {
+    code: OkCode,
+    /// The batches it opened.
+    claimed: Vec<ClaimedBatch>,
+    /// Partitions skipped because they have an active batch.
+    slot_occupied: usize,
+    /// Partitions whose claim lost a race with another claimer.
+    raced: usize,
+}
+
+/// A batch a round opened.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedBatch {
+    batch_id: i64,
+    /// How many requests it took.
+    members: usize,
+}
+
+/// A settled batch, as it is now.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct SettledBatch {
+    code: OkCode,
+    batch: BatchView,
+}
+
+/// The merge queue's freeze, as it is now.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FreezeState {
+    code: OkCode,
+    /// Frozen by an operator.
+    frozen: bool,
+    /// Frozen by `batch.freeze` in the configuration (which an operator's
+    /// thaw does not lift).
+    by_configuration: bool,
+}
+
 /// Batches, newest first.
 #[utoipa::path(get, path = "/admin/v1/batches", tag = "admin", operation_id = "list_batches",
     params(BatchQuery),
-    responses((status = 200, description = "`{items: [batch], nextCursor}`", body = Object),
+    responses((status = 200, description = "A page of batches", body = BatchPage),
         (status = 400, description = "INVALID_ARGUMENT: a bad cursor or limit")))]
 pub async fn list(
     Database(db): Database,
     AppQuery(query): AppQuery<BatchQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<BatchPage>> {
     let page = PageRequest::parse(query.cursor.as_deref(), query.limit, DEFAULT_PAGE, MAX_PAGE)?;
     let mut rows = list_batches(&db, page.before, page.fetch_limit()).await?;
     let next_cursor = page.finish(&mut rows, |b| b.id);
-    let items: Vec<BatchView> = rows.into_iter().map(BatchView::from).collect();
-    Ok(Json(json!({ "items": items, "nextCursor": next_cursor })))
+    let items = rows.into_iter().map(BatchView::from).collect();
+    Ok(Json(BatchPage { items, next_cursor }))
 }
 
 /// One batch with its members and their membership history.
 #[utoipa::path(get, path = "/admin/v1/batches/{batchId}", tag = "admin", operation_id = "get_batch",
     params(("batchId" = i64, Path, description = "The batch id")),
-    responses((status = 200, description = "`{batch, members, history}`", body = Object),
+    responses((status = 200, description = "The batch, its members and their history", body = BatchDetail),
         (status = 404, description = "NOT_FOUND: no such batch")))]
 pub async fn get_one(
     Database(db): Database,
     Path(batch_id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<BatchDetail>> {
     let batch_id: i64 = batch_id.parse().map_err(|_| ApiError::NotFound)?;
     let batch = get_batch(&db, batch_id).await?.ok_or(ApiError::NotFound)?;
-    let current = members(&db, batch_id).await?;
-    let history: Vec<Value> = membership_history(&db, batch_id)
+    let members = members(&db, batch_id).await?;
+    let history = membership_history(&db, batch_id)
         .await?
         .into_iter()
-        .map(|h| {
-            json!({ "operationId": h.operation_id, "event": h.event, "detail": h.detail,
-                    "at": rfc3339(h.created_at) })
+        .map(|h| MembershipEvent {
+            operation_id: h.operation_id,
+            event: h.event,
+            detail: h.detail,
+            at: rfc3339(h.created_at),
         })
         .collect();
-    Ok(Json(json!({
-        "batch": BatchView::from(batch),
-        "members": current,
-        "history": history,
-    })))
+    Ok(Json(BatchDetail {
+        batch: BatchView::from(batch),
+        members,
+        history,
+    }))
 }
 
 /// Runs a claim round now (the scheduler's code; overlapping it is safe).
 #[utoipa::path(post, path = "/admin/v1/batches/run", tag = "admin", operation_id = "run_merge_round",
     request_body = OptionalReason,
-    responses((status = 200, description = "`{code: OK, claimed: [{batchId, members}], slotOccupied, raced}`", body = Object),
+    responses((status = 200, description = "What the round did", body = MergeRound),
         (status = 409, description = "CONFLICT: the queue is frozen (batch.freeze)")))]
 pub async fn run(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     Database(db): Database,
     AppJson(body): AppJson<OptionalReason>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<MergeRound>> {
     body.reason()?;
+    let operator = caller.identity.as_str();
+    let attempt = Attempt::new(
+        operator,
+        "batch.run",
+        "merge-queue",
+        audited(&body, operator),
+    );
+    let round = attempt_round(&state, &db, &attempt).await;
+    attempt.refusal_audited(&db, round).await
+}
+
+async fn attempt_round(
+    state: &AppState,
+    db: &Db,
+    attempt: &Attempt<'_>,
+) -> ApiResult<Json<MergeRound>> {
     let outcomes = match state.merge_queue.claim_round().await {
         Ok(outcomes) => outcomes,
         Err(ClaimError::NotNow(NotNow::Frozen)) => {
@@ -145,42 +281,35 @@ pub async fn run(
         Err(ClaimError::NotNow(NotNow::NoDatabase)) => return Err(ApiError::NotReady),
         Err(ClaimError::Store(err)) => return Err(ApiError::internal(err)),
     };
-    let operator = caller.identity.as_str();
-    write_tx!(&db, |tx| {
-        append_audit(
-            tx.db(),
-            operator,
-            "batch.run",
-            "merge-queue",
-            &audited(&body, operator),
-        )
-        .await?;
+    write_tx!(db, |tx| {
+        attempt.done(tx.db()).await?;
         Ok::<_, ApiError>(())
     })
     .await?;
-    let claimed: Vec<Value> = outcomes
+    let claimed = outcomes
         .iter()
         .filter_map(|outcome| match outcome {
-            Claimed::Batch { id, members } => {
-                Some(json!({ "batchId": id, "members": members.len() }))
-            }
+            Claimed::Batch { id, members } => Some(ClaimedBatch {
+                batch_id: *id,
+                members: members.len(),
+            }),
             _ => None,
         })
         .collect();
     let count = |wanted: &Claimed| outcomes.iter().filter(|o| *o == wanted).count();
-    Ok(Json(json!({
-        "code": "OK",
-        "claimed": claimed,
-        "slotOccupied": count(&Claimed::SlotOccupied),
-        "raced": count(&Claimed::Raced),
-    })))
+    Ok(Json(MergeRound {
+        code: OkCode::Ok,
+        claimed,
+        slot_occupied: count(&Claimed::SlotOccupied),
+        raced: count(&Claimed::Raced),
+    }))
 }
 
 /// Settles a running batch: merged wins; otherwise FAILED, and its members
 /// wait for the next round.
 #[utoipa::path(post, path = "/admin/v1/batches/{batchId}/settle", tag = "admin", operation_id = "settle_batch",
     params(("batchId" = i64, Path, description = "The batch id")), request_body = RequiredReason,
-    responses((status = 200, description = "`{code: OK, batch}`", body = Object),
+    responses((status = 200, description = "The batch as it is now", body = SettledBatch),
         (status = 400, description = "INVALID_ARGUMENT: no usable reason"),
         (status = 404, description = "NOT_FOUND: no such batch"),
         (status = 409, description = "CONFLICT: not running (settled already), or a round of it is in progress")))]
@@ -190,11 +319,29 @@ pub async fn settle(
     Database(db): Database,
     Path(batch_id): Path<String>,
     AppJson(body): AppJson<RequiredReason>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<SettledBatch>> {
     let batch_id: i64 = batch_id.parse().map_err(|_| ApiError::NotFound)?;
     let reason = body.reason()?;
-    get_batch(&db, batch_id).await?.ok_or(ApiError::NotFound)?;
     let operator = caller.identity.as_str();
+    let attempt = Attempt::new(
+        operator,
+        "batch.settle",
+        batch_id.to_string(),
+        audited(&body, operator),
+    );
+    let settled = attempt_settle(&state, &db, &attempt, batch_id, &reason).await;
+    attempt.refusal_audited(&db, settled).await
+}
+
+async fn attempt_settle(
+    state: &AppState,
+    db: &Db,
+    attempt: &Attempt<'_>,
+    batch_id: i64,
+    reason: &str,
+) -> ApiResult<Json<SettledBatch>> {
+    get_batch(db, batch_id).await?.ok_or(ApiError::NotFound)?;
+    let operator = attempt.operator();
     let settled = state
         .merge_queue
         .settle(batch_id, &format!("by {operator}: {reason}"))
@@ -213,22 +360,16 @@ pub async fn settle(
             ));
         }
     }
-    write_tx!(&db, |tx| {
-        append_audit(
-            tx.db(),
-            operator,
-            "batch.settle",
-            &batch_id.to_string(),
-            &audited(&body, operator),
-        )
-        .await?;
+    write_tx!(db, |tx| {
+        attempt.done(tx.db()).await?;
         Ok::<_, ApiError>(())
     })
     .await?;
-    let batch = get_batch(&db, batch_id).await?.ok_or(ApiError::NotFound)?;
-    Ok(Json(
-        json!({ "code": "OK", "batch": BatchView::from(batch) }),
-    ))
+    let batch = get_batch(db, batch_id).await?.ok_or(ApiError::NotFound)?;
+    Ok(Json(SettledBatch {
+        code: OkCode::Ok,
+        batch: BatchView::from(batch),
+    }))
 }
 
 /// Freezes or thaws the merge queue for every instance (merge windows,
@@ -236,13 +377,13 @@ pub async fn settle(
 /// fails. `batch.freeze` in the configuration freezes it too.
 #[utoipa::path(put, path = "/admin/v1/batches/freeze", tag = "admin", operation_id = "freeze_merge_queue",
     request_body = FreezeBody,
-    responses((status = 200, description = "`{code: OK, frozen, byConfiguration}`", body = Object)))]
+    responses((status = 200, description = "The freeze as it is now", body = FreezeState)))]
 pub async fn freeze(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     Database(db): Database,
     AppJson(body): AppJson<FreezeBody>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<FreezeState>> {
     let frozen = body.frozen;
     let reason = body.reason()?;
     let operator = caller.identity.as_str();
@@ -260,9 +401,9 @@ pub async fn freeze(
         Ok::<_, ApiError>(())
     })
     .await?;
-    Ok(Json(json!({
-        "code": "OK",
-        "frozen": frozen,
-        "byConfiguration": state.config.current().batch.freeze,
-    })))
+    Ok(Json(FreezeState {
+        code: OkCode::Ok,
+        frozen,
+        by_configuration: state.config.current().batch.freeze,
+    }))
 }

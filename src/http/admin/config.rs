@@ -2,15 +2,14 @@
 
 use axum::Json;
 use axum::extract::State;
-use serde_json::Value;
 
-use crate::config::effective::effective;
+use crate::config::effective::{EffectiveConfig, effective};
 use crate::state::AppState;
 
 /// The running configuration (after defaults, environment overrides and
 /// fail-safe resolution); secrets appear as `[redacted]`.
 #[utoipa::path(get, path = "/admin/v1/config", tag = "admin", operation_id = "get_config",
-    responses((status = 200, description = "The effective configuration", body = Object)))]
-pub async fn get_config(State(state): State<AppState>) -> Json<Value> {
+    responses((status = 200, description = "The effective configuration, by section", body = EffectiveConfig)))]
+pub async fn get_config(State(state): State<AppState>) -> Json<EffectiveConfig> {
     Json(effective(&state.config.current()))
 }

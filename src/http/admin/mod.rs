@@ -2,11 +2,14 @@
 //! `operator` rule, and every action is audited.
 
 pub mod approvals;
+mod attempt;
 pub mod audit;
 pub mod batches;
 mod bodies;
 pub mod config;
 pub mod health;
+mod ok;
 pub mod operations;
 pub mod reconcile;
+mod webhook_views;
 pub mod webhooks;

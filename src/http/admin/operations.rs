@@ -9,17 +9,20 @@ use axum::extract::{Path, State};
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 
+use super::attempt::Attempt;
 use super::bodies::{OptionalReason, RequiredReason, audited};
+use crate::config::ApprovalProvider;
 use crate::db::Db;
-use crate::db::audit::append_audit;
 use crate::db::batches::{batch_of, batches_of, get_batch, rejoin_waiting_set};
 use crate::db::history::last_statuses;
 use crate::db::leases::make_due_now;
 use crate::db::operations::OperationRow;
-use crate::db::operations::{OperationFilter, get_operation_with_status, list_operations};
+use crate::db::operations::{
+    OperationFilter, StatusFilter, get_operation_with_status, list_operations,
+};
 use crate::domain::operator::{self, Retry};
 use crate::domain::{BindingStatus, OperationId, StepStatus};
-use crate::http::api::status::OperationView;
+use crate::http::api::status::{OperationView, OperatorAction};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AppJson, AppQuery, AuthUser, Database};
 use crate::http::page::PageRequest;
@@ -38,7 +41,9 @@ const MAX_OLDER_THAN_SECONDS: u64 = 10 * 365 * 24 * 3600;
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct OperationQuery {
-    /// Binding status, e.g. `HANDLE_FAILED`.
+    /// Binding status of the operations that own their binding, e.g.
+    /// `HANDLE_FAILED`; `SUPERSEDED` for those a newer request for the same
+    /// subject and target took over.
     #[param(schema_with = binding_status_schema)]
     status: Option<String>,
     /// Step code (e.g. `10106`) or name (e.g. `HANDLE_APPROVE_FAILED`).
@@ -47,6 +52,10 @@ pub struct OperationQuery {
     /// Unchanged for at least this many seconds (at most ten years).
     #[param(minimum = 0, maximum = 315_360_000)]
     older_than_seconds: Option<u64>,
+    /// Only operations on this catalog key.
+    target_key: Option<String>,
+    /// Only operations for this subject.
+    subject_id: Option<String>,
     /// `nextCursor` of the previous page.
     #[param(pattern = r"^[0-9]{1,18}$")]
     cursor: Option<String>,
@@ -55,11 +64,15 @@ pub struct OperationQuery {
     limit: Option<u32>,
 }
 
-/// Every binding status.
+/// The status filter's value for operations a newer one superseded.
+const SUPERSEDED: &str = "SUPERSEDED";
+
+/// Every binding status, and `SUPERSEDED`.
 fn binding_status_schema() -> Object {
+    let statuses = BindingStatus::ALL.iter().map(|s| s.as_str());
     ObjectBuilder::new()
         .schema_type(Type::String)
-        .enum_values(Some(BindingStatus::ALL.iter().map(|s| s.as_str())))
+        .enum_values(Some(statuses.chain([SUPERSEDED])))
         .build()
 }
 
@@ -86,6 +99,17 @@ fn invalid(message: &str) -> ApiError {
     ApiError::InvalidArgument(message.to_owned())
 }
 
+/// `SUPERSEDED` lists the operations whose relation a newer one took over,
+/// as the list shows them; any other value is a binding status.
+fn parse_status(text: &str) -> Result<StatusFilter, ApiError> {
+    if text == SUPERSEDED {
+        return Ok(StatusFilter::Superseded);
+    }
+    text.parse()
+        .map(StatusFilter::Binding)
+        .map_err(|_| invalid("query `status`: not a binding status or SUPERSEDED"))
+}
+
 fn parse_step(text: &str) -> Result<StepStatus, ApiError> {
     StepStatus::ALL
         .iter()
@@ -94,24 +118,20 @@ fn parse_step(text: &str) -> Result<StepStatus, ApiError> {
         .ok_or_else(|| invalid("query `step`: not a step code or name"))
 }
 
-/// Operations, newest first, by binding status, step and age.
+/// Operations, newest first, by binding status, step, age, target and subject.
 #[utoipa::path(get, path = "/admin/v1/operations", tag = "admin", operation_id = "list_operations",
     params(OperationQuery),
     responses((status = 200, description = "A page of operations", body = OperationPage),
         (status = 400, description = "INVALID_ARGUMENT: a bad filter, cursor or limit (the message names it)")))]
 pub async fn list(
+    State(state): State<AppState>,
     Database(db): Database,
     AppQuery(query): AppQuery<OperationQuery>,
 ) -> ApiResult<Json<OperationPage>> {
+    let builtin_approval = state.config.current().approval.provider == ApprovalProvider::Builtin;
     let page = PageRequest::parse(query.cursor.as_deref(), query.limit, DEFAULT_PAGE, MAX_PAGE)?;
     let filter = OperationFilter {
-        status: query
-            .status
-            .map(|s| {
-                s.parse()
-                    .map_err(|_| invalid("query `status`: not a binding status"))
-            })
-            .transpose()?,
+        status: query.status.as_deref().map(parse_status).transpose()?,
         step: query.step.as_deref().map(parse_step).transpose()?,
         unchanged_for_ms: query
             .older_than_seconds
@@ -124,46 +144,64 @@ pub async fn list(
                 Ok(i64::try_from(seconds * 1000).unwrap_or(i64::MAX))
             })
             .transpose()?,
+        target_key: query.target_key,
+        subject_id: query.subject_id,
         before_id: page.before,
         limit: page.fetch_limit(),
     };
     let mut rows = list_operations(&db, &filter).await?;
-    let next_cursor = page.finish(&mut rows, |(row, _)| row.id);
+    let next_cursor = page.finish(&mut rows, |row| row.operation.id);
     // Operations that handed their binding to a newer one show their last status.
     let superseded: Vec<&str> = rows
         .iter()
-        .filter(|(_, status)| status.is_none())
-        .map(|(row, _)| row.operation_id.as_str())
+        .filter(|row| row.status.is_none())
+        .map(|row| row.operation.operation_id.as_str())
         .collect();
     let last = last_statuses(&db, &superseded).await?;
     let listed: Vec<&str> = rows
         .iter()
-        .map(|(row, _)| row.operation_id.as_str())
+        .map(|row| row.operation.operation_id.as_str())
         .collect();
     let mut batches = batches_of(&db, &listed).await?;
     let items = rows
         .into_iter()
-        .map(|(row, status)| {
-            let status = status.or_else(|| last.get(&row.operation_id)?.parse().ok());
-            let (batch_id, obstacle) = batches.remove(&row.operation_id).unzip();
-            OperationView::of(row, status).in_batch(batch_id, obstacle.flatten())
+        .map(|row| {
+            let operation = row.operation;
+            let actions = OperatorAction::applicable(
+                operation.kind,
+                row.status,
+                operation.step,
+                builtin_approval,
+            );
+            let status = row
+                .status
+                .or_else(|| last.get(&operation.operation_id)?.parse().ok());
+            let (batch_id, obstacle) = batches.remove(&operation.operation_id).unzip();
+            OperationView::of(operation, status)
+                .in_batch(batch_id, obstacle.flatten())
+                .superseded_by(row.superseded_by)
+                .with_actions(actions)
         })
         .collect();
     Ok(Json(OperationPage { items, next_cursor }))
 }
 
+/// The operation id in a path, in its canonical form.
+fn parse_operation_id(operation_id: &str) -> ApiResult<String> {
+    OperationId::parse(operation_id)
+        .map(|id| id.as_string())
+        .map_err(|_| ApiError::NotFound)
+}
+
 /// The operation and the status of its binding, which it must still own.
-async fn owned(db: &Db, operation_id: &str) -> ApiResult<(String, OperationRow, BindingStatus)> {
-    let id = OperationId::parse(operation_id)
-        .map_err(|_| ApiError::NotFound)?
-        .as_string();
-    let (operation, status, _) = get_operation_with_status(db, &id)
+async fn owned(db: &Db, id: &str) -> ApiResult<(OperationRow, BindingStatus)> {
+    let (operation, status, _) = get_operation_with_status(db, id)
         .await?
         .ok_or(ApiError::NotFound)?;
     let status = status.ok_or(ApiError::Conflict(
         "a newer request for the same target replaced this one",
     ))?;
-    Ok((id, operation, status))
+    Ok((operation, status))
 }
 
 fn changed_meanwhile() -> ApiError {
@@ -205,7 +243,26 @@ pub async fn retry(
     AppJson(body): AppJson<OptionalReason>,
 ) -> ApiResult<Json<ActedOn>> {
     let reason = body.reason()?;
-    let (id, operation, status) = owned(&db, &operation_id).await?;
+    let id = parse_operation_id(&operation_id)?;
+    let operator = caller.identity.as_str();
+    let attempt = Attempt::new(
+        operator,
+        "operation.retry",
+        id.clone(),
+        audited(&body, operator),
+    );
+    let retried = attempt_retry(&state, &db, &attempt, id, reason).await;
+    attempt.refusal_audited(&db, retried).await
+}
+
+async fn attempt_retry(
+    state: &AppState,
+    db: &Db,
+    attempt: &Attempt<'_>,
+    id: String,
+    reason: Option<String>,
+) -> ApiResult<Json<ActedOn>> {
+    let (operation, status) = owned(db, &id).await?;
     let mut plan = operator::retry(operation.kind, status, operation.step)
         .map_err(|why| ApiError::Conflict(why.message()))?;
     // A member of a running batch moves with its batch, never on its own;
@@ -213,8 +270,8 @@ pub async fn retry(
     // round, or, with batching off now, opens an MR of its own: re-running
     // its step against the closed batch MR could only fail again.
     let mut requeue = false;
-    if let Some(batch_id) = batch_of(&db, &id).await? {
-        match get_batch(&db, batch_id).await? {
+    if let Some(batch_id) = batch_of(db, &id).await? {
+        match get_batch(db, batch_id).await? {
             Some(batch) if batch.status == "RUNNING" => {
                 return Err(ApiError::Conflict(
                     "the request is in a running merge batch; settle the batch instead",
@@ -239,7 +296,7 @@ pub async fn retry(
             _ => {}
         }
     }
-    let operator = caller.identity.as_str();
+    let operator = attempt.operator();
     let message = format!(
         "retried by {operator}{}",
         reason
@@ -247,8 +304,7 @@ pub async fn retry(
             .map(|r| format!(": {r}"))
             .unwrap_or_default()
     );
-    let params = audited(&body, operator);
-    write_tx!(&db, |tx| {
+    write_tx!(db, |tx| {
         let done = match plan {
             Retry::Rewind(to, step) => {
                 let change = Change {
@@ -280,14 +336,14 @@ pub async fn retry(
         } else {
             make_due_now(tx.db(), &id).await?;
         }
-        append_audit(tx.db(), operator, "operation.retry", &id, &params).await?;
+        attempt.done(tx.db()).await?;
         Ok::<_, ApiError>(())
     })
     .await?;
     if state.executor.try_submit(id.clone()).is_err() {
         tracing::info!(operation_id = %id, "retry recorded; the worker pool is busy, the dispatcher runs it when there is room");
     }
-    answer(&db, &id).await
+    answer(db, &id).await
 }
 
 /// Gives up on an operation: a request becomes ABANDONED (it may be applied
@@ -307,12 +363,29 @@ pub async fn force_fail(
     AppJson(body): AppJson<RequiredReason>,
 ) -> ApiResult<Json<ActedOn>> {
     let reason = body.reason()?;
-    let (id, _, status) = owned(&db, &operation_id).await?;
-    let to = operator::force_fail(status).map_err(|why| ApiError::Conflict(why.message()))?;
+    let id = parse_operation_id(&operation_id)?;
     let operator = caller.identity.as_str();
+    let attempt = Attempt::new(
+        operator,
+        "operation.force_fail",
+        id.clone(),
+        audited(&body, operator),
+    );
+    let failed = attempt_force_fail(&db, &attempt, id, &reason).await;
+    attempt.refusal_audited(&db, failed).await
+}
+
+async fn attempt_force_fail(
+    db: &Db,
+    attempt: &Attempt<'_>,
+    id: String,
+    reason: &str,
+) -> ApiResult<Json<ActedOn>> {
+    let (_, status) = owned(db, &id).await?;
+    let to = operator::force_fail(status).map_err(|why| ApiError::Conflict(why.message()))?;
+    let operator = attempt.operator();
     let message = format!("force-failed by {operator}: {reason}");
-    let params = audited(&body, operator);
-    write_tx!(&db, |tx| {
+    write_tx!(db, |tx| {
         let change = Change {
             step: StepStatus::ManualAbandoned,
             message: Some(&message),
@@ -325,11 +398,11 @@ pub async fn force_fail(
         {
             return Err(changed_meanwhile());
         }
-        append_audit(tx.db(), operator, "operation.force_fail", &id, &params).await?;
+        attempt.done(tx.db()).await?;
         Ok::<_, ApiError>(())
     })
     .await?;
-    answer(&db, &id).await
+    answer(db, &id).await
 }
 
 fn store_error(err: StoreError) -> ApiError {

@@ -3,9 +3,10 @@
 
 use axum::Json;
 use axum::extract::State;
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use super::bodies::{OptionalReason, audited};
+use super::ok::OkCode;
 use crate::config::projects::Projects;
 use crate::db::audit::append_audit;
 use crate::http::error::{ApiError, ApiResult};
@@ -14,16 +15,24 @@ use crate::jobs::{Outcome, reconcile};
 use crate::state::AppState;
 use crate::write_tx;
 
+/// What a reconciliation round did.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Reconciled {
+    code: OkCode,
+    /// How many merged requests it marked VALIDATED.
+    validated: u64,
+}
+
 /// Runs one reconciliation round.
 #[utoipa::path(post, path = "/admin/v1/reconcile/run", tag = "admin", operation_id = "run_reconciliation",
     request_body = OptionalReason,
-    responses((status = 200, description = "`{code: OK, validated}`", body = Object)))]
+    responses((status = 200, description = "What the round did", body = Reconciled)))]
 pub async fn run(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     Database(db): Database,
     AppJson(body): AppJson<OptionalReason>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Reconciled>> {
     body.reason()?;
     let settings = state.config.current();
     let window = &settings.reconcile;
@@ -48,5 +57,8 @@ pub async fn run(
         Ok::<_, ApiError>(())
     })
     .await?;
-    Ok(Json(json!({ "code": "OK", "validated": validated })))
+    Ok(Json(Reconciled {
+        code: OkCode::Ok,
+        validated,
+    }))
 }

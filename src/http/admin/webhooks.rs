@@ -9,28 +9,36 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 use utoipa::openapi::schema::{
     Array, ArrayBuilder, Object, ObjectBuilder, SchemaFormat, SchemaType, Type,
 };
 
+use super::attempt::Attempt;
 use super::bodies::{OptionalReason, audited};
-use crate::db::audit::{append_audit, audited_params, url_without_secrets};
-use crate::db::webhook_deliveries::{DeliveryRow, list_for_endpoint, redeliver as requeue};
+use super::ok::Done;
+use super::webhook_views::{
+    CreatedEndpoint, DeliveryPage, DeliveryView, EndpointList, EndpointView, RotatedSecret,
+};
+use crate::db::Db;
+use crate::db::audit::{append_audit, audited_params};
+use crate::db::webhook_deliveries::{get_delivery, list_for_endpoint, redeliver as requeue};
 use crate::db::webhook_endpoints::{
-    EndpointPatch, EndpointRow, decode_event_types, delete_endpoint as delete_row,
-    encode_event_types, get_endpoint, insert_endpoint, list_endpoints as list_rows, rotate_secret,
-    update_endpoint as update_row,
+    EndpointPatch, delete_endpoint as delete_row, encode_event_types, get_endpoint,
+    insert_endpoint, list_endpoints as list_rows, rotate_secret, update_endpoint as update_row,
 };
 use crate::http::api::status::rfc3339;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AppJson, AppQuery, AuthUser, Database};
 use crate::http::page::PageRequest;
+use crate::sealing::KeyRing;
 use crate::signature::WebhookSecret;
 use crate::state::AppState;
 use crate::webhooks::target;
 use crate::write_tx;
 
+/// The audited action of registering an endpoint.
+const CREATE: &str = "webhook.endpoint.create";
 const DEFAULT_PAGE: u32 = 50;
 const MAX_PAGE: u32 = 200;
 const MAX_EVENT_TYPES: usize = 20;
@@ -132,38 +140,6 @@ pub struct DeliveryQuery {
     limit: Option<u32>,
 }
 
-fn view(row: &EndpointRow) -> Value {
-    json!({
-        "id": row.id,
-        // The URL as it may be shown: a secret in its query stays stored
-        // (the receiver needs it) but is not displayed.
-        "url": url_without_secrets(&row.url).unwrap_or_else(|| row.url.clone()),
-        "description": row.description,
-        "eventTypes": decode_event_types(&row.event_types),
-        "enabled": row.enabled,
-        "disabledReason": row.disabled_reason,
-        "breaker": row.breaker_state,
-        "createdAt": rfc3339(row.created_at),
-        "updatedAt": rfc3339(row.updated_at),
-    })
-}
-
-fn delivery_view(row: &DeliveryRow) -> Value {
-    json!({
-        "id": row.id,
-        "eventId": row.event_id,
-        "eventType": row.event_type,
-        "webhookId": row.msg_id,
-        "status": row.status,
-        "attempts": row.attempts,
-        "nextAttemptAt": rfc3339(row.next_attempt_at),
-        "lastStatus": row.last_status,
-        "lastError": row.last_error,
-        "createdAt": rfc3339(row.created_at),
-        "updatedAt": rfc3339(row.updated_at),
-    })
-}
-
 fn parse_id(text: &str) -> ApiResult<i64> {
     text.parse().map_err(|_| ApiError::NotFound)
 }
@@ -200,6 +176,13 @@ fn check_url(state: &AppState, url: &str) -> ApiResult<String> {
     Ok(url)
 }
 
+/// The keys new secrets are sealed with; without them no secret is stored.
+fn sealing_keys(state: &AppState) -> ApiResult<&KeyRing> {
+    state.sealing.as_deref().ok_or(ApiError::Conflict(
+        "webhooks.secret_key is not set: webhook secrets are stored sealed under it; set it and restart",
+    ))
+}
+
 fn check_description(description: &str) -> ApiResult<()> {
     if description.chars().count() > MAX_DESCRIPTION_CHARS {
         return Err(ApiError::InvalidArgument(
@@ -211,38 +194,50 @@ fn check_description(description: &str) -> ApiResult<()> {
 
 /// Every endpoint (secrets never shown).
 #[utoipa::path(get, path = "/admin/v1/webhook-endpoints", tag = "admin", operation_id = "list_webhook_endpoints",
-    responses((status = 200, description = "`{items: [endpoint]}`", body = Object)))]
-pub async fn list_endpoints(Database(db): Database) -> ApiResult<Json<Value>> {
-    let items: Vec<Value> = list_rows(&db).await?.iter().map(view).collect();
-    Ok(Json(json!({ "items": items })))
+    responses((status = 200, description = "Every endpoint", body = EndpointList)))]
+pub async fn list_endpoints(Database(db): Database) -> ApiResult<Json<EndpointList>> {
+    let items = list_rows(&db)
+        .await?
+        .iter()
+        .map(EndpointView::from)
+        .collect();
+    Ok(Json(EndpointList { items }))
 }
 
 /// Registers an endpoint. The answer holds its secret, shown only here.
 #[utoipa::path(post, path = "/admin/v1/webhook-endpoints", tag = "admin", operation_id = "create_webhook_endpoint",
     request_body = NewEndpoint,
-    responses((status = 201, description = "`{id, url, eventTypes, description, secret}`", body = Object),
-        (status = 400, description = "INVALID_ARGUMENT: a URL, event types or description not allowed")))]
+    responses((status = 201, description = "The endpoint, with its secret", body = CreatedEndpoint),
+        (status = 400, description = "INVALID_ARGUMENT: a URL, event types or description not allowed"),
+        (status = 409, description = "CONFLICT: `webhooks.secret_key` is not set, so no secret can be stored")))]
 pub async fn create_endpoint(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     Database(db): Database,
     AppJson(body): AppJson<NewEndpoint>,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<CreatedEndpoint>)> {
     let url = check_url(&state, &body.url)?;
     let types = body.event_types.clone().unwrap_or_default();
     let stored_types = check_event_types(&types)?;
     let description = body.description.clone().unwrap_or_default();
     check_description(&description)?;
-    let secret = WebhookSecret::generate().expose();
     let operator = caller.identity.as_str();
+    let params = audited(&body, operator);
+    // The endpoint has no id before it is stored: a refused creation is
+    // audited on the collection.
+    let keys = Attempt::new(operator, CREATE, "webhook-endpoints", params.clone())
+        .refusal_audited(&db, sealing_keys(&state))
+        .await?;
+    let secret = WebhookSecret::generate().expose();
+    let sealed = keys.seal(&secret);
     let id = write_tx!(&db, |tx| {
-        let id = insert_endpoint(tx.db(), &url, &description, &stored_types, &secret).await?;
+        let id = insert_endpoint(tx.db(), &url, &description, &stored_types, &sealed).await?;
         append_audit(
             tx.db(),
             operator,
-            "webhook.endpoint.create",
+            CREATE,
             &format!("webhook-endpoint:{id}"),
-            &audited(&body, operator),
+            &params,
         )
         .await?;
         Ok::<_, ApiError>(id)
@@ -250,9 +245,13 @@ pub async fn create_endpoint(
     .await?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({
-            "id": id, "url": url, "eventTypes": types, "description": description, "secret": secret,
-        })),
+        Json(CreatedEndpoint {
+            id,
+            url,
+            event_types: types,
+            description,
+            secret,
+        }),
     ))
 }
 
@@ -260,7 +259,7 @@ pub async fn create_endpoint(
 /// disables it (enabling also closes its breaker).
 #[utoipa::path(patch, path = "/admin/v1/webhook-endpoints/{endpointId}", tag = "admin", operation_id = "update_webhook_endpoint",
     params(("endpointId" = i64, Path, description = "The endpoint id")), request_body = ChangeEndpoint,
-    responses((status = 200, description = "The endpoint", body = Object),
+    responses((status = 200, description = "The endpoint", body = EndpointView),
         (status = 404, description = "NOT_FOUND: no such endpoint")))]
 pub async fn update_endpoint(
     State(state): State<AppState>,
@@ -268,7 +267,7 @@ pub async fn update_endpoint(
     Database(db): Database,
     Path(id): Path<String>,
     AppJson(change): AppJson<ChangeEndpoint>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<EndpointView>> {
     let id = parse_id(&id)?;
     if let Some(description) = &change.description {
         check_description(description)?;
@@ -306,7 +305,7 @@ pub async fn update_endpoint(
     })
     .await?;
     let row = get_endpoint(&db, id).await?.ok_or(ApiError::NotFound)?;
-    Ok(Json(view(&row)))
+    Ok(Json(EndpointView::from(&row)))
 }
 
 /// Deletes an endpoint and its delivery log.
@@ -342,68 +341,70 @@ pub async fn delete_endpoint(
 /// to the new one) for `webhooks.secret_grace`.
 #[utoipa::path(post, path = "/admin/v1/webhook-endpoints/{endpointId}/rotate", tag = "admin", operation_id = "rotate_webhook_secret",
     params(("endpointId" = i64, Path, description = "The endpoint id")), request_body = OptionalReason,
-    responses((status = 200, description = "`{id, secret, previousSecretValidUntil}`", body = Object),
-        (status = 404, description = "NOT_FOUND: no such endpoint")))]
+    responses((status = 200, description = "The new secret", body = RotatedSecret),
+        (status = 404, description = "NOT_FOUND: no such endpoint"),
+        (status = 409, description = "CONFLICT: `webhooks.secret_key` is not set, so no secret can be stored")))]
 pub async fn rotate(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     Database(db): Database,
     Path(id): Path<String>,
     AppJson(body): AppJson<OptionalReason>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<RotatedSecret>> {
     let id = parse_id(&id)?;
     body.reason()?;
     let grace = state.config.current().webhooks.secret_grace;
-    let secret = WebhookSecret::generate().expose();
     let operator = caller.identity.as_str();
+    let attempt = Attempt::new(
+        operator,
+        "webhook.endpoint.rotate",
+        format!("webhook-endpoint:{id}"),
+        audited(&body, operator),
+    );
+    let keys = attempt.refusal_audited(&db, sealing_keys(&state)).await?;
+    let secret = WebhookSecret::generate().expose();
+    let sealed = keys.seal(&secret);
     write_tx!(&db, |tx| {
-        if !rotate_secret(tx.db(), id, &secret, grace).await? {
+        if !rotate_secret(tx.db(), id, &sealed, grace).await? {
             return Err(ApiError::NotFound);
         }
-        append_audit(
-            tx.db(),
-            operator,
-            "webhook.endpoint.rotate",
-            &format!("webhook-endpoint:{id}"),
-            &audited(&body, operator),
-        )
-        .await?;
+        attempt.done(tx.db()).await?;
         Ok::<_, ApiError>(())
     })
     .await?;
     let row = get_endpoint(&db, id).await?.ok_or(ApiError::NotFound)?;
-    Ok(Json(json!({
-        "id": id,
-        "secret": secret,
-        "previousSecretValidUntil": row.previous_secret_until.map(rfc3339),
-    })))
+    Ok(Json(RotatedSecret {
+        id,
+        secret,
+        previous_secret_valid_until: row.previous_secret_until.map(rfc3339),
+    }))
 }
 
 /// An endpoint's deliveries, newest first.
 #[utoipa::path(get, path = "/admin/v1/webhook-endpoints/{endpointId}/deliveries", tag = "admin", operation_id = "list_webhook_deliveries",
     params(("endpointId" = i64, Path, description = "The endpoint id"), DeliveryQuery),
-    responses((status = 200, description = "`{items: [delivery], nextCursor}`", body = Object),
+    responses((status = 200, description = "A page of deliveries", body = DeliveryPage),
         (status = 400, description = "INVALID_ARGUMENT: a bad cursor or limit"),
         (status = 404, description = "NOT_FOUND: no such endpoint")))]
 pub async fn list_deliveries(
     Database(db): Database,
     Path(id): Path<String>,
     AppQuery(query): AppQuery<DeliveryQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DeliveryPage>> {
     let id = parse_id(&id)?;
     get_endpoint(&db, id).await?.ok_or(ApiError::NotFound)?;
     let page = PageRequest::parse(query.cursor.as_deref(), query.limit, DEFAULT_PAGE, MAX_PAGE)?;
     let mut rows = list_for_endpoint(&db, id, page.before, page.fetch_limit()).await?;
     let next_cursor = page.finish(&mut rows, |d| d.id);
-    let items: Vec<Value> = rows.iter().map(delivery_view).collect();
-    Ok(Json(json!({ "items": items, "nextCursor": next_cursor })))
+    let items = rows.iter().map(DeliveryView::from).collect();
+    Ok(Json(DeliveryPage { items, next_cursor }))
 }
 
 /// Sends a finished delivery (delivered, failed or silent) again, with the
 /// same `webhook-id` and body and a fresh retry schedule.
 #[utoipa::path(post, path = "/admin/v1/webhook-deliveries/{deliveryId}/redeliver", tag = "admin", operation_id = "redeliver_webhook",
     params(("deliveryId" = i64, Path, description = "The delivery id")), request_body = OptionalReason,
-    responses((status = 200, description = "`{code: OK}`", body = Object),
+    responses((status = 200, description = "Queued again", body = Done),
         (status = 404, description = "NOT_FOUND: no such delivery"),
         (status = 409, description = "CONFLICT: it is still queued or being sent")))]
 pub async fn redeliver(
@@ -411,32 +412,36 @@ pub async fn redeliver(
     Database(db): Database,
     Path(id): Path<String>,
     AppJson(body): AppJson<OptionalReason>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Done>> {
     let id = parse_id(&id)?;
     body.reason()?;
     let operator = caller.identity.as_str();
-    let requeued = write_tx!(&db, |tx| {
+    let attempt = Attempt::new(
+        operator,
+        "webhook.delivery.redeliver",
+        format!("webhook-delivery:{id}"),
+        audited(&body, operator),
+    );
+    let redelivered = attempt_redelivery(&db, &attempt, id).await;
+    attempt.refusal_audited(&db, redelivered).await
+}
+
+async fn attempt_redelivery(db: &Db, attempt: &Attempt<'_>, id: i64) -> ApiResult<Json<Done>> {
+    let requeued = write_tx!(db, |tx| {
         if !requeue(tx.db(), id).await? {
             return Ok(false);
         }
-        append_audit(
-            tx.db(),
-            operator,
-            "webhook.delivery.redeliver",
-            &format!("webhook-delivery:{id}"),
-            &audited(&body, operator),
-        )
-        .await?;
+        attempt.done(tx.db()).await?;
         Ok::<_, ApiError>(true)
     })
     .await?;
     if !requeued {
-        return match crate::db::webhook_deliveries::get_delivery(&db, id).await? {
+        return match get_delivery(db, id).await? {
             None => Err(ApiError::NotFound),
             Some(_) => Err(ApiError::Conflict(
                 "the delivery is still queued or being sent",
             )),
         };
     }
-    Ok(Json(json!({ "code": "OK" })))
+    Ok(Json(Done::OK))
 }

@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::submission::may_use_target;
 use crate::db::bindings::get_binding;
@@ -83,20 +83,52 @@ pub struct PreviewQuery {
     subject_id: Option<String>,
 }
 
+/// The answer to a preview.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct PreviewAnswer {
+    /// The change; null when there is nothing to show (an unknown target, a
+    /// subject or target the caller may not apply for, any failure).
+    data: Option<Preview>,
+}
+
+/// The file change a request would make.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Preview {
+    /// The file in the configuration repository.
+    #[schema(examples("bindings/demo.feature-flags/alice.json"))]
+    path: String,
+    action: PreviewAction,
+    /// The file as the request would write it.
+    content: String,
+    /// The status of the binding that exists already (a binding status),
+    /// null when there is none.
+    current: Option<String>,
+}
+
+/// Whether the file would be written new or over the existing one.
+#[derive(Debug, Clone, Copy, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PreviewAction {
+    /// No binding yet.
+    Create,
+    /// A binding exists (in any status).
+    Update,
+}
+
 /// The file change the request would make, read-only. On any failure it
 /// answers 200 with `data: null`: a preview never blocks submitting.
 #[utoipa::path(get, path = "/api/v1/preview", tag = "requests", params(PreviewQuery),
-    responses((status = 200, description = "`{data: {path, action, content, current}}` or `{data: null}`", body = Object)))]
+    responses((status = 200, description = "The change, or `data: null`", body = PreviewAnswer)))]
 pub async fn preview(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     query: Result<Query<PreviewQuery>, QueryRejection>,
-) -> Json<Value> {
+) -> Json<PreviewAnswer> {
     let data = match query {
         Ok(Query(query)) => build_preview(&state, &caller, query).await,
         Err(_) => None,
     };
-    Json(json!({ "data": data }))
+    Json(PreviewAnswer { data })
 }
 
 /// The preview, under the same subject and permission rules as submitting,
@@ -105,7 +137,7 @@ async fn build_preview(
     state: &AppState,
     caller: &Authorized,
     query: PreviewQuery,
-) -> Option<Value> {
+) -> Option<Preview> {
     let identity = &caller.identity;
     let settings = state.config.current();
     let target_key = query.target_key?;
@@ -135,10 +167,14 @@ async fn build_preview(
         requested_by: identity.as_str(),
     }
     .render();
-    Some(json!({
-        "path": file_path(&target.path, &target_key, &subject),
-        "action": if current.is_some() { "update" } else { "create" },
-        "content": content,
-        "current": current.map(|b| b.status.to_string()),
-    }))
+    Some(Preview {
+        path: file_path(&target.path, &target_key, &subject),
+        action: if current.is_some() {
+            PreviewAction::Update
+        } else {
+            PreviewAction::Create
+        },
+        content,
+        current: current.map(|b| b.status.to_string()),
+    })
 }

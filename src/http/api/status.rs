@@ -8,7 +8,10 @@ use serde::Serialize;
 use crate::db::Db;
 use crate::db::history::last_status;
 use crate::db::operations::{OperationRow, get_operation_page, get_operation_with_status};
-use crate::domain::{BindingStatus, Next, OperationId, StepStatus, next_action};
+use crate::domain::{
+    AWAITING_APPROVAL, BindingStatus, Next, OperationId, OperationKind, StepStatus, next_action,
+    operator,
+};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AuthUser, Database};
 use crate::http::layers::authz::Authorized;
@@ -35,6 +38,57 @@ pub struct OperationView {
     created_at: String,
     #[schema(value_type = String, format = DateTime)]
     updated_at: String,
+    /// The newer request for the same subject and target that took the
+    /// binding over (a re-apply or a removal): this one's status is its
+    /// last, and no longer what is live.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<uuid::Uuid>)]
+    superseded_by: Option<String>,
+    /// The operator actions that apply now (the operators' list only): the
+    /// console offers no button that can only answer 409.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    actions: Option<Vec<OperatorAction>>,
+}
+
+/// An operator action on an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OperatorAction {
+    /// `POST /admin/v1/operations/{id}/retry`.
+    Retry,
+    /// `POST /admin/v1/operations/{id}/fail`.
+    Fail,
+    /// `POST /admin/v1/approvals/{id}/approve` (built-in approval only).
+    Approve,
+    /// `POST /admin/v1/approvals/{id}/reject` (built-in approval only).
+    Reject,
+}
+
+impl OperatorAction {
+    /// What an operator may do to an operation of `kind` at `step` whose
+    /// binding is `status` (`None`: it no longer owns its binding), with
+    /// the built-in approval system deciding when `builtin_approval`.
+    pub fn applicable(
+        kind: OperationKind,
+        status: Option<BindingStatus>,
+        step: StepStatus,
+        builtin_approval: bool,
+    ) -> Vec<Self> {
+        let Some(status) = status else {
+            return Vec::new();
+        };
+        let mut actions = Vec::new();
+        if operator::retry(kind, status, step).is_ok() {
+            actions.push(Self::Retry);
+        }
+        if operator::force_fail(status).is_ok() {
+            actions.push(Self::Fail);
+        }
+        if builtin_approval && AWAITING_APPROVAL.contains(&status) {
+            actions.extend([Self::Approve, Self::Reject]);
+        }
+        actions
+    }
 }
 
 /// A step code and its name.
@@ -128,7 +182,9 @@ pub async fn get_operation_status(
     }
     let status = status_of(&db, &page.operation, page.status).await?;
     Ok(Json(
-        OperationView::of(page.operation, status).in_batch(page.batch_id, page.batch_obstacle),
+        OperationView::of(page.operation, status)
+            .in_batch(page.batch_id, page.batch_obstacle)
+            .superseded_by(page.superseded_by),
     ))
 }
 
@@ -139,6 +195,31 @@ impl OperationView {
         Self {
             batch_id,
             message: obstacle.unwrap_or(self.message),
+            ..self
+        }
+    }
+
+    /// The same view for an operation whose relation `successor` took
+    /// over: nothing is left to do about it (`next` is `NONE`), and its
+    /// message says so.
+    pub fn superseded_by(self, successor: Option<String>) -> Self {
+        let Some(successor) = successor else {
+            return self;
+        };
+        Self {
+            next: Next::None.as_str(),
+            message: format!(
+                "superseded by request {successor}: a newer request for the same subject and target took the binding over"
+            ),
+            superseded_by: Some(successor),
+            ..self
+        }
+    }
+
+    /// The same view, listing the operator actions that apply.
+    pub fn with_actions(self, actions: Vec<OperatorAction>) -> Self {
+        Self {
+            actions: Some(actions),
             ..self
         }
     }
@@ -164,6 +245,8 @@ impl OperationView {
             batch_id: None,
             created_at: rfc3339(operation.created_at),
             updated_at: rfc3339(operation.updated_at),
+            superseded_by: None,
+            actions: None,
         }
     }
 }

@@ -5,6 +5,8 @@ use axum::http::HeaderMap;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::applications::Accepted;
 use super::status::current_status;
@@ -20,6 +22,7 @@ use crate::http::layers::authz::Authorized;
 use crate::http::reason::{MAX_REQUEST_REASON_CHARS, checked_reason};
 use crate::state::AppState;
 use crate::store::{self, IdempotencyClaim, NewRequest, StoreError};
+use crate::traces::propagation;
 use crate::workflow::Reservation;
 
 /// The idempotency header.
@@ -70,6 +73,10 @@ pub async fn submit(
         .get(&submission.target_key)
         .ok_or_else(|| invalid("field `targetKey`: not in the catalog; see GET /api/v1/targets"))?;
     let request = validate(&settings, target, caller, headers, submission)?;
+    let span = Span::current();
+    if !span.is_disabled() {
+        span.set_attribute("operation.id", request.operation_id.as_string());
+    }
     may_use_target(state, &settings, target, caller).await?;
     if request.kind == OperationKind::Close && !caller.operator {
         // Only the binding's requester may remove it; anyone else learns
@@ -111,10 +118,14 @@ pub async fn submit(
         // The key's holder vanished twice over: nothing exists, the caller
         // may retry. Lost lock races never get here: the store retries them.
         Err(StoreError::DuplicateKey) => Err(ApiError::RetryLater),
-        Err(StoreError::InProgress { status, .. }) => Err(ApiError::InProgress(status.to_string())),
-        Err(StoreError::Preempted) => Err(ApiError::InProgress(
-            "being changed by another request".to_owned(),
-        )),
+        Err(StoreError::InProgress {
+            status,
+            operation_id,
+        }) => Err(ApiError::InProgress {
+            status,
+            operation_id,
+        }),
+        Err(StoreError::Preempted) => Err(ApiError::BeingChanged),
         Err(StoreError::NotFound) => Err(ApiError::NotFound),
         Err(StoreError::DuplicateOperation) => Err(ApiError::IdempotencyKeyReused),
         Err(err) => Err(ApiError::internal(err)),
@@ -217,6 +228,7 @@ fn validate(
         }),
         busy: false,
         expired: false,
+        trace_parent: propagation::current_trace_parent(),
     })
 }
 

@@ -1,13 +1,13 @@
-//! `GET /api/v1/operations/{operationId}/timeline`: every step an operation
-//! went through, oldest first, so a person can see what happened and when.
+//! `GET /api/v1/operations/{operationId}/timeline`: an operation with every
+//! step it went through, oldest first, and the other requests of its
+//! relation, so a person can see what happened, when, and what is live now.
 
 use axum::Json;
 use axum::extract::Path;
 use serde::Serialize;
 
-use super::status::{StepView, rfc3339, visible_to};
-use crate::db::history::list_history;
-use crate::db::operations::get_operation_with_status;
+use super::status::{OperationView, StepView, rfc3339, visible_to};
+use crate::db::operation_snapshot::{OperationSnapshot, read_operation_snapshot};
 use crate::domain::{OperationId, StepStatus};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AuthUser, Database};
@@ -28,16 +28,46 @@ pub struct TimelineEntry {
     at: String,
 }
 
-/// The operation's steps.
+/// Another request for the same subject and target, or this one.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct Timeline {
-    items: Vec<TimelineEntry>,
+#[serde(rename_all = "camelCase")]
+pub struct RelatedView {
+    #[schema(value_type = uuid::Uuid)]
+    operation_id: String,
+    /// `APPLY` or `CLOSE`.
+    kind: &'static str,
+    /// Its binding status: the binding's while it is current, else the last
+    /// one it reached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<String>,
+    step: StepView,
+    /// Whether it holds the binding now; the others are superseded.
+    current: bool,
+    #[schema(value_type = String, format = DateTime)]
+    created_at: String,
 }
 
-/// The steps of an operation, oldest first; 404 for other people's.
+/// The operation as of one moment: its status, its steps so far, its merge
+/// batch, and the other requests of its relation. One read, so the status,
+/// the step and the history always agree.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Timeline {
+    operation: OperationView,
+    /// Its steps, oldest first.
+    items: Vec<TimelineEntry>,
+    /// How many requests its merge batch holds (itself included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    batch_members: Option<i64>,
+    /// Every request for the same subject and target, newest first (at most
+    /// 50), this one included.
+    relation: Vec<RelatedView>,
+}
+
+/// The operation and its steps, oldest first; 404 for other people's.
 #[utoipa::path(get, path = "/api/v1/operations/{operationId}/timeline", tag = "requests",
     params(("operationId" = uuid::Uuid, Path, description = "The operation id")),
-    responses((status = 200, description = "The operation's steps", body = Timeline),
+    responses((status = 200, description = "The operation, its steps and its relation", body = Timeline),
         (status = 404, description = "NOT_FOUND: unknown, or not yours")))]
 pub async fn get_timeline(
     AuthUser(caller): AuthUser,
@@ -47,14 +77,24 @@ pub async fn get_timeline(
     let id = OperationId::parse(&operation_id)
         .map_err(|_| ApiError::NotFound)?
         .as_string();
-    let (operation, _, binding_owner) = get_operation_with_status(&db, &id)
+    let snapshot = read_operation_snapshot(&db, &id)
         .await?
         .ok_or(ApiError::NotFound)?;
-    if !visible_to(&caller, &operation, binding_owner.as_deref()) {
+    if !visible_to(
+        &caller,
+        &snapshot.page.operation,
+        snapshot.page.binding_owner.as_deref(),
+    ) {
         return Err(ApiError::NotFound);
     }
-    let items = list_history(&db, &id)
-        .await?
+    let status = snapshot.status();
+    let OperationSnapshot {
+        page,
+        history,
+        batch_members,
+        relation,
+    } = snapshot;
+    let items = history
         .into_iter()
         .filter_map(|row| {
             let step = StepStatus::from_code(row.to_step).ok()?;
@@ -67,5 +107,24 @@ pub async fn get_timeline(
             })
         })
         .collect();
-    Ok(Json(Timeline { items }))
+    let relation = relation
+        .into_iter()
+        .map(|related| RelatedView {
+            current: related.binding_status.is_some(),
+            status: related.binding_status.or(related.last_status),
+            operation_id: related.operation_id,
+            kind: related.kind.as_str(),
+            step: StepView::of(related.step),
+            created_at: rfc3339(related.created_at),
+        })
+        .collect();
+    let operation = OperationView::of(page.operation, status)
+        .in_batch(page.batch_id, page.batch_obstacle)
+        .superseded_by(page.superseded_by);
+    Ok(Json(Timeline {
+        operation,
+        items,
+        batch_members,
+        relation,
+    }))
 }

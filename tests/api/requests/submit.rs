@@ -68,6 +68,14 @@ async fn an_accepted_application_is_recorded_and_handed_to_the_workers() {
         assert_eq!(again.status(), 409);
         let body: Value = again.json().await.unwrap();
         assert_eq!(body["code"], "IN_PROGRESS");
+        assert_eq!(body["operationId"], id.as_str(), "the request in the way");
+        let message = body["message"].as_str().unwrap();
+        assert!(
+            message.contains(&id)
+                && message.contains("APPROVAL_SENDING")
+                && message.contains("wait"),
+            "{message}"
+        );
         assert_eq!(
             count_rows(&test_db.db, "operation").await,
             1,

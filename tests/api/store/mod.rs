@@ -29,6 +29,7 @@ pub fn apply(subject: &str, target: &str) -> NewRequest {
         idempotency: None,
         busy: false,
         expired: false,
+        trace_parent: None,
     }
 }
 

@@ -1,7 +1,7 @@
 //! Lookups for requesters and operators.
 
 use changegate::db::bindings::{get_binding_of, list_bindings_of_requester};
-use changegate::db::operations::{OperationFilter, list_operations};
+use changegate::db::operations::{ListedOperation, OperationFilter, StatusFilter, list_operations};
 use changegate::domain::{BindingStatus, StepStatus};
 use changegate::store;
 
@@ -46,7 +46,7 @@ async fn my_bindings_come_newest_first_in_cursor_pages() {
 }
 
 #[tokio::test]
-async fn operators_filter_operations_by_status_step_and_age() {
+async fn operators_filter_operations_by_status_step_age_target_and_subject() {
     for test_db in each_backend().await {
         let db = &test_db.db;
         let (merged, _) = drive(db, &apply("app-1", "t"), TO_MERGED).await;
@@ -55,12 +55,9 @@ async fn operators_filter_operations_by_status_step_and_age() {
         store::submit(db, &request).await.unwrap();
         let fresh = request.operation_id.as_string();
 
-        let ids = |rows: Vec<(
-            changegate::db::operations::OperationRow,
-            Option<BindingStatus>,
-        )>| {
+        let ids = |rows: Vec<ListedOperation>| {
             rows.into_iter()
-                .map(|(op, _)| op.operation_id)
+                .map(|row| row.operation.operation_id)
                 .collect::<Vec<_>>()
         };
         let all = list_operations(
@@ -80,12 +77,12 @@ async fn operators_filter_operations_by_status_step_and_age() {
         );
 
         let by_status = OperationFilter {
-            status: Some(BindingStatus::Merged),
+            status: Some(StatusFilter::Binding(BindingStatus::Merged)),
             limit: 10,
             ..Default::default()
         };
         let found = list_operations(db, &by_status).await.unwrap();
-        assert_eq!(found[0].1, Some(BindingStatus::Merged));
+        assert_eq!(found[0].status, Some(BindingStatus::Merged));
         assert_eq!(ids(found), [merged.as_str()]);
 
         let by_step = OperationFilter {
@@ -127,7 +124,7 @@ async fn operators_filter_operations_by_status_step_and_age() {
         };
         let first_page = list_operations(db, &page).await.unwrap();
         let next = OperationFilter {
-            before_id: Some(first_page[1].0.id),
+            before_id: Some(first_page[1].operation.id),
             limit: 2,
             ..Default::default()
         };
@@ -136,7 +133,64 @@ async fn operators_filter_operations_by_status_step_and_age() {
             [merged.as_str()]
         );
 
+        let by_subject = OperationFilter {
+            subject_id: Some("app-2".to_owned()),
+            limit: 10,
+            ..Default::default()
+        };
+        assert_eq!(
+            ids(list_operations(db, &by_subject).await.unwrap()),
+            [rejected.as_str()]
+        );
+        let by_target = |target: &str| OperationFilter {
+            target_key: Some(target.to_owned()),
+            limit: 10,
+            ..Default::default()
+        };
+        assert_eq!(list_operations(db, &by_target("t")).await.unwrap().len(), 3);
+        assert!(
+            list_operations(db, &by_target("u"))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+
         let owned = get_binding_of(db, &merged).await.unwrap().unwrap();
         assert_eq!(owned.subject_id, "app-1");
+    }
+}
+
+#[tokio::test]
+async fn a_status_many_bindings_hold_is_listed_by_walking_the_operations() {
+    for test_db in each_backend().await {
+        let db = &test_db.db;
+        let (merged, _) = drive(db, &apply("app-1", "t"), TO_MERGED).await;
+        drive(db, &apply("app-2", "t"), TO_REJECTED).await;
+        // More MERGED bindings than the listing sorts (1,000), of
+        // operations that are not there: only the join order changes.
+        let others = (0..1000)
+            .map(|n| format!("('other-{n}', 't', 'gone-{n}', 'MERGED', 'x', '{{}}')"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let insert = format!(
+            "INSERT INTO binding (subject_id, target_key, operation_id, status, requested_by, params) \
+             VALUES {others}"
+        );
+        changegate::with_pool!(db, writer, |pool| {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(insert.clone()))
+                .execute(pool)
+                .await
+                .map(drop)
+        })
+        .unwrap();
+        let by_status = OperationFilter {
+            status: Some(StatusFilter::Binding(BindingStatus::Merged)),
+            limit: 10,
+            ..Default::default()
+        };
+        let found = list_operations(db, &by_status).await.unwrap();
+        assert_eq!(found.len(), 1, "{}", test_db.name);
+        assert_eq!(found[0].operation.operation_id, merged);
+        assert_eq!(found[0].status, Some(BindingStatus::Merged));
     }
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use changegate_sim::approval::{Decision, DecisionPolicy};
 use changegate_sim::gitlab::{Endpoint, MrState};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -208,8 +209,41 @@ async fn members_whose_files_exist_on_main_are_rewritten_with_tree_reads_not_one
     assert_eq!(w.gitlab.calls(Endpoint::GetRawFile), 0);
 }
 
+/// The values in `snapshot` of every series of `name` whose labels include
+/// `labels`: a counter's count, a gauge's value, a histogram's samples.
+fn recorded(snapshot: &[Recorded], name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+    snapshot
+        .iter()
+        .filter(|(key, ..)| {
+            let key = key.key();
+            key.name() == name
+                && labels.iter().all(|(k, v)| {
+                    key.labels()
+                        .any(|label| label.key() == *k && label.value() == *v)
+                })
+        })
+        .flat_map(|(.., value)| match value {
+            DebugValue::Counter(count) => vec![*count as f64],
+            DebugValue::Gauge(value) => vec![value.into_inner()],
+            DebugValue::Histogram(samples) => samples.iter().map(|s| s.into_inner()).collect(),
+        })
+        .collect()
+}
+
+/// One series of a [`DebuggingRecorder`] snapshot.
+type Recorded = (
+    metrics_util::CompositeKey,
+    Option<metrics::Unit>,
+    Option<metrics::SharedString>,
+    DebugValue,
+);
+
 #[tokio::test]
 async fn one_poisoned_request_is_bisected_out_and_the_other_fifteen_merge() {
+    // The app runs on this thread, so this recorder sees its metrics only.
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _recording = metrics::set_default_local_recorder(&recorder);
     let db = sqlite_db().await;
     let w = world_with(&db.url, manual_rounds()).await;
     w.gitlab
@@ -252,6 +286,43 @@ async fn one_poisoned_request_is_bisected_out_and_the_other_fifteen_merge() {
     );
     let files = w.gitlab.files(w.project, "main").unwrap();
     assert!(!files.values().any(|content| content.contains("POISON")));
+
+    // 16 → 8 + 8 → … → 1 + 1: each failed half is split until the poisoned
+    // request fails alone, and each clean half merges.
+    let snapshot = snapshotter.snapshot().into_vec();
+    let mut sizes = recorded(&snapshot, "changegate_batch_size", &[]);
+    sizes.sort_by(f64::total_cmp);
+    assert_eq!(sizes, [1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 8.0, 8.0, 16.0]);
+    let ended = |outcome| {
+        recorded(
+            &snapshot,
+            "changegate_batches_finished_total",
+            &[("outcome", outcome)],
+        )
+        .iter()
+        .sum::<f64>()
+    };
+    assert_eq!(
+        (ended("split"), ended("merged"), ended("failed")),
+        (4.0, 4.0, 1.0)
+    );
+    let approvals_sent = recorded(
+        &snapshot,
+        "changegate_step_duration_seconds",
+        &[("step", "send_approval"), ("result", "ok")],
+    );
+    assert!(approvals_sent.len() >= 16, "{approvals_sent:?}");
+    let calls = |system| {
+        recorded(
+            &snapshot,
+            "changegate_outbound_requests_total",
+            &[("system", system), ("result", "ok")],
+        )
+        .iter()
+        .sum::<f64>()
+    };
+    assert!(calls("approval") >= 16.0, "{}", calls("approval"));
+    assert!(calls("gitlab") >= 9.0, "{}", calls("gitlab"));
 }
 
 #[tokio::test]

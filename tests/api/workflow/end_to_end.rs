@@ -26,6 +26,8 @@ pub struct World {
 
 /// How a [`World`] differs from the default one.
 pub struct WorldOptions {
+    /// Lines inside the `[database]` section.
+    pub database_keys: String,
     /// Configuration sections appended to the file.
     pub extra: String,
     /// Lines inside the `[gitlab]` section.
@@ -49,6 +51,7 @@ pub struct WorldOptions {
 impl Default for WorldOptions {
     fn default() -> Self {
         Self {
+            database_keys: String::new(),
             extra: String::new(),
             gitlab_keys: String::new(),
             batch_keys: "interval = \"200ms\"".to_owned(),
@@ -115,11 +118,12 @@ pub async fn world_with(db_url: &str, options: WorldOptions) -> World {
     .await
     .unwrap();
     let config = format!(
-        "{REQUESTER_CONFIG}\
+        "{}\n{REQUESTER_CONFIG}\
          [gitlab]\nbase_url = {:?}\nproject = \"config/repo\"\nbot_token = \"bot-token\"\nreviewer_tokens = [\"alice-token\", \"bob-token\"]\n{}\n\
          [executor]\npoll_interval = \"100ms\"\n{}\n[batch]\n{}\n\
          [approval]\nprovider = \"http\"\nurl = \"{}/approvals\"\ncallback_secret = {:?}\n\
          [deploy]\ncallback_secret = {:?}\n",
+        options.database_keys,
         options
             .gitlab_url
             .as_deref()

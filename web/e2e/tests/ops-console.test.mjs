@@ -1,5 +1,6 @@
 // The ops console: an operator re-runs a failed request and force-fails a
-// stuck one; a requester is turned away.
+// stuck one, and reads both in the audit log with a refused second try; a
+// requester is turned away.
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -87,7 +88,7 @@ test("an operator retries a failed request from the console", async () => {
   await page.locator("#audit tbody tr").filter({ hasText: operationId }).first().waitFor();
 });
 
-test("an operator force-fails a request stuck awaiting approval, with a reason", async () => {
+test("an operator force-fails a request stuck awaiting approval, with a reason; the audit log shows it and a refused second try", async () => {
   // Nobody decides: the request waits at APPROVAL_SENT.
   await approvalPolicy({ mode: "manual" });
   // An operator may apply for someone else; this subject has no binding yet.
@@ -103,14 +104,12 @@ test("an operator force-fails a request stuck awaiting approval, with a reason",
   const row = page.locator(`#operations tr[data-operation="${submitted.operationId}"]`);
   await row.waitFor();
 
-  // The demo's approvals come from the approval system: a local decision is
-  // refused, and the dialog says why.
-  await row.locator('button[data-action="approve"]').click();
-  await page.click("#confirm-ok");
-  const refused = page.locator("#confirm-result.error");
-  await refused.waitFor();
-  assert.match(await refused.innerText(), /decided by the approval system/);
-  await page.click("#confirm-cancel");
+  // The demo's approvals come from the approval system, and nothing of
+  // changegate's waits to re-run: only force-fail is offered.
+  const offered = await row.locator("button[data-action]").evaluateAll((buttons) =>
+    buttons.map((button) => button.dataset.action),
+  );
+  assert.deepEqual(offered, ["fail"]);
 
   await row.locator('button[data-action="fail"]').click();
   // A reason is required before anything is sent.
@@ -129,6 +128,37 @@ test("an operator force-fails a request stuck awaiting approval, with a reason",
   await page.goto(`${BASE_URL}/operations/${submitted.operationId}`);
   await page.locator('#next[data-next="REAPPLY"]').waitFor();
   assert.match(await page.locator("#next").innerText(), /An operator stopped it/);
+
+  // A second try is refused (409), and audited with the refusal's message.
+  const again = await fetch(`${BASE_URL}/admin/v1/operations/${submitted.operationId}/fail`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "X-Auth-Request-User": "admin" },
+    body: JSON.stringify({ reason: "e2e: once more" }),
+  });
+  assert.equal(again.status, 409);
+  const { message: refusal } = await again.json();
+
+  await page.goto(`${BASE_URL}/ops/audit`);
+  const entries = page.locator("#audit tbody tr").filter({ hasText: submitted.operationId });
+  const refused = entries.and(page.locator('[data-outcome="REFUSED"]'));
+  await refused.waitFor();
+  assert.equal(await refused.locator("td.actor").innerText(), "admin");
+  assert.equal(await refused.locator("td.action").innerText(), "operation.force_fail");
+  assert.match(await refused.locator("td.outcome").innerText(), /refused/);
+  assert.equal(await refused.locator("td.outcome .refusal").innerText(), refusal);
+  assert.deepEqual(await refused.locator(".params dt").allInnerTexts(), ["reason"]);
+  assert.deepEqual(await refused.locator(".params dd").allInnerTexts(), ["e2e: once more"]);
+  // The one that happened: its parameters as a key/value list.
+  const done = entries.and(page.locator('[data-outcome="DONE"]'));
+  assert.equal(await done.count(), 1);
+  assert.match(await done.locator("td.outcome").innerText(), /done/);
+  assert.deepEqual(await done.locator(".params dt").allInnerTexts(), ["reason"]);
+  assert.deepEqual(await done.locator(".params dd").allInnerTexts(), ["e2e: the approver left"]);
+  // No internal key and no raw JSON anywhere in the log.
+  const log = await page.locator("#audit").innerText();
+  assert.equal(log.includes("__"), false, "no reserved key is shown");
+  assert.equal(log.includes("{\""), false, "no raw JSON is shown");
+  await screenshot(page, "admin-6-audit");
 });
 
 test("an operator reads the effective configuration, secrets redacted", async () => {

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { launch, pageAs, screenshot } from "../lib.mjs";
+import { BASE_URL, launch, pageAs, screenshot } from "../lib.mjs";
 
 let browser;
 before(async () => {
@@ -56,6 +56,16 @@ test("a requester applies, the timeline reaches VALIDATED, and the binding is re
   assert.equal(await page.locator('#timeline li[data-state="active"]').getAttribute("data-stage"), "approval");
   await screenshot(page, "requester-3-in-progress");
 
+  // Status, step and history come from one read: whenever the page shows a
+  // status, the history's last recorded status is that status.
+  for (let i = 0; i < 20; i++) {
+    const shown = await page.locator("#status .badge").getAttribute("data-status");
+    const recorded = await page.locator("#history tr .badge").evaluateAll((badges) => badges.map((b) => b.textContent));
+    if (recorded.length) assert.equal(shown, recorded[recorded.length - 1], "the badge and the history agree");
+    if (shown === "VALIDATED") break;
+    await page.waitForTimeout(500);
+  }
+
   // The page polls by itself until the request settles.
   await page.locator('#next[data-next="NONE"]').waitFor({ timeout: 90_000 });
   assert.equal(await page.locator("#status").innerText(), "VALIDATED");
@@ -63,8 +73,22 @@ test("a requester applies, the timeline reaches VALIDATED, and the binding is re
   assert.deepEqual(states, ["done", "done", "done", "done", "done", "done"]);
   assert.match(await page.locator("#mr-link").innerText(), /^!\d+$/);
   assert.match(await page.locator("#mr-link").getAttribute("href"), /\/config\/repo\/-\/merge_requests\/\d+$/);
+  // The link opens the merge request's page (GitLab's, here the simulator's).
+  const mrPage = await page.request.get(await page.locator("#mr-link").getAttribute("href"));
+  assert.equal(mrPage.status(), 200);
   assert.match(await page.locator("#next").innerText(), /Done/);
   await screenshot(page, "requester-4-validated");
+
+  // Applying again for a live binding says what helps and links the request in the way.
+  await page.click('nav a[href="/"]');
+  await page.locator("#target").selectOption("demo.feature-flags");
+  await page.fill("#reason", "e2e: once more");
+  await page.click("#submit");
+  const inTheWay = page.locator("#submit-error");
+  await inTheWay.waitFor();
+  assert.match(await inTheWay.innerText(), /already live .*removal first/);
+  assert.equal(await inTheWay.locator("#in-the-way").getAttribute("href"), `/operations/${operationId}`);
+  await screenshot(page, "requester-4b-live-already");
 
   // My bindings lists it as live, with the removal button.
   await page.click('nav a[href="/bindings"]');
@@ -82,9 +106,14 @@ test("a requester applies, the timeline reaches VALIDATED, and the binding is re
   await page.fill("#confirm-reason", "e2e: done trying");
   await page.click("#confirm-ok");
   await page.locator("#confirm-result.success").filter({ hasText: "Removal requested" }).waitFor();
-  await page.click("#confirm-cancel");
+  // The table behind the dialog shows the removal at once, without the button.
+  await row.locator(".badge").filter({ hasText: "CLOSING" }).waitFor({ timeout: 5_000 });
+  assert.equal(await row.locator("button.close").count(), 0);
+  await screenshot(page, "requester-5b-removal-requested");
+  await page.click("#confirm-follow");
   await page.waitForURL(/\/operations\/[0-9a-f-]{36}$/);
-  assert.notEqual(new URL(page.url()).pathname, `/operations/${operationId}`);
+  const removalId = new URL(page.url()).pathname.split("/").pop();
+  assert.notEqual(removalId, operationId);
   await page.locator('#next[data-next="REAPPLY"]').waitFor({ timeout: 90_000 });
   assert.equal(await page.locator("#status").innerText(), "CLOSED");
   assert.match(await page.locator("#next").innerText(), /removed\. You can apply again/);
@@ -92,7 +121,30 @@ test("a requester applies, the timeline reaches VALIDATED, and the binding is re
   assert.deepEqual(closeStates, ["done", "done", "done", "done", "done", "done"]);
   await screenshot(page, "requester-6-closed");
 
+  // The apply it removed no longer says it is live: it is superseded, and
+  // links the removal; both are listed for the subject and target.
+  await page.goto(`${BASE_URL}/operations/${operationId}`);
+  await page.locator("#status .badge").filter({ hasText: "SUPERSEDED" }).waitFor();
+  assert.equal(await page.locator("#next").getAttribute("data-next"), "NONE");
+  assert.doesNotMatch(await page.locator("#next").innerText(), /Done/);
+  assert.equal(await page.locator("#superseded-by").getAttribute("href"), `/operations/${removalId}`);
+  const relation = await page.locator("#relation tr").evaluateAll((rows) => rows.map((tr) => [tr.dataset.operation, tr.dataset.current]));
+  assert.deepEqual(relation, [[removalId, "true"], [operationId, "false"]]);
+  await screenshot(page, "requester-7-superseded");
+
+  // The operators' list shows it the same way, and its status filter agrees.
+  const ops = await pageAs(browser, "admin");
+  await ops.goto(`${BASE_URL}/ops?status=SUPERSEDED`);
+  const listed = ops.locator(`#operations tr[data-operation="${operationId}"]`);
+  await listed.waitFor();
+  assert.equal(await listed.locator(".badge").innerText(), "SUPERSEDED");
+  assert.equal(await listed.locator(".superseded-by").getAttribute("href"), `/operations/${removalId}`);
+  await ops.goto(`${BASE_URL}/ops?status=VALIDATED`);
+  await ops.locator("#operations, .hint").first().waitFor();
+  await ops.waitForLoadState("networkidle");
+  assert.equal(await ops.locator(`#operations tr[data-operation="${operationId}"]`).count(), 0);
+
   // A reload of an app route gets the page again (the server's fallback).
   await page.reload();
-  await page.locator('#next[data-next="REAPPLY"]').waitFor();
+  await page.locator("#status .badge").filter({ hasText: "SUPERSEDED" }).waitFor();
 });

@@ -1,8 +1,10 @@
 // The ops console's webhooks: an operator adds an endpoint pointing at a
 // receiver on loopback (the demo allows private targets), copies its secret,
 // shown once, sees a requester's request delivered, signed with it, in the
-// endpoint's delivery log, sends it again by hand, rotates the secret, then
-// disables and deletes the endpoint.
+// endpoint's delivery log (which names the request's subject, target, status
+// change and operation), sends it again by hand, rotates the secret, then
+// disables and deletes the endpoint. Each action shows on the page at once,
+// while its dialog is still open.
 
 import assert from "node:assert/strict";
 import { createHmac } from "node:crypto";
@@ -47,6 +49,14 @@ after(async () => {
   await new Promise((resolve) => (receiver ? receiver.close(resolve) : resolve()));
 });
 
+/**
+ * Marks what `locator` matches now, so that a wait for it without the mark
+ * sees only what the page rendered after.
+ */
+async function markStale(locator) {
+  await locator.evaluateAll((elements) => elements.forEach((element) => element.setAttribute("data-stale", "")));
+}
+
 /** Standard Webhooks: base64 HMAC-SHA256 of "id.timestamp.body" with the secret's key. */
 function signs(secret, delivery) {
   const key = Buffer.from(secret.replace(/^whsec_/, ""), "base64");
@@ -73,12 +83,15 @@ test("an operator adds a webhook endpoint, sees its secret once and its deliveri
   const answer = await result.innerText();
   const [, endpointId, secret] = /^OK: endpoint #(\d+) is added\. .*: (whsec_\S+)$/.exec(answer) ?? [];
   assert.ok(secret, `no secret in: ${answer}`);
+  // The list shows it at once, behind the dialog that is still open.
+  const row = page.locator(`#webhook-endpoints tr[data-endpoint="${endpointId}"]`);
+  await row.waitFor();
+  assert.equal(await page.locator("#confirm").count(), 1, "the dialog is still open");
+  assert.equal(await page.getByText("No webhook endpoints yet.").count(), 0);
   await screenshot(page, "webhooks-1-created");
   await page.click("#confirm-cancel");
   assert.equal(await page.locator("#webhook-secret-value").innerText(), secret);
   await page.locator("#webhook-secret").getByText("will not show it again").waitFor();
-  const row = page.locator(`#webhook-endpoints tr[data-endpoint="${endpointId}"]`);
-  await row.waitFor();
   assert.equal(await row.getAttribute("data-enabled"), "true");
   assert.equal(await row.locator("code").innerText(), url);
   // The list never shows a secret again.
@@ -112,26 +125,45 @@ test("an operator adds a webhook endpoint, sees its secret once and its deliveri
     return (await delivered.count()) === 1;
   });
   assert.equal(Number(await delivered.locator("td.attempts").innerText()) >= 1, true);
+  // It names what it tells: whose binding, which target, the status change
+  // the body carries, and the request, linked.
+  const sent = JSON.parse(first.body).data;
+  assert.equal(await delivered.locator("td.subject").innerText(), REQUESTER);
+  assert.equal(await delivered.locator("td.target").innerText(), "demo.feature-flags");
+  assert.equal(await delivered.locator("td.change").innerText(),
+    `${sent.fromStatus ?? "new"} → ${sent.toStatus}`);
+  const link = delivered.locator("td.operation a");
+  assert.equal(await link.getAttribute("href"), `/operations/${operationId}`);
+  // Every delivery of the log says which request it is about.
+  const unnamed = page.locator("#webhook-deliveries tbody tr").filter({ hasNot: page.locator("td.operation a") });
+  assert.equal(await unnamed.count(), 0);
   await screenshot(page, "webhooks-3-deliveries");
 
-  // Sent again by hand, with the same webhook-id.
+  // Sent again by hand, with the same webhook-id; the log is read again at once.
+  const deliveryId = await delivered.getAttribute("data-delivery");
+  const thisDelivery = `#webhook-deliveries tr[data-delivery="${deliveryId}"]`;
+  await markStale(page.locator(thisDelivery));
   await delivered.locator('button[data-action="redeliver"]').click();
   await page.fill("#confirm-reason", "e2e: send it again");
   await page.click("#confirm-ok");
   const redelivered = page.locator("#confirm-result.success");
   await redelivered.waitFor();
   assert.match(await redelivered.innerText(), /^OK: delivery #\d+ is queued to be sent again\.$/);
+  await page.locator(`${thisDelivery}:not([data-stale])`).waitFor();
+  assert.equal(await page.locator("#confirm").count(), 1, "the dialog is still open");
   await page.click("#confirm-cancel");
   await eventually("the redelivery", () =>
     received.filter((d) => d.headers["webhook-id"] === first.headers["webhook-id"]).length >= 2);
 
   // A rotated secret is shown once too, and differs.
+  await markStale(page.locator("#webhook-endpoint h2"));
   await page.click('button[data-action="rotate"]');
   await page.click("#confirm-ok");
   const rotated = page.locator("#confirm-result.success");
   await rotated.waitFor();
   const newSecret = /(whsec_\S+)$/.exec(await rotated.innerText())?.[1];
   assert.ok(newSecret && newSecret !== secret, "a new secret is shown");
+  await page.locator("#webhook-endpoint h2:not([data-stale])").waitFor();
   await page.click("#confirm-cancel");
   assert.equal(await page.locator("#webhook-secret-value").innerText(), newSecret);
 
@@ -141,9 +173,10 @@ test("an operator adds a webhook endpoint, sees its secret once and its deliveri
   const disabled = page.locator("#confirm-result.success");
   await disabled.waitFor();
   assert.equal(await disabled.innerText(), `OK: endpoint #${endpointId} is now disabled.`);
-  await page.click("#confirm-cancel");
   await page.locator("#endpoint-state").getByText("disabled").waitFor();
   await page.locator('button[data-action="enable"]').waitFor();
+  assert.equal(await page.locator("#confirm").count(), 1, "the dialog is still open");
+  await page.click("#confirm-cancel");
   await screenshot(page, "webhooks-4-disabled");
 
   await page.click('button[data-action="delete"]');
@@ -151,9 +184,11 @@ test("an operator adds a webhook endpoint, sees its secret once and its deliveri
   const deleted = page.locator("#confirm-result.success");
   await deleted.waitFor();
   assert.equal(await deleted.innerText(), `OK: endpoint #${endpointId} is deleted.`);
-  await page.click("#confirm-cancel");
+  // The list, without it, is behind the dialog at once.
   await page.waitForURL(/\/ops\/webhooks$/);
   await page.locator("#webhook-endpoints").waitFor();
   await page.locator("#webhook-endpoints tbody tr").or(page.getByText("No webhook endpoints yet.")).first().waitFor();
   assert.equal(await row.count(), 0);
+  assert.equal(await page.locator("#confirm").count(), 1, "the dialog is still open");
+  await page.click("#confirm-cancel");
 });

@@ -5,7 +5,7 @@ import { call, get, query } from "../api";
 import { confirmAction } from "../confirm";
 import { age, h, replace, when } from "../dom";
 import { navigate } from "../nav";
-import { STATUSES, STEPS, badge } from "../status";
+import { STATUSES, STEPS, operationBadge } from "../status";
 import type { ActionResult, Operation, Page } from "../types";
 import { adminError } from "./common";
 
@@ -27,15 +27,12 @@ const QUICK_VIEWS: [string, Record<string, string>][] = [
   ["Awaiting approval for over a day", { status: "APPROVAL_SENT", olderThanSeconds: "86400" }],
 ];
 
-/** Statuses after which nothing runs, so nothing can be retried or failed. */
-const SETTLED = ["VALIDATED", "REJECTED", "BUSY_REJECTED", "CLOSED", "ABANDONED"];
-const AWAITING_APPROVAL = ["APPROVAL_SENDING", "APPROVAL_SENT"];
-
 export function operationsTab(root: HTMLElement): void {
   const search = new URLSearchParams(location.search);
   const status = h("select", { id: "filter-status", name: "status" },
     h("option", { value: "" }, "any status"),
-    STATUSES.map((s) => h("option", { value: s, selected: s === search.get("status") }, s)));
+    // SUPERSEDED: what the list shows for requests a newer one took over.
+    [...STATUSES, "SUPERSEDED"].map((s) => h("option", { value: s, selected: s === search.get("status") }, s)));
   const step = h("select", { id: "filter-step", name: "step" },
     h("option", { value: "" }, "any step"),
     STEPS.map(([code, name]) => h("option", { value: code, selected: String(code) === search.get("step") }, `${code} ${name}`)));
@@ -93,8 +90,11 @@ export function operationsTab(root: HTMLElement): void {
   }
 
   function row(op: Operation): HTMLTableRowElement {
+    // Only what the server says would succeed now (an outside approval
+    // system decides for itself; a finished request has nothing to re-run).
+    const allowed = new Set(op.actions ?? []);
     const actions: HTMLElement[] = [];
-    if (!SETTLED.includes(op.status)) {
+    if (allowed.has("retry")) {
       actions.push(button("Retry", "retry", () => act({
         title: "Re-run the step",
         text: `Re-run ${op.step.name} for ${op.subjectId} → ${op.targetKey}. Every step is safe to run again.`,
@@ -102,6 +102,8 @@ export function operationsTab(root: HTMLElement): void {
         reasonRequired: false,
         path: `/admin/v1/operations/${op.operationId}/retry`,
       })));
+    }
+    if (allowed.has("fail")) {
       actions.push(button("Force-fail", "fail", () => act({
         title: "Force-fail the request",
         text: `Mark the request of ${op.subjectId} → ${op.targetKey} as failed. It stops here; the requester is told.`,
@@ -110,8 +112,8 @@ export function operationsTab(root: HTMLElement): void {
         path: `/admin/v1/operations/${op.operationId}/fail`,
       })));
     }
-    if (AWAITING_APPROVAL.includes(op.status)) {
-      for (const [label, verb] of [["Approve", "approve"], ["Reject", "reject"]]) {
+    for (const [label, verb] of [["Approve", "approve"], ["Reject", "reject"]] as const) {
+      if (allowed.has(verb)) {
         actions.push(button(label, verb, () => act({
           title: `${label} locally`,
           text: `${label} the request of ${op.subjectId} → ${op.targetKey} as the built-in approval system.`,
@@ -127,7 +129,10 @@ export function operationsTab(root: HTMLElement): void {
       h("td", {}, h("a", { href: `/operations/${op.operationId}`, title: op.operationId }, op.operationId.slice(0, 8))),
       h("td", {}, op.targetKey),
       h("td", {}, op.subjectId),
-      h("td", {}, badge(op.status)),
+      h("td", {}, operationBadge(op),
+        op.supersededBy
+          ? [" by ", h("a", { href: `/operations/${op.supersededBy}`, class: "superseded-by" }, op.supersededBy.slice(0, 8))]
+          : null),
       h("td", {}, `${op.step.name} (${op.step.code})`),
       h("td", { title: when(op.updatedAt) }, age(op.updatedAt)),
       h("td", { class: "message" }, op.message),

@@ -2,12 +2,16 @@
 // enabled and its circuit breaker; an operator registers one (its secret is
 // shown once), enables or disables it, rotates its secret (the new one shown
 // once) or deletes it. One endpoint is `?endpoint=ID`: its delivery log,
-// newest first, where a finished delivery is sent again by hand.
+// newest first, each delivery naming the binding change it carries (subject,
+// target, from → to, the operation), where a finished delivery is sent again
+// by hand. After each action the list and the log are read again at once,
+// while the dialog still shows the answer (a secret among it).
 
 import { call, get, query } from "../api";
 import { confirmAction } from "../confirm";
 import { age, h, replace, when } from "../dom";
 import { navigate } from "../nav";
+import { badge } from "../status";
 import type { CreatedEndpoint, Page, RotatedSecret, WebhookDelivery, WebhookEndpoint } from "../types";
 import { adminError } from "./common";
 
@@ -41,6 +45,12 @@ function deliveryBadge(status: string): HTMLElement {
   return h("span", { class: `badge ${tone}` }, status);
 }
 
+/** The binding's flip an event reports: `from → to`, or `new → to` for a new binding. */
+function statusChange(delivery: WebhookDelivery): (HTMLElement | string)[] {
+  if (!delivery.toStatus) return [];
+  return [delivery.fromStatus ? badge(delivery.fromStatus) : h("span", { class: "hint" }, "new"), " → ", badge(delivery.toStatus)];
+}
+
 function eventTypes(types: string[]): string {
   return types.length ? types.join(", ") : "every event";
 }
@@ -60,7 +70,7 @@ function showSecret(into: HTMLElement, label: string, secret: string, extra?: st
   );
 }
 
-function toggleAction(endpoint: WebhookEndpoint, done: () => void): void {
+function toggleAction(endpoint: WebhookEndpoint, changed: () => void): void {
   const enable = !endpoint.enabled;
   confirmAction({
     title: `${enable ? "Enable" : "Disable"} endpoint #${endpoint.id}`,
@@ -74,11 +84,11 @@ function toggleAction(endpoint: WebhookEndpoint, done: () => void): void {
       const changed = await call<WebhookEndpoint>("PATCH", `/admin/v1/webhook-endpoints/${endpoint.id}`, { enabled: enable });
       return `OK: endpoint #${changed.id} is now ${changed.enabled ? "enabled" : "disabled"}.`;
     },
-    done,
+    done: changed,
   });
 }
 
-function rotateAction(endpoint: WebhookEndpoint, secretBox: HTMLElement, done: () => void): void {
+function rotateAction(endpoint: WebhookEndpoint, secretBox: HTMLElement, changed: () => void): void {
   confirmAction({
     title: `Rotate the secret of endpoint #${endpoint.id}`,
     text: "A new secret signs every delivery from now on; the old one also signs them for a grace period, so the receiver can switch over. The new secret is shown once.",
@@ -90,11 +100,11 @@ function rotateAction(endpoint: WebhookEndpoint, secretBox: HTMLElement, done: (
       showSecret(secretBox, `New secret of endpoint #${answer.id}`, answer.secret, grace);
       return `OK: endpoint #${answer.id} has a new secret, shown on the page (only this once): ${answer.secret}`;
     },
-    done,
+    done: changed,
   });
 }
 
-function deleteAction(endpoint: WebhookEndpoint, done: () => void): void {
+function deleteAction(endpoint: WebhookEndpoint, changed: () => void): void {
   confirmAction({
     title: `Delete endpoint #${endpoint.id}`,
     text: `Stop sending to ${endpoint.url} for good and delete its delivery log. This cannot be undone.`,
@@ -105,7 +115,7 @@ function deleteAction(endpoint: WebhookEndpoint, done: () => void): void {
       await call<null>("DELETE", `/admin/v1/webhook-endpoints/${endpoint.id}`);
       return `OK: endpoint #${endpoint.id} is deleted.`;
     },
-    done,
+    done: changed,
   });
 }
 
@@ -166,13 +176,19 @@ function endpointList(root: HTMLElement): void {
     message,
   );
 
+  // Reads may overlap (an action's reload while the first read is under
+  // way): only the latest one's answer is shown.
+  let reads = 0;
+
   async function load(): Promise<void> {
+    const read = ++reads;
     try {
       const page = await get<{ items: WebhookEndpoint[] }>("/admin/v1/webhook-endpoints");
+      if (read !== reads) return;
       rows.replaceChildren(...page.items.map(row));
       replace(message, rows.children.length ? null : h("p", { class: "hint" }, "No webhook endpoints yet."));
     } catch (error) {
-      replace(message, adminError(error));
+      if (read === reads) replace(message, adminError(error));
     }
   }
 
@@ -214,18 +230,23 @@ function endpointView(root: HTMLElement, id: string): void {
     secretBox,
     h("div", { class: "toolbar" }, h("h2", {}, "Deliveries"), refresh),
     h("table", { class: "list", id: "webhook-deliveries" },
-      h("thead", {}, h("tr", {}, ["Delivery", "Event", "Status", "Attempts", "Last answer", "Next attempt", "Updated", "Actions"].map((c) => h("th", {}, c)))),
+      h("thead", {}, h("tr", {}, ["Delivery", "Event", "Subject", "Target", "Change", "Operation", "Status", "Attempts", "Last answer", "Next attempt", "Updated", "Actions"].map((c) => h("th", {}, c)))),
       rows),
     message,
     more,
   );
-  more.addEventListener("click", () => void loadDeliveries());
+  more.addEventListener("click", () => void loadDeliveries(reads));
   refresh.addEventListener("click", () => reload());
 
-  async function loadEndpoint(): Promise<void> {
+  // Reads may overlap (an action's reload while a read is under way): only
+  // the answers of the latest reload are shown.
+  let reads = 0;
+
+  async function loadEndpoint(read: number): Promise<void> {
     // The list is the only read of an endpoint.
     try {
       const page = await get<{ items: WebhookEndpoint[] }>("/admin/v1/webhook-endpoints");
+      if (read !== reads) return;
       const endpoint = page.items.find((e) => String(e.id) === id);
       if (!endpoint) {
         replace(facts, h("p", { class: "error", id: "console-error" }, `No webhook endpoint #${id}.`));
@@ -244,40 +265,45 @@ function endpointView(root: HTMLElement, id: string): void {
           h("dt", {}, "Created"), h("dd", {}, when(endpoint.createdAt)),
           h("dt", {}, "Updated"), h("dd", {}, when(endpoint.updatedAt)),
         ),
-        endpointActions(endpoint, secretBox, () => void loadEndpoint(), () => navigate(TAB)),
+        // Deleted, it has no page any more: the list shows it gone.
+        endpointActions(endpoint, secretBox, reload, () => navigate(TAB)),
       );
     } catch (error) {
-      replace(facts, adminError(error));
+      if (read === reads) replace(facts, adminError(error));
     }
   }
 
-  async function loadDeliveries(): Promise<void> {
+  /** The next page of the log for reload `read`; its first page replaces the rows. */
+  async function loadDeliveries(read: number): Promise<void> {
+    const first = cursor === null;
     more.disabled = true;
     try {
       const page = await get<Page<WebhookDelivery>>(
         `/admin/v1/webhook-endpoints/${encodeURIComponent(id)}/deliveries${query({ cursor, limit: 50 })}`);
+      if (read !== reads) return;
+      if (first) rows.replaceChildren();
       rows.append(...page.items.map(row));
       cursor = page.nextCursor ?? null;
       more.hidden = !cursor;
       replace(message, rows.children.length ? null : h("p", { class: "hint" }, "Nothing delivered yet."));
     } catch (error) {
-      replace(message, adminError(error));
+      if (read === reads) replace(message, adminError(error));
     } finally {
       more.disabled = false;
     }
   }
 
   function reload(): void {
-    rows.replaceChildren();
+    const read = ++reads;
     cursor = null;
-    void loadEndpoint();
-    void loadDeliveries();
+    void loadEndpoint(read);
+    void loadDeliveries(read);
   }
 
   function redeliverAction(delivery: WebhookDelivery): void {
     confirmAction({
       title: `Redeliver delivery #${delivery.id}`,
-      text: `Send ${delivery.eventType} (${delivery.webhookId}) again, with the same webhook-id and body and a fresh retry schedule.`,
+      text: `Send ${delivery.eventType}${delivery.subjectId ? ` of ${delivery.subjectId} → ${delivery.targetKey}` : ""} (${delivery.webhookId}) again, with the same webhook-id and body and a fresh retry schedule.`,
       confirmLabel: "Redeliver",
       reasonRequired: false,
       act: async (reason) => {
@@ -295,6 +321,13 @@ function endpointView(root: HTMLElement, id: string): void {
       { "data-delivery": delivery.id, "data-status": delivery.status },
       h("td", { title: delivery.webhookId }, `#${delivery.id}`),
       h("td", {}, delivery.eventType),
+      h("td", { class: "subject" }, delivery.subjectId ?? ""),
+      h("td", { class: "target" }, delivery.targetKey ? h("code", {}, delivery.targetKey) : ""),
+      h("td", { class: "change" }, statusChange(delivery)),
+      h("td", { class: "operation" }, delivery.operationId
+        ? h("a", { href: `/operations/${encodeURIComponent(delivery.operationId)}`, "data-operation-link": delivery.operationId, title: delivery.operationId },
+          delivery.operationId.slice(0, 8))
+        : ""),
       h("td", {}, deliveryBadge(delivery.status)),
       h("td", { class: "attempts" }, delivery.attempts),
       h("td", { class: "message" }, last),
@@ -306,6 +339,5 @@ function endpointView(root: HTMLElement, id: string): void {
     );
   }
 
-  void loadEndpoint();
-  void loadDeliveries();
+  reload();
 }

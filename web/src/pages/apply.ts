@@ -158,7 +158,10 @@ export function applyPage(root: HTMLElement): () => void {
       return;
     }
     const kind = error.status === 429 ? "rate-limited" : "error";
-    replace(result, h("p", { class: `error ${kind}`, id: "submit-error" }, error.describe()));
+    const inTheWay = error.operationId
+      ? [" ", h("a", { href: `/operations/${error.operationId}`, id: "in-the-way" }, "Open that request.")]
+      : [];
+    replace(result, h("p", { class: `error ${kind}`, id: "submit-error" }, error.describe(), ...inTheWay));
   }
 
   target.addEventListener("change", showTarget);

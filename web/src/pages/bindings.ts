@@ -3,15 +3,20 @@
 import { ApiError, call, get, newKey, query } from "../api";
 import { confirmAction } from "../confirm";
 import { h, replace, when } from "../dom";
-import { navigate } from "../nav";
-import { CLOSABLE, badge } from "../status";
+import { CLOSABLE, badge, tone } from "../status";
 import type { Binding, Page, Submitted } from "../types";
 
-export function bindingsPage(root: HTMLElement): void {
+/** How often the table is read again while a binding is on its way. */
+const REFRESH_MS = 3000;
+
+export function bindingsPage(root: HTMLElement): () => void {
   const rows = h("tbody", {});
   const more = h("button", { type: "button", id: "more", hidden: true }, "Load more");
   const message = h("div", { "aria-live": "polite" });
   let cursor: string | null = null;
+  let pages = 0;
+  let timer: number | undefined;
+  let stopped = false;
 
   replace(
     root,
@@ -29,15 +34,35 @@ export function bindingsPage(root: HTMLElement): void {
     more.disabled = true;
     try {
       const page = await get<Page<Binding>>(`/api/v1/me/bindings${query({ cursor, limit: 20 })}`);
+      if (stopped) return;
       rows.append(...page.items.map(row));
+      pages += 1;
       cursor = page.nextCursor ?? null;
       more.hidden = !cursor;
-      if (!rows.children.length) replace(message, h("p", { class: "hint" }, "You have no bindings yet. ", h("a", { href: "/" }, "Apply for one.")));
+      replace(message, rows.children.length ? null : h("p", { class: "hint" }, "You have no bindings yet. ", h("a", { href: "/" }, "Apply for one.")));
     } catch (error) {
       replace(message, h("p", { class: "error" }, error instanceof ApiError ? error.describe() : String(error)));
     } finally {
       more.disabled = false;
     }
+    scheduleRefresh();
+  }
+
+  // The pages shown so far, read again: a removal or an apply on its way
+  // shows each status it reaches, and the Remove button only while it can work.
+  async function refresh(): Promise<void> {
+    window.clearTimeout(timer);
+    const shown = Math.max(pages, 1);
+    rows.replaceChildren();
+    cursor = null;
+    pages = 0;
+    for (let i = 0; i < shown && (i === 0 || cursor); i++) await load();
+  }
+
+  function scheduleRefresh(): void {
+    window.clearTimeout(timer);
+    const moving = Array.from(rows.querySelectorAll<HTMLElement>(".badge")).some((b) => tone(b.textContent ?? "") === "busy");
+    if (moving && !stopped) timer = window.setTimeout(() => void refresh(), REFRESH_MS);
   }
 
   function row(binding: Binding): HTMLTableRowElement {
@@ -57,7 +82,6 @@ export function bindingsPage(root: HTMLElement): void {
   }
 
   function askClose(binding: Binding): void {
-    let operationId = "";
     const key = newKey();
     confirmAction({
       title: `Remove ${binding.targetKey}`,
@@ -67,12 +91,18 @@ export function bindingsPage(root: HTMLElement): void {
       act: async (reason) => {
         const path = `/api/v1/bindings/${encodeURIComponent(binding.targetKey)}/close`;
         const body = await call<Submitted>("POST", path, { subjectId: binding.subjectId, reason }, { "Idempotency-Key": key });
-        operationId = body.operationId;
-        return body.code === "DUPLICATE_SUBMIT" ? "Removal was already requested." : "Removal requested.";
+        return {
+          text: body.code === "DUPLICATE_SUBMIT" ? "Removal was already requested." : "Removal requested.",
+          follow: { href: `/operations/${body.operationId}`, label: "Follow the removal" },
+        };
       },
-      done: () => navigate(`/operations/${operationId}`),
+      done: () => void refresh(),
     });
   }
 
   void load();
+  return () => {
+    stopped = true;
+    window.clearTimeout(timer);
+  };
 }

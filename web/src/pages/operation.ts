@@ -1,9 +1,12 @@
-// One operation: where it is, what comes next, refreshed until it settles.
+// One operation: where it is, what comes next, what happened and when, and
+// the other requests of its relation. Everything comes from one read (the
+// timeline answer), so the badge, the step and the history never disagree;
+// the page reads it again every two seconds until the request settles.
 
 import { ApiError, get } from "../api";
 import { h, replace, when } from "../dom";
-import { advice, badge, timeline } from "../status";
-import type { HistoryEntry, Operation } from "../types";
+import { advice, badge, operationBadge, timeline } from "../status";
+import type { OperationTimeline, Related } from "../types";
 
 const POLL_MS = 2000;
 
@@ -15,9 +18,9 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
   replace(root, h("h1", {}, "Request ", h("code", {}, id)), body);
 
   async function load(): Promise<void> {
-    let op: Operation;
+    let snapshot: OperationTimeline;
     try {
-      op = await get<Operation>(`/api/v1/operations/${encodeURIComponent(id)}`);
+      snapshot = await get<OperationTimeline>(`/api/v1/operations/${encodeURIComponent(id)}/timeline`);
     } catch (error) {
       if (stopped) return;
       if (error instanceof ApiError && error.status === 404) {
@@ -29,23 +32,12 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
       timer = window.setTimeout(() => void load(), POLL_MS * 2);
       return;
     }
-    const history = await loadHistory();
     if (stopped) return;
-    show(op, history);
-    if (op.next === "WAIT") timer = window.setTimeout(() => void load(), POLL_MS);
+    show(snapshot);
+    if (snapshot.operation.next === "WAIT") timer = window.setTimeout(() => void load(), POLL_MS);
   }
 
-  // The recorded steps. The stages above need only the status, so a failed
-  // read of the history leaves it out rather than failing the page.
-  async function loadHistory(): Promise<HistoryEntry[] | null> {
-    try {
-      return (await get<{ items: HistoryEntry[] }>(`/api/v1/operations/${encodeURIComponent(id)}/timeline`)).items;
-    } catch {
-      return null;
-    }
-  }
-
-  function show(op: Operation, history: HistoryEntry[] | null): void {
+  function show({ operation: op, items, batchMembers, relation }: OperationTimeline): void {
     const mr = op.mergeRequest;
     // The URL comes from GitLab: link only what is plainly a web address.
     const mrLink = mr
@@ -53,39 +45,69 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
         ? h("a", { href: mr.url, target: "_blank", rel: "noopener", id: "mr-link" }, `!${mr.iid}`)
         : h("span", { id: "mr-link" }, `!${mr.iid}`)
       : null;
+    const batch = op.batchId !== undefined
+      ? h("span", { id: "batch" }, `#${op.batchId}`, batchMembers && batchMembers > 1 ? `, with ${batchMembers - 1} other request${batchMembers > 2 ? "s" : ""}` : ", on its own")
+      : null;
     replace(
       body,
       h("dl", { class: "facts" },
         h("dt", {}, "Target"), h("dd", {}, op.targetKey),
         h("dt", {}, "Subject"), h("dd", {}, op.subjectId),
-        h("dt", {}, "Status"), h("dd", { id: "status" }, badge(op.status)),
+        h("dt", {}, "Status"), h("dd", { id: "status" }, operationBadge(op)),
         h("dt", {}, "Step"), h("dd", { id: "step" }, `${op.step.name} (${op.step.code})`),
+        h("dt", {}, "Latest"), h("dd", { id: "message" }, op.message),
+        batch ? [h("dt", {}, "Merge batch"), h("dd", {}, batch)] : null,
         h("dt", {}, "Submitted"), h("dd", {}, when(op.createdAt)),
         h("dt", {}, "Updated"), h("dd", {}, when(op.updatedAt)),
       ),
       h("p", { class: `next next-${op.next.toLowerCase()}`, id: "next", "data-next": op.next },
-        advice(op.next, op.status),
+        advice(op.next, op.status, op.supersededBy !== undefined),
+        op.supersededBy
+          ? [" ", h("a", { href: `/operations/${op.supersededBy}`, id: "superseded-by" }, "See the newer request.")]
+          : null,
         op.next === "REAPPLY" ? [" ", h("a", { href: `/?target=${encodeURIComponent(op.targetKey)}` }, "Apply again")] : null),
       h("ol", { class: "timeline", id: "timeline" },
         timeline(op).map((stage) =>
           h("li", { class: stage.state, "data-stage": stage.key, "data-state": stage.state },
             h("span", { class: "label" }, stage.label),
             stage.key === "mr" && mrLink ? [" ", mrLink] : null,
-            stage.state === "active" || stage.state === "failed" ? h("span", { class: "detail" }, op.message) : null,
+            // The stage says what it is at; the message of the last step is
+            // under "Latest" (it may tell of the stage before, "opened MR !3").
+            stage.state === "active" ? h("span", { class: "detail" }, op.step.name) : null,
+            stage.state === "failed" ? h("span", { class: "detail" }, op.message) : null,
           ))),
-      history?.length
+      items.length
         ? [
             h("h2", {}, "History"),
             h("table", { class: "list", id: "history" },
-              h("tbody", {}, history.map((entry) =>
-                h("tr", {},
+              h("tbody", {}, items.map((entry) =>
+                h("tr", { "data-step": entry.step.name },
                   h("td", {}, when(entry.at)),
                   h("td", {}, entry.step.name),
+                  h("td", {}, entry.status ? badge(entry.status) : null),
                   h("td", {}, entry.message),
                   h("td", {}, entry.actor))))),
           ]
         : null,
+      relation.length > 1 ? relationTable(relation) : null,
     );
+  }
+
+  // Every apply and removal of the same subject and target, newest first.
+  function relationTable(relation: Related[]): HTMLElement[] {
+    return [
+      h("h2", {}, "Requests for this subject and target"),
+      h("table", { class: "list", id: "relation" },
+        h("tbody", {}, relation.map((related) =>
+          h("tr", { "data-operation": related.operationId, "data-current": String(related.current) },
+            h("td", {}, related.operationId === id
+              ? h("strong", {}, "this request")
+              : h("a", { href: `/operations/${related.operationId}` }, related.operationId.slice(0, 8))),
+            h("td", {}, related.kind === "CLOSE" ? "removal" : "apply"),
+            h("td", {}, related.status ? badge(related.status) : null),
+            h("td", {}, related.current ? "current" : "superseded"),
+            h("td", {}, when(related.createdAt)))))),
+    ];
   }
 
   void load();
