@@ -28,6 +28,7 @@ use crate::instance::Instance;
 use crate::jobs::progress::ProgressGauges;
 use crate::jobs::{self, Outcome};
 use crate::observer::{Observer, PrometheusObserver};
+use crate::sealing::KeyRing;
 use crate::state::{App, AppState};
 use crate::store::SubmissionQueue;
 use crate::telemetry;
@@ -115,6 +116,7 @@ impl Application {
             }
         });
 
+        let sealing = crate::webhooks::sealed::key_ring(&settings)?.map(Arc::new);
         let outbound = Outbound::new(
             Trust::load(settings.tls.ca_file.as_deref())?,
             ProxyRules::from_env(),
@@ -164,11 +166,14 @@ impl Application {
                 executor: &executor,
                 merge_queue: &merge_queue,
                 config: &config,
+                step_owner: instance.owner("w"),
+                retention_owner: instance.owner("r"),
             },
             JobIntervals {
                 dispatch: settings.executor.poll_interval,
                 idempotency_cleanup: settings.idempotency.cleanup_interval,
                 reconcile: settings.reconcile.interval,
+                retention: settings.retention.interval,
             },
         );
         spawn_webhook_jobs(
@@ -181,6 +186,7 @@ impl Application {
                 &dependencies,
                 settings.webhooks.allow_private_targets,
             )?,
+            sealing.clone(),
             instance.owner("h"),
         );
 
@@ -202,6 +208,7 @@ impl Application {
             // Two groups at a time: SQLite's one writer writes one group
             // while the next reads its relations.
             submissions: SubmissionQueue::start(),
+            sealing,
         });
         Ok(Self {
             listener,
@@ -328,6 +335,7 @@ struct JobIntervals {
     dispatch: Duration,
     idempotency_cleanup: Duration,
     reconcile: Duration,
+    retention: Duration,
 }
 
 /// What the background jobs work on.
@@ -337,6 +345,10 @@ struct JobParts<'a> {
     executor: &'a Executor,
     merge_queue: &'a MergeQueue,
     config: &'a LiveConfig,
+    /// The workers' step lease id.
+    step_owner: String,
+    /// This instance's id on the retention job's lease.
+    retention_owner: String,
 }
 
 /// Starts the background jobs: idle rate-limit keys, due operations, the
@@ -354,6 +366,8 @@ fn spawn_jobs(
         executor,
         merge_queue,
         config,
+        step_owner,
+        retention_owner,
     } = parts;
     let limiter = limiter.clone();
     workers.spawn(jobs::run_loop(
@@ -399,9 +413,10 @@ fn spawn_jobs(
         shutdown.child_token(),
         move || {
             let (db, executor) = (dispatch_db.get().cloned(), dispatch_executor.clone());
+            let owner = step_owner.clone();
             async move {
                 match db {
-                    Some(db) => jobs::dispatch::run_once(&db, &executor).await,
+                    Some(db) => jobs::dispatch::run_once(&db, &executor, &owner).await,
                     None => Ok(Outcome::Idle),
                 }
             }
@@ -447,16 +462,33 @@ fn spawn_jobs(
             }
         },
     ));
-    let db = db.clone();
+    let idempotency_db = db.clone();
     workers.spawn(jobs::run_loop(
         "idempotency_cleanup",
         intervals.idempotency_cleanup,
         shutdown.child_token(),
         move || {
-            let db = db.get().cloned();
+            let db = idempotency_db.get().cloned();
             async move {
                 match db {
                     Some(db) => jobs::idempotency_cleanup::run_once(&db).await,
+                    None => Ok(Outcome::Idle),
+                }
+            }
+        },
+    ));
+    let (retention_db, retention_config) = (db.clone(), config.clone());
+    workers.spawn(jobs::run_loop(
+        "retention",
+        intervals.retention,
+        shutdown.child_token(),
+        move || {
+            let db = retention_db.get().cloned();
+            let settings = retention_config.current();
+            let owner = retention_owner.clone();
+            async move {
+                match db {
+                    Some(db) => jobs::retention::run_once(&db, &settings.retention, &owner).await,
                     None => Ok(Outcome::Idle),
                 }
             }
@@ -472,6 +504,7 @@ fn spawn_webhook_jobs(
     db: &DbSlot,
     config: &LiveConfig,
     client: SystemClient,
+    keys: Option<Arc<KeyRing>>,
     owner: String,
 ) {
     let interval = config.current().webhooks.poll_interval;
@@ -491,20 +524,29 @@ fn spawn_webhook_jobs(
             }
         },
     ));
+    // Once the database is reachable: the secrets sealed, then the worker
+    // (none without keys: nothing could be signed).
+    let worker: Arc<tokio::sync::OnceCell<Option<Deliverer>>> = Arc::default();
     let (slot, config) = (db.clone(), config.clone());
-    let mut deliverer: Option<Deliverer> = None;
     workers.spawn(jobs::run_loop(
         "webhook_delivery",
         interval,
         shutdown.child_token(),
         move || {
-            if deliverer.is_none() {
-                deliverer = slot.get().map(|db| {
-                    Deliverer::owned_by(db.clone(), config.clone(), client.clone(), owner.clone())
-                });
-            }
-            let deliverer = deliverer.clone();
+            let (slot, config, client) = (slot.clone(), config.clone(), client.clone());
+            let (worker, keys, owner) = (worker.clone(), keys.clone(), owner.clone());
             async move {
+                let Some(db) = slot.get().cloned() else {
+                    return Ok(Outcome::Idle);
+                };
+                let deliverer = worker
+                    .get_or_try_init(|| async {
+                        crate::webhooks::sealed::prepare(&db, keys.as_deref()).await?;
+                        Ok::<_, sqlx::Error>(keys.map(|keys| {
+                            Deliverer::owned_by(db.clone(), config, client, keys, owner)
+                        }))
+                    })
+                    .await?;
                 match deliverer {
                     Some(deliverer) => deliverer.run_once().await,
                     None => Ok(Outcome::Idle),
@@ -524,10 +566,14 @@ async fn merge_queue_loop(queue: MergeQueue, tick: Duration, shutdown: Cancellat
             last_claim = Some(tokio::time::Instant::now());
             match queue.claim_round().await {
                 Ok(_) | Err(crate::batch::ClaimError::NotNow(_)) => {}
-                Err(err) => tracing::warn!(job = "merge_queue", "claim failed: {err:#}"),
+                Err(err) => {
+                    crate::batch::count_round_failure("claim");
+                    tracing::warn!(job = "merge_queue", "claim failed: {err:#}");
+                }
             }
         }
         if let Err(err) = queue.drive_round().await {
+            crate::batch::count_round_failure("drive");
             tracing::warn!(job = "merge_queue", "driving batches failed: {err:#}");
         }
         tokio::select! {

@@ -7,17 +7,21 @@ mod live;
 pub mod projects;
 mod reader;
 pub mod resolve;
+mod retention;
 mod secrets;
 mod sections;
 mod settings;
 pub mod source;
+mod telemetry;
 mod tls;
 mod watch;
+mod webhook_keys;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use live::{LevelSetter, LiveConfig, ReloadOutcome};
+pub use retention::RetentionSettings;
 pub use secrets::SecretFiles;
 pub use sections::{
     AuthzProvider, AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings,
@@ -27,8 +31,10 @@ pub use settings::{
     AccessSettings, ApprovalProvider, ApprovalSettings, BatchSettings, DatabaseSettings,
     GitLabSettings, LogFormat, LogSettings, ServerSettings, Settings,
 };
+pub use telemetry::TelemetrySettings;
 pub use tls::TlsSettings;
 pub use watch::watch;
+pub use webhook_keys::{KeyBytes, SealingKeys};
 
 /// Where the configuration file is looked for when none is named.
 pub const DEFAULT_CONFIG_PATH: &str = "config/default.toml";

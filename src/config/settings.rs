@@ -14,11 +14,13 @@ use toml::{Table, Value};
 
 use super::reader::Reader;
 use super::resolve::{self, AccessMode, AccessWindow, ApproveImpl, FlowOrder};
+use super::retention::{self, RetentionSettings};
 use super::secrets::{self, SecretFiles};
 use super::sections::{
     AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings, PollSchedule,
     ReconcileSettings, TargetSettings, WebSettings, WebhookSettings,
 };
+use super::telemetry::{self, TelemetrySettings};
 use super::tls::{self, TlsSettings};
 use super::{Problem, sections};
 
@@ -56,6 +58,8 @@ pub struct Settings {
     pub unreachable_deadline: Duration,
     /// Closing out lost deploy callbacks.
     pub reconcile: ReconcileSettings,
+    /// How long finished history is kept.
+    pub retention: RetentionSettings,
     /// GitLab connection (static) and approve implementation (dynamic).
     pub gitlab: GitLabSettings,
     /// The approval system.
@@ -73,6 +77,8 @@ pub struct Settings {
     pub web: WebSettings,
     /// Static: trust for outbound HTTPS.
     pub tls: TlsSettings,
+    /// Static: where traces are exported.
+    pub telemetry: TelemetrySettings,
     /// The files the secrets above were read from; a reload reads them again.
     pub secret_files: SecretFiles,
 }
@@ -323,8 +329,10 @@ const SCHEMA: &[(&str, Option<&[&str]>)] = &[
     ),
     ("webhooks", Some(sections::WEBHOOK_KEYS)),
     ("reconcile", Some(sections::RECONCILE_KEYS)),
+    ("retention", Some(retention::RETENTION_KEYS)),
     ("web", Some(sections::WEB_KEYS)),
     ("tls", Some(tls::TLS_KEYS)),
+    ("telemetry", Some(telemetry::TELEMETRY_KEYS)),
 ];
 
 impl Settings {
@@ -453,6 +461,7 @@ impl Settings {
         let executor = sections::executor(&mut r);
         let polling = sections::poll_schedule(&mut r);
         let reconcile = sections::reconcile(&mut r);
+        let retention = retention::retention(&mut r);
         let web = sections::web(&mut r);
 
         let unreachable_deadline = r.resolved(
@@ -485,7 +494,12 @@ impl Settings {
             project: r.string("gitlab", "project", ""),
             target_branch,
             bot_token: secrets::secret(&mut r, &mut secret_files, &["gitlab", "bot_token"]),
-            reviewer_tokens: secrets::reviewer_tokens(&mut r, &mut secret_files),
+            reviewer_tokens: secrets::list(
+                &mut r,
+                &mut secret_files,
+                "gitlab",
+                ["reviewer_tokens", "reviewer_token_files"],
+            ),
             approve_impl: r.resolved(
                 "gitlab.approve_impl",
                 resolve::approve_impl(r.get("gitlab", "approve_impl")),
@@ -565,6 +579,7 @@ impl Settings {
             polling,
             unreachable_deadline,
             reconcile,
+            retention,
             gitlab,
             approval,
             deploy_callback_secret: secrets::secret(
@@ -577,9 +592,10 @@ impl Settings {
                 "webhooks.silent",
                 resolve::webhook_silent(r.get("webhooks", "silent")),
             ),
-            webhooks: sections::webhooks(&mut r),
+            webhooks: sections::webhooks(&mut r, &mut secret_files),
             web,
             tls: tls::tls(&mut r),
+            telemetry: telemetry::telemetry(&mut r),
             secret_files,
         };
         (settings, r.into_problems())
