@@ -21,11 +21,17 @@ use crate::helpers::{REQUESTER_CONFIG, TestApp, spawn_app_with};
 /// workers only record what they are given, so requests stay where the API
 /// put them (the workflow's own tests drive the steps).
 pub async fn requester_app(db_url: &str, extra: &str) -> TestApp {
+    requester_app_with(db_url, "", extra).await
+}
+
+/// [`requester_app`] with `database_keys` in its `[database]` section.
+pub async fn requester_app_with(db_url: &str, database_keys: &str, extra: &str) -> TestApp {
     let parts = Parts {
         steps: Some(Arc::new(RecordingSteps::default())),
         ..Parts::default()
     };
-    let app = spawn_app_with(db_url, &format!("{REQUESTER_CONFIG}{extra}"), parts).await;
+    let config = format!("{database_keys}{REQUESTER_CONFIG}{extra}");
+    let app = spawn_app_with(db_url, &config, parts).await;
     app.wait_until_ready().await;
     app
 }
