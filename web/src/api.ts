@@ -27,9 +27,13 @@ export class ApiError extends Error {
     return this.status === 400 && match ? { name: match[1], message: match[2] } : null;
   }
 
-  /** For the page: the message, and the request id to quote to the team. */
+  /**
+   * For the page: the message, and the HTTP request's id to quote to the
+   * team, labelled so that it is not taken for a change request (whose id a
+   * message may name too).
+   */
   describe(): string {
-    return this.requestId ? `${this.message} (request ${this.requestId})` : this.message;
+    return this.requestId ? `${this.message} (support reference ${this.requestId})` : this.message;
   }
 }
 

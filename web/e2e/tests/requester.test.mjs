@@ -86,7 +86,12 @@ test("a requester applies, the timeline reaches VALIDATED, and the binding is re
   await page.click("#submit");
   const inTheWay = page.locator("#submit-error");
   await inTheWay.waitFor();
-  assert.match(await inTheWay.innerText(), /already live .*removal first/);
+  const told = await inTheWay.innerText();
+  assert.match(told, /already live \(request [0-9a-f-]+\): request its removal first/);
+  // One id is called a request: the change request in the way, not the HTTP call.
+  assert.equal(told.match(/request [0-9a-f]{8}-/g).length, 1, told);
+  assert.ok(told.includes(operationId), told);
+  assert.match(told, /support reference [0-9a-f-]+/);
   assert.equal(await inTheWay.locator("#in-the-way").getAttribute("href"), `/operations/${operationId}`);
   await screenshot(page, "requester-4b-live-already");
 
