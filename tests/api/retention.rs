@@ -3,15 +3,17 @@
 //! many), a binding's current operation keeps its whole history, each
 //! project's deploy watermark stays, unfinished deliveries and unrelayed
 //! events stay, `0` keeps a table for ever, and an instance holding the
-//! job's lease keeps the others out.
+//! job's lease keeps the others out; every deleted row is counted in
+//! `changegate_retention_deleted_total` under its table.
 
 use std::time::Duration;
 
 use changegate::config::RetentionSettings;
-use changegate::db::retention::take_job_lease;
+use changegate::db::retention::{Pruned, take_job_lease};
 use changegate::db::{Db, dialect};
 use changegate::jobs::Outcome;
 use changegate::jobs::retention::{CHUNK, JOB, run_once};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use sqlx::AssertSqlSafe;
 
 use crate::helpers::each_backend;
@@ -174,9 +176,44 @@ async fn fill(db: &Db) {
     back_date(db, "audit_log", "created_at", "actor = 'old'", 401).await;
 }
 
+/// Each table's `changegate_retention_deleted_total`.
+fn deleted_counters(snapshotter: &Snapshotter) -> Vec<(String, u64)> {
+    let mut counters: Vec<(String, u64)> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| key.key().name() == "changegate_retention_deleted_total")
+        .map(|(key, _, _, value)| {
+            let table = key.key().labels().next().unwrap().value().to_owned();
+            match value {
+                DebugValue::Counter(deleted) => (table, deleted),
+                other => panic!("not a counter: {other:?}"),
+            }
+        })
+        .collect();
+    counters.sort();
+    counters
+}
+
+/// The rows of every pruned table, as [`deleted_counters`] lists them.
+async fn table_counts(db: &Db) -> Vec<(String, u64)> {
+    let mut counts = Vec::new();
+    for table in Pruned::ALL {
+        let rows = count(db, table.table()).await;
+        counts.push((table.table().to_owned(), u64::try_from(rows).unwrap()));
+    }
+    counts.sort();
+    counts
+}
+
 #[tokio::test]
 async fn exactly_the_eligible_rows_go_and_current_history_and_watermarks_stay() {
     for test_db in each_backend().await {
+        // A recorder of this thread, which runs the test's runtime and so
+        // the job: the counters of this backend's run only.
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let _recording = metrics::set_default_local_recorder(&recorder);
         let db = &test_db.db;
         let name = test_db.name;
         fill(db).await;
@@ -204,11 +241,35 @@ async fn exactly_the_eligible_rows_go_and_current_history_and_watermarks_stay() 
             audit_log: None,
             ..settings()
         };
+        let rows_before = table_counts(db).await;
         let outcome = run_once(db, &kept_audit, "me").await.unwrap();
         assert!(
             matches!(outcome, Outcome::Worked { .. }),
             "{name}: {outcome:?}"
         );
+        // Every deleted row is counted, under its table.
+        let rows_after = table_counts(db).await;
+        let gone: Vec<(String, u64)> = rows_before
+            .iter()
+            .zip(&rows_after)
+            .map(|((table, before), (_, after))| (table.clone(), before - after))
+            .collect();
+        let counters = deleted_counters(&snapshotter);
+        let counted: Vec<(String, u64)> = gone
+            .iter()
+            .map(|(table, _)| {
+                let deleted = counters
+                    .iter()
+                    .find(|(named, _)| named == table)
+                    .map_or(0, |(_, total)| *total);
+                (table.clone(), deleted)
+            })
+            .collect();
+        assert_eq!(
+            counted, gone,
+            "{name}: the deleted rows are counted per table"
+        );
+        assert!(gone.iter().any(|(_, rows)| *rows > 0), "{name}");
 
         let mut events = strings(db, "SELECT operation_id FROM event ORDER BY id").await;
         events.sort();
