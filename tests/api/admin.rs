@@ -389,9 +389,28 @@ async fn operators_find_operations_by_status_step_and_age_and_read_the_audit_log
         assert_eq!(ids(&page), vec![waiting.clone()]);
         // The console offers only what would succeed.
         let actions = |page: &Value| page["items"][0]["actions"].clone();
+        // And says why what an operator may look for is not offered.
+        let withheld = |page: &Value| {
+            page["items"][0]["withheldActions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|withheld| {
+                    let action = withheld["action"].as_str().unwrap().to_owned();
+                    (action, withheld["reason"].as_str().unwrap().to_owned())
+                })
+                .collect::<Vec<_>>()
+        };
+        let waiting_outside = (
+            "retry".to_owned(),
+            "the request is waiting for an outside decision or confirmation; nothing to re-run"
+                .to_owned(),
+        );
         assert_eq!(actions(&page), json!(["fail", "approve", "reject"]));
+        assert_eq!(withheld(&page), std::slice::from_ref(&waiting_outside));
         let (_, failed_page) = get("?status=HANDLE_FAILED").await;
         assert_eq!(actions(&failed_page), json!(["retry", "fail"]));
+        assert_eq!(withheld(&failed_page), []);
         let outside = requester_app(
             &test_db.url,
             "[approval]\nprovider = \"http\"\nurl = \"http://127.0.0.1:9/approvals\"\n",
@@ -407,6 +426,23 @@ async fn operators_find_operations_by_status_step_and_age_and_read_the_audit_log
             actions(&decided_outside),
             json!(["fail"]),
             "{}: the approval system decides, nothing to re-run",
+            test_db.name
+        );
+        let decided_by_the_system = |action: &str| {
+            (
+                action.to_owned(),
+                "the approval system decides this request (approval.provider is not \"builtin\")"
+                    .to_owned(),
+            )
+        };
+        assert_eq!(
+            withheld(&decided_outside),
+            [
+                waiting_outside,
+                decided_by_the_system("approve"),
+                decided_by_the_system("reject")
+            ],
+            "{}",
             test_db.name
         );
         let (_, page) = get(&format!("?step={}", StepStatus::HandleApproveFailed.code())).await;

@@ -39,6 +39,8 @@ export interface Operation {
   supersededBy?: string;
   /** In the operators' list: the actions the server would accept now. */
   actions?: OperatorAction[];
+  /** In the operators' list: actions an operator may look for that cannot succeed now, and why. */
+  withheldActions?: { action: OperatorAction; reason: string }[];
 }
 
 /** An operator action on an operation. */

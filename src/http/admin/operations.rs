@@ -173,6 +173,12 @@ pub async fn list(
                 operation.step,
                 builtin_approval,
             );
+            let withheld = OperatorAction::withheld(
+                operation.kind,
+                row.status,
+                operation.step,
+                builtin_approval,
+            );
             let status = row
                 .status
                 .or_else(|| last.get(&operation.operation_id)?.parse().ok());
@@ -180,7 +186,7 @@ pub async fn list(
             OperationView::of(operation, status)
                 .in_batch(batch_id, obstacle.flatten())
                 .superseded_by(row.superseded_by)
-                .with_actions(actions)
+                .with_actions(actions, withheld)
         })
         .collect();
     Ok(Json(OperationPage { items, next_cursor }))

@@ -48,7 +48,24 @@ pub struct OperationView {
     /// console offers no button that can only answer 409.
     #[serde(skip_serializing_if = "Option::is_none")]
     actions: Option<Vec<OperatorAction>>,
+    /// The operator actions an operator may look for on this request that
+    /// cannot succeed now, each with why (the operators' list only): the
+    /// console shows them disabled, the reason on hover.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    withheld_actions: Option<Vec<WithheldAction>>,
 }
+
+/// An operator action that cannot succeed now, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct WithheldAction {
+    action: OperatorAction,
+    reason: &'static str,
+}
+
+/// Why Approve and Reject are withheld from a request awaiting approval
+/// when another system decides.
+const DECIDED_OUTSIDE: &str =
+    "the approval system decides this request (approval.provider is not \"builtin\")";
 
 /// An operator action on an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -88,6 +105,38 @@ impl OperatorAction {
             actions.extend([Self::Approve, Self::Reject]);
         }
         actions
+    }
+
+    /// The actions that do not apply to the same request although an
+    /// operator may look for them: Retry while it waits for a decision or a
+    /// confirmation from outside, and Approve and Reject while it awaits a
+    /// decision another system makes. A finished request withholds nothing:
+    /// there is nothing left to do to it.
+    pub fn withheld(
+        kind: OperationKind,
+        status: Option<BindingStatus>,
+        step: StepStatus,
+        builtin_approval: bool,
+    ) -> Vec<WithheldAction> {
+        let Some(status) = status else {
+            return Vec::new();
+        };
+        let mut withheld = Vec::new();
+        if let Err(reason @ operator::NotApplicable::WaitingOutside) =
+            operator::retry(kind, status, step)
+        {
+            withheld.push(WithheldAction {
+                action: Self::Retry,
+                reason: reason.message(),
+            });
+        }
+        if !builtin_approval && AWAITING_APPROVAL.contains(&status) {
+            withheld.extend([Self::Approve, Self::Reject].map(|action| WithheldAction {
+                action,
+                reason: DECIDED_OUTSIDE,
+            }));
+        }
+        withheld
     }
 }
 
@@ -217,9 +266,10 @@ impl OperationView {
     }
 
     /// The same view, listing the operator actions that apply.
-    pub fn with_actions(self, actions: Vec<OperatorAction>) -> Self {
+    pub fn with_actions(self, actions: Vec<OperatorAction>, withheld: Vec<WithheldAction>) -> Self {
         Self {
             actions: Some(actions),
+            withheld_actions: Some(withheld),
             ..self
         }
     }
@@ -247,6 +297,7 @@ impl OperationView {
             updated_at: rfc3339(operation.updated_at),
             superseded_by: None,
             actions: None,
+            withheld_actions: None,
         }
     }
 }

@@ -105,11 +105,20 @@ test("an operator force-fails a request stuck awaiting approval, with a reason; 
   await row.waitFor();
 
   // The demo's approvals come from the approval system, and nothing of
-  // changegate's waits to re-run: only force-fail is offered.
-  const offered = await row.locator("button[data-action]").evaluateAll((buttons) =>
+  // changegate's waits to re-run: only force-fail is offered; Retry,
+  // Approve and Reject are shown disabled, saying why on hover.
+  const offered = await row.locator("button[data-action]:enabled").evaluateAll((buttons) =>
     buttons.map((button) => button.dataset.action),
   );
   assert.deepEqual(offered, ["fail"]);
+  const withheld = await row.locator("button[data-action]:disabled").evaluateAll((buttons) =>
+    buttons.map((button) => [button.dataset.action, button.title]),
+  );
+  assert.deepEqual(withheld.map(([action]) => action), ["retry", "approve", "reject"]);
+  assert.match(withheld[0][1], /waiting for an outside decision/);
+  for (const [, reason] of withheld.slice(1)) assert.match(reason, /approval system decides/);
+  await row.locator('button[data-action="approve"]').hover();
+  await screenshot(page, "admin-2b-withheld-actions");
 
   await row.locator('button[data-action="fail"]').click();
   // A reason is required before anything is sent.

@@ -6,7 +6,7 @@ import { confirmAction } from "../confirm";
 import { age, h, replace, when } from "../dom";
 import { navigate } from "../nav";
 import { STATUSES, STEPS, operationBadge } from "../status";
-import type { ActionResult, Operation, Page } from "../types";
+import type { ActionResult, Operation, OperatorAction, Page } from "../types";
 import { adminError } from "./common";
 
 const AGES: [string, string][] = [
@@ -90,37 +90,45 @@ export function operationsTab(root: HTMLElement): void {
   }
 
   function row(op: Operation): HTMLTableRowElement {
-    // Only what the server says would succeed now (an outside approval
-    // system decides for itself; a finished request has nothing to re-run).
+    // What the server says would succeed now is offered; what an operator
+    // may look for but cannot succeed now (an outside approval system
+    // decides, or nothing of changegate's waits to re-run) is shown
+    // disabled, the server's reason on hover; the rest is left out.
     const allowed = new Set(op.actions ?? []);
-    const actions: HTMLElement[] = [];
-    if (allowed.has("retry")) {
-      actions.push(button("Retry", "retry", () => act({
+    const withheld = new Map((op.withheldActions ?? []).map(({ action, reason }) => [action, reason]));
+    const offers: [OperatorAction, string, () => void][] = [
+      ["retry", "Retry", () => act({
         title: "Re-run the step",
         text: `Re-run ${op.step.name} for ${op.subjectId} → ${op.targetKey}. Every step is safe to run again.`,
         confirmLabel: "Retry",
         reasonRequired: false,
         path: `/admin/v1/operations/${op.operationId}/retry`,
-      })));
-    }
-    if (allowed.has("fail")) {
-      actions.push(button("Force-fail", "fail", () => act({
+      })],
+      ["fail", "Force-fail", () => act({
         title: "Force-fail the request",
         text: `Mark the request of ${op.subjectId} → ${op.targetKey} as failed. It stops here; the requester is told.`,
         confirmLabel: "Force-fail",
         reasonRequired: true,
         path: `/admin/v1/operations/${op.operationId}/fail`,
-      })));
-    }
-    for (const [label, verb] of [["Approve", "approve"], ["Reject", "reject"]] as const) {
-      if (allowed.has(verb)) {
-        actions.push(button(label, verb, () => act({
+      })],
+      ...(["approve", "reject"] as const).map((verb): [OperatorAction, string, () => void] => {
+        const label = verb === "approve" ? "Approve" : "Reject";
+        return [verb, label, () => act({
           title: `${label} locally`,
           text: `${label} the request of ${op.subjectId} → ${op.targetKey} as the built-in approval system.`,
           confirmLabel: label,
           reasonRequired: false,
           path: `/admin/v1/approvals/${op.operationId}/${verb}`,
-        })));
+        })];
+      }),
+    ];
+    const actions: HTMLElement[] = [];
+    for (const [verb, label, onclick] of offers) {
+      const reason = withheld.get(verb);
+      if (allowed.has(verb)) {
+        actions.push(button(label, verb, onclick));
+      } else if (reason !== undefined) {
+        actions.push(h("button", { type: "button", "data-action": verb, disabled: true, title: reason }, label));
       }
     }
     return h(
