@@ -25,6 +25,7 @@ mod open;
 pub mod operation_snapshot;
 pub mod operations;
 pub mod outage;
+pub mod overview;
 pub mod progress;
 mod readiness;
 pub mod retention;

@@ -24,6 +24,7 @@ mod lease_takeover;
 mod migrations;
 mod migrations_released;
 mod outage;
+mod overview;
 mod proxy;
 mod readiness;
 mod reconcile;

@@ -214,3 +214,11 @@ export interface WebhookDelivery {
   createdAt: string;
   updatedAt: string;
 }
+
+/** `GET /admin/v1/overview`: the ops console's first glance. */
+export interface Overview {
+  statuses: { status: string; requests: number }[];
+  oldest: { status: string; operationId: string; since: string }[];
+  hours: number;
+  outcomes: { hour: string; status: string; requests: number }[];
+}

@@ -10,6 +10,7 @@ pub mod config;
 pub mod health;
 mod ok;
 pub mod operations;
+pub mod overview;
 pub mod reconcile;
 mod webhook_views;
 pub mod webhooks;

@@ -148,6 +148,11 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
         .routes(guarded(
             state,
             &ADMIN_READ,
+            routes!(super::admin::overview::get_overview),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_READ,
             routes!(super::admin::audit::list),
         ))
         .routes(guarded(

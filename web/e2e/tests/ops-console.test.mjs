@@ -1,6 +1,7 @@
 // The ops console: an operator re-runs a failed request and force-fails a
-// stuck one, and reads both in the audit log with a refused second try; a
-// requester is turned away.
+// stuck one, and reads both in the audit log with a refused second try;
+// the first page's overview agrees with the server; a requester is turned
+// away.
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -168,6 +169,46 @@ test("an operator force-fails a request stuck awaiting approval, with a reason; 
   assert.equal(log.includes("__"), false, "no reserved key is shown");
   assert.equal(log.includes("{\""), false, "no raw JSON is shown");
   await screenshot(page, "admin-6-audit");
+});
+
+test("the console's first page shows requests by status, the longest waiting, and the day's outcomes", async () => {
+  // The page shows what the server answered it (requests of earlier tests
+  // may still move: the answer the page read is the one to compare with).
+  const page = await pageAs(browser, "admin");
+  const answered = page.waitForResponse((response) => response.url().endsWith("/admin/v1/overview"));
+  await page.click('nav a[href="/ops"]');
+  const overview = await (await answered).json();
+  const statuses = page.locator("#overview-statuses tbody tr");
+  await statuses.first().waitFor();
+  const shown = await statuses.evaluateAll((rows) =>
+    rows.map((row) => [row.dataset.status, Number(row.querySelector("a.count").textContent)]));
+  assert.deepEqual(shown, overview.statuses.map(({ status, requests }) => [status, requests]));
+  // The earlier tests left a request retried to VALIDATED and one
+  // force-failed, ABANDONED.
+  const count = (status) => shown.find(([s]) => s === status)?.[1] ?? 0;
+  assert.ok(count("VALIDATED") >= 1 && count("ABANDONED") >= 1, JSON.stringify(shown));
+  for (const { status, operationId } of overview.oldest) {
+    const link = page.locator(`#overview-statuses tr[data-status="${status}"] td.oldest a`);
+    assert.equal(await link.getAttribute("href"), `/operations/${operationId}`);
+  }
+
+  // The chart's bars add up to the day's outcomes, grouped.
+  const bars = await page.locator("#outcome-chart rect").evaluateAll((rects) =>
+    rects.map((rect) => [rect.dataset.outcome, Number(rect.dataset.requests)]));
+  const sum = (outcome) => bars.filter(([o]) => o === outcome).reduce((total, [, n]) => total + n, 0);
+  const served = (statuses) => overview.outcomes
+    .filter(({ status }) => statuses.includes(status))
+    .reduce((total, { requests }) => total + requests, 0);
+  assert.equal(sum("done"), served(["VALIDATED", "CLOSED"]));
+  assert.equal(sum("failed"), served(["CREATE_FAILED", "HANDLE_FAILED", "CLOSE_FAILED", "ABANDONED"]));
+  assert.ok(sum("done") >= 1 && sum("failed") >= 1, JSON.stringify(bars));
+  await screenshot(page, "admin-0-overview");
+
+  // A count opens the list filtered by its status, without the overview.
+  await page.locator('#overview-statuses tr[data-status="ABANDONED"] a.count').click();
+  await page.waitForURL(/\/ops\?status=ABANDONED$/);
+  await page.locator("#operations tbody tr").first().waitFor();
+  assert.equal(await page.locator("#overview").count(), 0);
 });
 
 test("an operator reads the effective configuration, secrets redacted", async () => {

@@ -8,6 +8,7 @@ import { navigate } from "../nav";
 import { STATUSES, STEPS, operationBadge } from "../status";
 import type { ActionResult, Operation, OperatorAction, Page } from "../types";
 import { adminError } from "./common";
+import { overviewPanel } from "./overview";
 
 const AGES: [string, string][] = [
   ["", "any age"],
@@ -49,8 +50,11 @@ export function operationsTab(root: HTMLElement): void {
     navigate(`/ops${query({ status: status.value, step: step.value, olderThanSeconds: older.value })}`);
   } }, status, step, older, h("button", { type: "submit" }, "Show"));
 
+  // The first glance, on the console's first page: not over a filtered list.
+  const filtered = ["status", "step", "olderThanSeconds"].some((key) => search.has(key));
   replace(
     root,
+    filtered ? null : overviewPanel(),
     h("p", { class: "quick-views" }, "Quick views: ",
       QUICK_VIEWS.flatMap(([label, params], i) => [i ? " · " : "", h("a", { href: `/ops${query(params)}` }, label)])),
     filters,
