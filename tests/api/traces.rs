@@ -1,6 +1,7 @@
 //! Traces: changegate's spans reach an OTLP/HTTP collector (one kept here)
 //! with their parents, links and attributes, and every system changegate
-//! calls hears the trace in `traceparent`.
+//! calls (GitLab, the approval system, the permission service, webhook
+//! receivers) hears the trace in `traceparent`.
 //!
 //! Each test exports through a subscriber of its own thread. Beside the
 //! rest of the suite, whose tests install theirs too, spans were at times
@@ -359,4 +360,126 @@ async fn without_an_endpoint_nothing_is_exported_kept_or_sent() {
             .all(|r| r.traceparent.is_none())
     );
     assert!(w.gitlab.requests().iter().all(|r| r.traceparent.is_none()));
+}
+
+/// A permission service granting `alice` the requester rule, keeping the
+/// `traceparent` of every check it is asked.
+async fn traced_permission_service() -> (String, Arc<Mutex<Vec<Option<String>>>>) {
+    use axum::Json;
+    use axum::http::HeaderMap;
+
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let kept = heard.clone();
+    let check = move |headers: HeaderMap, Json(asked): Json<Value>| {
+        let kept = kept.clone();
+        async move {
+            let traceparent = headers
+                .get("traceparent")
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned);
+            kept.lock().unwrap().push(traceparent);
+            let granted: &[&str] = match asked["identity"].as_str() {
+                Some("alice") => &["changegate.requester"],
+                _ => &[],
+            };
+            Json(serde_json::json!({ "granted": granted }))
+        }
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let routes = Router::new().route("/check", post(check));
+    tokio::spawn(async move { axum::serve(listener, routes).await });
+    (format!("http://{address}/check"), heard)
+}
+
+/// A W3C traceparent's trace id and parent span id, if well formed.
+fn trace_and_parent(traceparent: &str) -> Option<(String, String)> {
+    let parts: Vec<&str> = traceparent.split('-').collect();
+    match parts.as_slice() {
+        ["00", trace, parent, _flags] if trace.len() == 32 && parent.len() == 16 => {
+            Some(((*trace).to_owned(), (*parent).to_owned()))
+        }
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn the_permission_service_and_webhook_receivers_hear_the_trace() {
+    if !enabled("the_permission_service_and_webhook_receivers_hear_the_trace") {
+        return;
+    }
+    use crate::webhooks::{Receiver, add_endpoint, add_events, deliverer, drain, hooks_config};
+
+    let (collector, url) = Collector::start().await;
+    let (traces, _guard) = export_to(&url);
+
+    // The permission check of a request runs inside its span: the caller's
+    // trace reaches the permission service.
+    let (permissions, heard) = traced_permission_service().await;
+    let db = sqlite_db().await;
+    let app = spawn_app(
+        &db.url,
+        &format!(
+            "[authz]\nprovider = \"http\"\nurl = \"{permissions}\"\ntimeout = \"5s\"\n{}",
+            crate::helpers::REQUESTER_CONFIG
+        ),
+    )
+    .await;
+    app.wait_until_ready().await;
+    let answer = app
+        .client
+        .post(format!("{}/api/v1/applications", app.address))
+        .header("x-auth-request-user", "alice")
+        .header("traceparent", traceparent())
+        .json(&apply_body("demo.feature-flags"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 202);
+    app.stop().await.unwrap();
+    let checks = heard.lock().unwrap().clone();
+    assert!(!checks.is_empty(), "the permission service was asked");
+    for check in &checks {
+        let (trace, _) = check
+            .as_deref()
+            .and_then(trace_and_parent)
+            .unwrap_or_else(|| panic!("a check without a traceparent: {check:?}"));
+        assert_eq!(trace, TRACE);
+    }
+
+    // A delivery is sent from its own client span, named in its traceparent.
+    let hooks = sqlite_db().await;
+    let receiver = Receiver::start().await;
+    add_endpoint(&hooks.db, &receiver.url, "").await;
+    add_events(&hooks.db, 1).await;
+    let worker = deliverer(&hooks.db, &hooks_config(""));
+    drain(
+        &hooks.db,
+        &worker,
+        false,
+        std::time::Duration::from_secs(15),
+    )
+    .await;
+    let arrivals = receiver.arrivals();
+    assert_eq!(arrivals.len(), 1);
+    let sent = arrivals[0]
+        .headers
+        .get("traceparent")
+        .and_then(|value| value.to_str().ok())
+        .and_then(trace_and_parent)
+        .expect("the delivery carries a traceparent");
+    traces.shutdown().await;
+
+    let spans: Vec<Span> = collector.spans().into_iter().map(|(_, s)| s).collect();
+    let checks = named(&spans, "POST authz");
+    assert_eq!(checks.len(), heard.lock().unwrap().len(), "{spans:?}");
+    assert!(checks.iter().all(|span| hex(&span.trace_id) == TRACE));
+    let delivery = named(&spans, "POST webhook");
+    assert_eq!(delivery.len(), 1, "{spans:?}");
+    assert_eq!(delivery[0].kind, SpanKind::Client as i32);
+    assert_eq!(
+        (hex(&delivery[0].trace_id), hex(&delivery[0].span_id)),
+        sent,
+        "the receiver heard the delivery's own span"
+    );
 }
