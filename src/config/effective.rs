@@ -134,6 +134,11 @@ pub fn effective(settings: &Settings) -> EffectiveConfig {
         }
         AccessWindow::Never => json!("invalid (treated as closed)"),
     };
+    // The zone only matters to a daily window, which holds it.
+    let timezone = match s.access.window {
+        AccessWindow::Daily { tz, .. } => json!(tz.name()),
+        _ => Value::Null,
+    };
     let targets: serde_json::Map<String, Value> = s
         .targets
         .iter()
@@ -169,7 +174,7 @@ pub fn effective(settings: &Settings) -> EffectiveConfig {
             "level": s.log.level,
             "format": match s.log.format { LogFormat::Human => "human", LogFormat::Json => "json" },
         }),
-        access: json!({ "mode": access_mode, "window": window }),
+        access: json!({ "mode": access_mode, "window": window, "timezone": timezone }),
         rate_limit: json!(s.rate_limit),
         identity: json!({
             "trustedProxies": s.identity.trusted_proxies.iter().map(ToString::to_string).collect::<Vec<_>>(),
@@ -288,6 +293,44 @@ pub fn effective(settings: &Settings) -> EffectiveConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn camel(key: &str) -> String {
+        let mut words = key.split('_');
+        let first = words.next().unwrap_or_default().to_owned();
+        words.fold(first, |mut camel, word| {
+            let mut letters = word.chars();
+            if let Some(initial) = letters.next() {
+                camel.extend(initial.to_uppercase());
+                camel.push_str(letters.as_str());
+            }
+            camel
+        })
+    }
+
+    /// The configuration view is built by hand: every key a configuration
+    /// file may hold (the same list that refuses unknown keys) must be in it,
+    /// so a key added to changegate cannot be missing from the view.
+    #[test]
+    fn every_configuration_key_is_shown() {
+        let (settings, _) = Settings::from_table(&toml::Table::new(), None);
+        let shown = serde_json::to_value(effective(&settings)).unwrap();
+        let mut missing = Vec::new();
+        for (section, keys) in super::super::settings::SCHEMA {
+            let Some(section_view) = shown.get(camel(section)) else {
+                missing.push((*section).to_owned());
+                continue;
+            };
+            for key in keys.unwrap_or_default() {
+                if section_view.get(camel(key)).is_none() {
+                    missing.push(format!("{section}.{key}"));
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "not in the configuration view: {missing:?}"
+        );
+    }
 
     #[test]
     fn credentials_never_leave_in_urls() {

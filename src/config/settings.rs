@@ -251,7 +251,7 @@ fn failover_hosts(r: &mut Reader<'_>) -> Vec<(String, u16)> {
 }
 
 /// Keys each section accepts; `None` means any key (a map such as `rate_limit`).
-const SCHEMA: &[(&str, Option<&[&str]>)] = &[
+pub(super) const SCHEMA: &[(&str, Option<&[&str]>)] = &[
     (
         "server",
         Some(&["listen", "request_timeout", "shutdown_timeout"]),
