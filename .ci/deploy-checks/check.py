@@ -224,10 +224,9 @@ def readme_docker(image):
 
 def config_schema():
     """Section -> accepted keys (None: any), as src/config/ declares them."""
-    sources = {
-        name: (ROOT / "src" / "config" / name).read_text()
-        for name in ("settings.rs", "sections.rs", "tls.rs")
-    }
+    # Every file of src/config/: a section's keys may be declared beside it
+    # (retention.rs, telemetry.rs, ...).
+    sources = {path.name: path.read_text() for path in sorted((ROOT / "src" / "config").glob("*.rs"))}
     consts = {}
     for text in sources.values():
         for match in re.finditer(r"const (\w+): &\[&str\] = &\[(.*?)\];", text, re.S):
@@ -243,9 +242,10 @@ def config_schema():
         elif "[" in keys:
             schema[match[1]] = re.findall(r'"([^"]*)"', keys)
         else:
-            schema[match[1]] = consts.get(keys.rsplit("::", 1)[-1])
+            schema[match[1]] = consts.get(keys.rsplit("::", 1)[-1], "unresolved")
     nested = {"identity.jwt": consts.get("JWT_KEYS"), "targets.*": consts.get("TARGET_KEYS")}
-    if len(schema) < 10 or "server" not in schema or None in nested.values():
+    unresolved = "unresolved" in schema.values()
+    if len(schema) < 10 or "server" not in schema or None in nested.values() or unresolved:
         raise SystemExit(
             "error: cannot read the configuration's keys from src/config/settings.rs and "
             "sections.rs: update config_schema() in .ci/deploy-checks/check.py"
