@@ -23,9 +23,33 @@ pub async fn acquire_lease(
     owner: &str,
     lease: Duration,
 ) -> Result<bool, sqlx::Error> {
+    take_row_lease(db, LeasedRow::Operation(operation_id), owner, lease).await
+}
+
+/// A row whose `lease_owner` and `lease_until` one instance at a time holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LeasedRow<'a> {
+    /// An operation's step, by operation id.
+    Operation(&'a str),
+    /// A background job, by name (`job_lease`).
+    Job(&'a str),
+}
+
+/// Takes the lease of `row` for `owner` for `lease`, if nobody holds one
+/// (or it expired, or `owner` holds it already); `true` when taken.
+pub(crate) async fn take_row_lease(
+    db: &Db,
+    row: LeasedRow<'_>,
+    owner: &str,
+    lease: Duration,
+) -> Result<bool, sqlx::Error> {
+    let (table, key_column, key) = match row {
+        LeasedRow::Operation(id) => ("operation", "operation_id", id),
+        LeasedRow::Job(name) => ("job_lease", "name", name),
+    };
     let backend = db.backend();
     let sql = format!(
-        "UPDATE operation SET lease_owner = ?, lease_until = {} WHERE operation_id = ? \
+        "UPDATE {table} SET lease_owner = ?, lease_until = {} WHERE {key_column} = ? \
          AND (lease_owner IS NULL OR lease_until < {} OR lease_owner = ?)",
         dialect::now_plus_ms(backend),
         dialect::now_ms(backend)
@@ -34,7 +58,7 @@ pub async fn acquire_lease(
         sqlx::query(AssertSqlSafe(sql))
             .bind(owner)
             .bind(millis(lease))
-            .bind(operation_id)
+            .bind(key)
             .bind(owner)
             .execute(pool)
             .await

@@ -209,23 +209,7 @@ pub async fn take_job_lease(
     owner: &str,
     lease: Duration,
 ) -> Result<bool, sqlx::Error> {
-    let backend = db.backend();
-    let sql = format!(
-        "UPDATE job_lease SET lease_owner = ?, lease_until = {} WHERE name = ? \
-         AND (lease_owner IS NULL OR lease_until < {} OR lease_owner = ?)",
-        dialect::now_plus_ms(backend),
-        dialect::now_ms(backend)
-    );
-    with_pool!(db, writer, |pool| {
-        sqlx::query(AssertSqlSafe(sql))
-            .bind(owner)
-            .bind(millis(lease))
-            .bind(job)
-            .bind(owner)
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected() == 1)
-    })
+    super::leases::take_row_lease(db, super::leases::LeasedRow::Job(job), owner, lease).await
 }
 
 /// Gives the lease of `job` back, if `owner` holds it.
