@@ -143,6 +143,19 @@ async fn get_traced(app: &TestApp, request_id: &str) {
     assert_eq!(answer.status(), 200);
 }
 
+/// `alice` applies for the demo target through a trusted proxy that sends
+/// the caller's trace.
+async fn apply_traced(app: &TestApp) -> reqwest::Response {
+    app.client
+        .post(format!("{}/api/v1/applications", app.address))
+        .header("x-auth-request-user", "alice")
+        .header("traceparent", traceparent())
+        .json(&apply_body("demo.feature-flags"))
+        .send()
+        .await
+        .unwrap()
+}
+
 /// Whether the trace tests run here; says so when they do not.
 fn enabled(test: &str) -> bool {
     let on = std::env::var(TRACES_VAR).is_ok_and(|value| value == "1");
@@ -210,19 +223,7 @@ async fn an_apply_is_one_trace_with_its_steps_and_linked_batch_rounds_and_callba
     let (traces, _guard) = export_to(&url);
     let db = sqlite_db().await;
     let w = world(&db.url, "").await;
-    let answer: Value = w
-        .app
-        .client
-        .post(format!("{}/api/v1/applications", w.app.address))
-        .header("x-auth-request-user", "alice")
-        .header("traceparent", traceparent())
-        .json(&apply_body("demo.feature-flags"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let answer: Value = apply_traced(&w.app).await.json().await.unwrap();
     let id = answer["operationId"].as_str().unwrap().to_owned();
     let view = wait_for(&w.app, &id, |v| {
         v["status"] == "VALIDATED" || v["next"] == "CONTACT_TEAM"
@@ -338,19 +339,7 @@ async fn without_an_endpoint_nothing_is_exported_kept_or_sent() {
     );
     let db = sqlite_db().await;
     let w = world(&db.url, "").await;
-    let answer: Value = w
-        .app
-        .client
-        .post(format!("{}/api/v1/applications", w.app.address))
-        .header("x-auth-request-user", "alice")
-        .header("traceparent", traceparent())
-        .json(&apply_body("demo.feature-flags"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let answer: Value = apply_traced(&w.app).await.json().await.unwrap();
     let id = answer["operationId"].as_str().unwrap().to_owned();
     wait_for(&w.app, &id, |v| v["status"] == "VALIDATED").await;
     assert!(
@@ -426,16 +415,7 @@ async fn the_permission_service_and_webhook_receivers_hear_the_trace() {
     )
     .await;
     app.wait_until_ready().await;
-    let answer = app
-        .client
-        .post(format!("{}/api/v1/applications", app.address))
-        .header("x-auth-request-user", "alice")
-        .header("traceparent", traceparent())
-        .json(&apply_body("demo.feature-flags"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), 202);
+    assert_eq!(apply_traced(&app).await.status(), 202);
     app.stop().await.unwrap();
     let checks = heard.lock().unwrap().clone();
     assert!(!checks.is_empty(), "the permission service was asked");
