@@ -37,7 +37,7 @@ impl MergeQueue {
                 "every request of merge batch #{} was withdrawn; its MR is closed",
                 batch.id
             );
-            self.fail(db, batch, StepStatus::ManualAbandoned, &message)
+            self.fail(db, batch, StepStatus::ManualAbandoned, &message, &[])
                 .await?;
             write_tx!(db, |tx| {
                 append_membership(tx.db(), batch.id, &departed, "REMOVED", None).await

@@ -4,7 +4,9 @@
 mod claim;
 mod departed;
 mod enqueue;
+mod fit;
 mod metrics;
+mod noted;
 mod outcome;
 mod runner;
 mod settle;

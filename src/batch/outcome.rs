@@ -10,23 +10,33 @@ use crate::db::batches::{
 };
 use crate::db::callbacks::deployed_since;
 use crate::db::operations::operations_by_ids;
+use crate::db::timeline_events::TimelineEvent;
 use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, StoreError, StoreTx, lock_members, move_members};
-use crate::workflow::{bot, file_action};
+use crate::workflow::{bot, file_action, merged_events};
 use crate::write_tx;
 
 use super::metrics::Ended;
+use super::noted::note_members;
 use super::runner::{ACTOR, IN_FLIGHT, MergeQueue, batch_branch};
 
 impl MergeQueue {
-    /// Merged: the batch SUCCEEDED and every member is MERGED, together; a
-    /// deploy already reported for its MR confirms them at once.
+    /// Merged: the batch SUCCEEDED and every member is MERGED, together,
+    /// with what the merge round saw (`noted`), the head pipeline's run and
+    /// the merge commit on their timelines; a deploy already reported for
+    /// its MR confirms them at once.
     pub(super) async fn succeed(
         &self,
         db: &Db,
         batch: &BatchRow,
         merged: Option<&MergeRequest>,
+        noted: &[TimelineEvent],
     ) -> Result<(), StoreError> {
+        let noted: Vec<TimelineEvent> = noted
+            .iter()
+            .cloned()
+            .chain(merged.into_iter().flat_map(merged_events))
+            .collect();
         let sha = merged.and_then(|mr| mr.sha.as_deref());
         let all = live_members(db, batch.id).await?;
         let settings = self.config.current();
@@ -73,6 +83,7 @@ impl MergeQueue {
             }
             // Merged and not-landed members move apart: lock them together.
             lock_members(tx, &all).await?;
+            note_members(tx, &all, &noted).await?;
             let message = format!("merged in batch #{}", batch.id);
             let change = Change {
                 step: StepStatus::HandleMerged,
@@ -176,7 +187,7 @@ impl MergeQueue {
                 }
                 match mr {
                     Some(mr) if mr.state == "merged" => {
-                        self.succeed(db, batch, Some(&mr)).await?;
+                        self.succeed(db, batch, Some(&mr), &[]).await?;
                         return Ok(true);
                     }
                     Some(mr) => mr.state == "closed",
@@ -207,6 +218,7 @@ impl MergeQueue {
         batch: &BatchRow,
         step: StepStatus,
         message: &str,
+        noted: &[TimelineEvent],
     ) -> Result<(), StoreError> {
         if self.merged_meanwhile(db, batch).await? {
             return Ok(());
@@ -238,6 +250,7 @@ impl MergeQueue {
             if update_batch(tx.db(), batch.id, batch.version, &failed).await? != 1 {
                 return Ok(false);
             }
+            note_members(tx, &ids, noted).await?;
             if bisect {
                 let (first, second) = ids.split_at(ids.len() / 2);
                 let parent = if batch.split_group.is_empty() {

@@ -16,16 +16,19 @@ use crate::db::batches::{
 };
 use crate::db::operations::operations_by_ids;
 use crate::db::outage::{OutageClock, batch_unreachable_for};
+use crate::db::timeline_events::TimelineEvent;
 use crate::db::{Db, DbSlot};
 use crate::domain::{BindingStatus, IN_MERGE_QUEUE, StepStatus};
 use crate::store::{Change, MergeRequestRef, StoreError, move_members};
 use crate::workflow::{
     ChangeSet, MAX_DESCRIPTION_BYTES, Opened, Round, Verdict, Workflow, bot, file_action,
-    outage_message, verdict,
+    outage_message, rebasing_event, verdict,
 };
 
 use super::claim::{Claimed, claim_batch};
+use super::fit::{MAX_COMMIT_BYTES, actions_that_fit, members_that_fit};
 use super::metrics::Ended;
+use super::noted::{note_members, pipeline_run};
 use crate::write_tx;
 
 pub(super) const ACTOR: &str = "merge-queue";
@@ -146,8 +149,9 @@ impl MergeQueue {
             Ok(token) => token,
             // A mistake the team has to fix: the members say so.
             Err(err) => {
+                let message = err.to_string();
                 return self
-                    .fail(db, &batch, StepStatus::CreateRefused, &err.to_string())
+                    .fail(db, &batch, StepStatus::CreateRefused, &message, &[])
                     .await;
             }
         };
@@ -159,7 +163,7 @@ impl MergeQueue {
             ("OPENING", _) => self.open(db, settings, &batch).await,
             ("PIPELINE", Some(iid)) => match gitlab.merge_request(token, &batch.project, iid).await
             {
-                Ok(mr) if mr.state == "merged" => self.succeed(db, &batch, Some(&mr)).await,
+                Ok(mr) if mr.state == "merged" => self.succeed(db, &batch, Some(&mr), &[]).await,
                 Ok(mr) => match mr.head_pipeline.as_ref().map(|p| p.status.as_str()) {
                     Some("success") => {
                         let change = BatchChange {
@@ -167,20 +171,15 @@ impl MergeQueue {
                             ..BatchChange::default()
                         };
                         let message = format!("merge batch #{}: pipeline passed", batch.id);
-                        self.advance(
-                            db,
-                            &batch,
-                            &change,
-                            &[BindingStatus::MrCreated],
-                            BindingStatus::Merging,
-                            StepStatus::HandleStarted,
-                            &message,
-                        )
-                        .await
+                        let noted = pipeline_run(&mr);
+                        let to = (BindingStatus::Merging, StepStatus::HandleStarted);
+                        self.advance(db, &batch, &change, &noted, to, &message)
+                            .await
                     }
                     Some("failed" | "canceled") => {
                         let message = format!("the pipeline of batch MR !{iid} failed");
-                        self.fail(db, &batch, StepStatus::CreatePipelineFailed, &message)
+                        let step = StepStatus::CreatePipelineFailed;
+                        self.fail(db, &batch, step, &message, &pipeline_run(&mr))
                             .await
                     }
                     _ if settings.polling.deadline_reached(batch.polls + 1)
@@ -196,12 +195,22 @@ impl MergeQueue {
                 }
             },
             ("MERGING", Some(iid)) => {
-                match self
+                let mut noted = Vec::new();
+                let project = &batch.project;
+                let round = self
                     .workflow
-                    .merge_round(settings, token, &batch.project, iid, batch.polls)
-                    .await
-                {
-                    Ok(Round::Merged(mr)) => self.succeed(db, &batch, Some(&mr)).await,
+                    .merge_round(settings, token, project, iid, batch.polls, &mut noted)
+                    .await;
+                // What the round saw is recorded with the batch's state change
+                // where there is one; else on its own, only when there is some.
+                match &round {
+                    Ok(Round::Merged(_)) => {}
+                    Ok(Round::Finished(outcome)) if outcome.status.is_some() => {}
+                    Ok(Round::Rebasing(mr)) => noted.push(rebasing_event(mr, ACTOR)),
+                    _ => self.note(db, &batch, &noted).await?,
+                }
+                match round {
+                    Ok(Round::Merged(mr)) => self.succeed(db, &batch, Some(&mr), &noted).await,
                     // The merge's answer was lost: the next round reads the
                     // MR again (merged → done), as for an unanswered write.
                     Ok(Round::Finished(outcome)) if outcome.step == StepStatus::MergePending => {
@@ -225,20 +234,16 @@ impl MergeQueue {
                         let message = outcome
                             .message
                             .unwrap_or_else(|| outcome.step.description().to_owned());
-                        self.fail(db, &batch, outcome.step, &message).await
+                        self.fail(db, &batch, outcome.step, &message, &noted).await
                     }
-                    Ok(Round::Rebasing) => {
+                    Ok(Round::Rebasing(_)) => {
                         let message =
                             format!("batch MR !{iid} is behind its target branch: rebasing it");
-                        self.write(
-                            db,
-                            &batch,
-                            &BatchChange {
-                                message: Some(&message),
-                                ..BatchChange::default()
-                            },
-                        )
-                        .await
+                        let change = BatchChange {
+                            message: Some(&message),
+                            ..BatchChange::default()
+                        };
+                        self.write_noting(db, &batch, &change, &noted).await
                     }
                     Ok(Round::NotYet) => self.poll(db, &batch, None).await,
                     Err(err) => {
@@ -430,16 +435,15 @@ impl MergeQueue {
         Ok(())
     }
 
-    /// A guarded batch write with the members' move, in one transaction.
-    #[allow(clippy::too_many_arguments)]
+    /// A guarded batch write with the MR_CREATED members' move `to` a
+    /// status and step, and the events that led to it, in one transaction.
     async fn advance(
         &self,
         db: &Db,
         batch: &BatchRow,
         change: &BatchChange<'_>,
-        from: &[BindingStatus],
-        to: BindingStatus,
-        step: StepStatus,
+        noted: &[TimelineEvent],
+        (to, step): (BindingStatus, StepStatus),
         message: &str,
     ) -> Result<(), StoreError> {
         let ids = live_members(db, batch.id).await?;
@@ -447,12 +451,14 @@ impl MergeQueue {
             if update_batch(tx.db(), batch.id, batch.version, change).await? != 1 {
                 return Ok(());
             }
+            note_members(tx, &ids, noted).await?;
             let member_change = Change {
                 step,
                 message: Some(message),
                 actor: ACTOR,
             };
-            move_members(tx, &ids, from, Some(to), member_change, None).await?;
+            let from = [BindingStatus::MrCreated];
+            move_members(tx, &ids, &from, Some(to), member_change, None).await?;
             Ok::<_, StoreError>(())
         })
         .await
@@ -464,8 +470,26 @@ impl MergeQueue {
         batch: &BatchRow,
         change: &BatchChange<'_>,
     ) -> Result<(), StoreError> {
+        self.write_noting(db, batch, change, &[]).await
+    }
+
+    /// A guarded batch write, with `noted` recorded for its members.
+    async fn write_noting(
+        &self,
+        db: &Db,
+        batch: &BatchRow,
+        change: &BatchChange<'_>,
+        noted: &[TimelineEvent],
+    ) -> Result<(), StoreError> {
+        let ids = if noted.is_empty() {
+            Vec::new()
+        } else {
+            live_members(db, batch.id).await?
+        };
         write_tx!(db, |tx| {
-            update_batch(tx.db(), batch.id, batch.version, change).await?;
+            if update_batch(tx.db(), batch.id, batch.version, change).await? == 1 {
+                note_members(tx, &ids, noted).await?;
+            }
             Ok::<_, StoreError>(())
         })
         .await
@@ -539,7 +563,7 @@ impl MergeQueue {
             }
             Verdict::Fail { step, message } => (step, message),
         };
-        self.fail(db, batch, step, &message).await
+        self.fail(db, batch, step, &message, &[]).await
     }
 
     /// Not ready yet: counted, so the deadline can be told.
@@ -578,77 +602,4 @@ pub enum ClaimError {
 /// The source branch of a batch's MR.
 pub(super) fn batch_branch(batch_id: i64) -> String {
     format!("changegate/batch-{batch_id}")
-}
-
-/// The most file bytes one batch commit carries. GitLab's commits API
-/// refuses a request over 300 MiB and lets a user make only three commits
-/// over 20 MiB every 30 seconds (app/uploaders/repositories/commits_uploader.rb
-/// `MAX_RATE_LIMITED_REQUEST_SIZE`, lib/api/helpers/commits_body_uploader_helper.rb
-/// `check_large_request_rate_limit!`): a batch stays below the throttled size,
-/// with room for the JSON around the contents.
-const MAX_COMMIT_BYTES: usize = 16 << 20;
-
-/// How many of `actions`, in order, fit in one commit of at most `limit`
-/// bytes of paths and contents.
-fn actions_that_fit(actions: &[FileAction], limit: usize) -> usize {
-    let mut used = 0;
-    for (fitted, action) in actions.iter().enumerate() {
-        used += action.file_path.len() + action.content.as_ref().map_or(0, String::len);
-        if used > limit {
-            return fitted;
-        }
-    }
-    actions.len()
-}
-
-/// How many of `trailers` (one per line) fit after a header of
-/// `header_len` bytes in a description of at most `limit` bytes.
-fn members_that_fit(header_len: usize, trailers: &[String], limit: usize) -> usize {
-    let mut used = header_len;
-    for (fitted, trailer) in trailers.iter().enumerate() {
-        let separator = usize::from(fitted > 0);
-        used += separator + trailer.len();
-        if used > limit {
-            return fitted;
-        }
-    }
-    trailers.len()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{FileAction, actions_that_fit, members_that_fit};
-
-    #[test]
-    fn only_whole_trailers_that_fit_the_description_are_kept() {
-        let trailers: Vec<String> = (0..5).map(|n| format!("trailer-{n}")).collect();
-        // "header" + "trailer-0\ntrailer-1" is 6 + 9 + 1 + 9 = 25 bytes.
-        assert_eq!(members_that_fit(6, &trailers, 25), 2);
-        assert_eq!(members_that_fit(6, &trailers, 24), 1);
-        assert_eq!(members_that_fit(6, &trailers, 1 << 20), 5);
-        assert_eq!(members_that_fit(6, &trailers, 6), 0);
-    }
-
-    #[test]
-    fn only_files_that_fit_one_commit_are_kept() {
-        let action = |content: Option<&str>| FileAction {
-            action: if content.is_some() {
-                "create"
-            } else {
-                "delete"
-            },
-            file_path: "a/b.json".to_owned(),
-            content: content.map(str::to_owned),
-        };
-        // Each create is 8 bytes of path and 10 of content; a delete only its path.
-        let actions = [
-            action(Some("0123456789")),
-            action(None),
-            action(Some("0123456789")),
-        ];
-        assert_eq!(actions_that_fit(&actions, 18), 1);
-        assert_eq!(actions_that_fit(&actions, 26), 2);
-        assert_eq!(actions_that_fit(&actions, 44), 3);
-        assert_eq!(actions_that_fit(&actions, 17), 0);
-    }
 }

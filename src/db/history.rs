@@ -31,6 +31,14 @@ pub struct HistoryRow {
     pub actor: String,
     /// Explanation.
     pub message: Option<String>,
+    /// For an event that changed no step (a pipeline run, an approval, a
+    /// rebase, the merge commit): its kind
+    /// ([`EventKind`](super::timeline_events::EventKind)); `None` for a step.
+    pub event: Option<String>,
+    /// What the event is about: a pipeline's status, a commit's sha.
+    pub detail: Option<String>,
+    /// The event's page on GitLab.
+    pub url: Option<String>,
     /// Database time.
     pub created_at: NaiveDateTime,
 }
@@ -113,7 +121,7 @@ pub async fn list_history_in(
 }
 
 const LIST_HISTORY: &str = "SELECT id, operation_id, from_step, to_step, from_status, to_status, \
-    operation_version, actor, message, created_at \
+    operation_version, actor, message, event, detail, url, created_at \
     FROM operation_history WHERE operation_id = ? ORDER BY id";
 
 /// The last binding status recorded for an operation (its status even after

@@ -33,6 +33,7 @@ mod retry;
 pub mod script;
 pub mod settle_counts;
 pub mod statement;
+pub mod timeline_events;
 mod tx;
 pub mod webhook_deliveries;
 pub mod webhook_endpoints;

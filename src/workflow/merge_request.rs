@@ -5,10 +5,10 @@
 
 use secrecy::SecretString;
 
-use super::Workflow;
 use super::merge_state::{merge_state, passed_for_head};
 use super::open::{ChangeSet, Opened};
 use super::review::ApproveFailure;
+use super::{Workflow, events};
 use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest};
 use crate::config::Settings;
 use crate::config::projects::{ProjectKey, Projects};
@@ -17,11 +17,12 @@ use crate::db::Db;
 use crate::db::callbacks::deployed_since;
 use crate::db::operations::{OperationRow, record_merge_request};
 use crate::db::outage::OutageClock;
+use crate::db::timeline_events::TimelineEvent;
 use crate::domain::render::{BindingFile, canonical_json, file_path};
 use crate::domain::{BindingStatus, OperationKind, StepStatus};
 use crate::store::{self, Change, StoreError};
 
-const ACTOR: &str = "workflow";
+pub(super) const ACTOR: &str = "workflow";
 
 /// Where a step leaves an operation.
 pub(crate) struct Outcome {
@@ -109,7 +110,7 @@ pub(crate) fn bot(settings: &Settings) -> Result<&SecretString, GitLabError> {
 impl Outcome {
     /// The same outcome for a close operation, whose binding stays CLOSING
     /// through the MR's life and ends CLOSED (or CLOSE_FAILED).
-    fn for_kind(self, kind: OperationKind) -> Self {
+    pub(super) fn for_kind(self, kind: OperationKind) -> Self {
         if kind == OperationKind::Apply {
             return self;
         }
@@ -134,26 +135,6 @@ impl Outcome {
 }
 
 impl Workflow {
-    /// Writes `outcome` (adapted to the operation's kind) if the operation is
-    /// still at `version`.
-    pub(super) async fn settle(
-        &self,
-        db: &Db,
-        operation: &OperationRow,
-        version: i64,
-        outcome: Outcome,
-    ) -> Result<(), StoreError> {
-        let outcome = outcome.for_kind(operation.kind);
-        let change = Change {
-            step: outcome.step,
-            message: outcome.message.as_deref(),
-            actor: ACTOR,
-        };
-        store::transition(db, &operation.operation_id, version, outcome.status, change)
-            .await
-            .map(|_| ())
-    }
-
     /// Branch, commit and MR; records the MR on the operation.
     pub(super) async fn open_merge_request(
         &self,
@@ -247,11 +228,20 @@ impl Workflow {
             return Ok(());
         };
         let project = project_of(&settings, operation);
-        let outcome = match self
-            .merge_round(&settings, token, project, iid, operation.attempts)
-            .await
-        {
+        let mut noted = Vec::new();
+        let round = self
+            .merge_round(
+                &settings,
+                token,
+                project,
+                iid,
+                operation.attempts,
+                &mut noted,
+            )
+            .await;
+        let outcome = match round {
             Ok(Round::Merged(mr)) => {
+                noted.extend(events::merged(&mr));
                 match self.check_landed(&settings, project, &mr, operation).await {
                     Ok(true) => Outcome::to(BindingStatus::Merged, StepStatus::HandleMerged),
                     Ok(false) => Outcome {
@@ -264,6 +254,7 @@ impl Workflow {
                     // Checked again next round: merged is merged.
                     Err(err) => {
                         tracing::warn!(iid, "cannot check the merged file yet: {err}");
+                        self.note(db, operation, &noted).await?;
                         return self
                             .interrupted(
                                 db,
@@ -277,19 +268,23 @@ impl Workflow {
                 }
             }
             Ok(Round::Finished(outcome)) => outcome,
-            Ok(Round::Rebasing) => Outcome {
-                status: None,
-                step: StepStatus::HandleStarted,
-                message: Some(format!(
-                    "MR !{iid} is behind its target branch: rebasing it"
-                )),
-            },
+            // The rebase event says why; the step starts its polls again.
+            Ok(Round::Rebasing(mr)) => {
+                noted.push(events::rebasing(&mr, ACTOR));
+                Outcome {
+                    status: None,
+                    step: StepStatus::HandleStarted,
+                    message: None,
+                }
+            }
             Ok(Round::NotYet) => {
+                self.note(db, operation, &noted).await?;
                 return self
                     .note_obstacle(db, operation, None, OutageClock::Stop)
                     .await;
             }
             Err(err) => {
+                self.note(db, operation, &noted).await?;
                 return self
                     .interrupted(
                         db,
@@ -302,7 +297,7 @@ impl Workflow {
             }
         };
         let merged = outcome.status == Some(BindingStatus::Merged);
-        self.settle(db, operation, operation.version, outcome)
+        self.settle_noting(db, operation, operation.version, outcome, &noted)
             .await?;
         if merged && operation.kind == OperationKind::Apply {
             self.confirm_early_deploy(db, operation, iid).await?;
@@ -371,6 +366,9 @@ impl Workflow {
         .map(|_| ())
     }
 
+    /// One merge round of MR `iid`; the approvals it gave and the pipeline
+    /// run it saw fail are added to `noted`, for the caller to record with
+    /// what it writes (even when the round ends in an error).
     pub(crate) async fn merge_round(
         &self,
         settings: &Settings,
@@ -378,6 +376,7 @@ impl Workflow {
         project: &str,
         iid: i64,
         polls: i32,
+        noted: &mut Vec<TimelineEvent>,
     ) -> Result<Round, GitLabError> {
         let mr = self.gitlab.merge_request(token, project, iid).await?;
         // Read remote state first: an MR already merged is finished, not approved again.
@@ -406,7 +405,10 @@ impl Workflow {
         }
         // GitLab unavailable or throttling is waited out until the step's
         // deadline, as a merge that is not possible yet is.
-        match self.approve_as_reviewers(settings, project, iid).await {
+        match self
+            .approve_as_reviewers(settings, project, &mr, noted)
+            .await
+        {
             Err(ApproveFailure::Refused(err))
                 if err.is_transient() && !settings.polling.deadline_reached(polls) =>
             {
@@ -448,11 +450,11 @@ impl Workflow {
                 message: Some(format!("MR !{iid} conflicts with its target branch")),
             })),
             ("need_rebase", _) => match self.gitlab.rebase(token, project, iid).await {
-                Ok(()) => Ok(Round::Rebasing),
+                Ok(()) => Ok(Round::Rebasing(Box::new(mr))),
                 // No clear answer: GitLab may well be rebasing. Waiting as for
                 // a started rebase is right either way: the next round reads
                 // `rebase_in_progress` and the head, and asks again if needed.
-                Err(err) if err.outcome_unknown() => Ok(Round::Rebasing),
+                Err(err) if err.outcome_unknown() => Ok(Round::Rebasing(Box::new(mr))),
                 // A rebase is running or could not be enqueued right now.
                 Err(err) if err.status().is_some_and(|s| s.as_u16() == 409) => Ok(Round::NotYet),
                 Err(err) => Err(err),
@@ -491,11 +493,18 @@ impl Workflow {
                     }
                 }
             }
-            (_, Some("failed" | "canceled")) => Ok(Round::Finished(Outcome {
-                status: Some(BindingStatus::HandleFailed),
-                step: StepStatus::CreatePipelineFailed,
-                message: Some(format!("the pipeline of MR !{iid} failed")),
-            })),
+            (_, Some("failed" | "canceled")) => {
+                noted.extend(
+                    mr.head_pipeline
+                        .as_ref()
+                        .and_then(|pipeline| events::pipeline_finished(pipeline, iid)),
+                );
+                Ok(Round::Finished(Outcome {
+                    status: Some(BindingStatus::HandleFailed),
+                    step: StepStatus::CreatePipelineFailed,
+                    message: Some(format!("the pipeline of MR !{iid} failed")),
+                }))
+            }
             // Only what passed CI is merged, whether or not the project
             // requires it: without "Pipelines must succeed" GitLab reports
             // `mergeable` while the pipeline still runs (doc/api/merge_requests.md,
@@ -540,8 +549,9 @@ pub(crate) enum Round {
     Merged(Box<MergeRequest>),
     /// The step ends here.
     Finished(Outcome),
-    /// A rebase was asked for: recorded, and its polls count from zero.
-    Rebasing,
+    /// A rebase of the MR (as read before it) was asked for: recorded, and
+    /// its polls count from zero.
+    Rebasing(Box<MergeRequest>),
     /// Not mergeable yet: polled again later.
     NotYet,
 }

@@ -2,6 +2,7 @@
 //! pool of workers (SPEC §6).
 
 mod approval;
+mod events;
 mod executor;
 mod interrupted;
 mod landed;
@@ -10,7 +11,9 @@ mod merge_state;
 mod open;
 mod pipeline;
 mod review;
+mod settle;
 
+pub(crate) use events::{merged as merged_events, pipeline_finished, rebasing as rebasing_event};
 pub(crate) use interrupted::{Verdict, outage_message, verdict};
 pub(crate) use merge_request::{Round, bot, file_action};
 pub(crate) use open::{ChangeSet, MAX_DESCRIPTION_BYTES, Opened};

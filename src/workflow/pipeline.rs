@@ -1,8 +1,8 @@
 //! The MR's pipeline: waited for (pass, fail, or an outcome still unknown
 //! at the deadline), and run again when an operator retries a failed one.
 
-use super::Workflow;
 use super::merge_request::{Outcome, bot, project_of};
+use super::{Workflow, events};
 use crate::config::resolve::FlowOrder;
 use crate::db::Db;
 use crate::db::operations::OperationRow;
@@ -25,11 +25,16 @@ impl Workflow {
             return Ok(());
         };
         let project = project_of(&settings, operation);
+        // The run that decided the step, recorded with it.
+        let mut noted = Vec::new();
         let outcome = match self.gitlab.merge_request(token, project, iid).await {
             Ok(mr) if mr.state == "merged" => {
                 Outcome::to(BindingStatus::Merging, StepStatus::HandleStarted)
             }
-            Ok(mr) => match mr.head_pipeline.as_ref().map(|p| p.status.as_str()) {
+            Ok(mr) => match mr.head_pipeline.as_ref().map(|p| {
+                noted.extend(events::pipeline_finished(p, iid));
+                p.status.as_str()
+            }) {
                 // MR first: the approval is asked for now, carrying the MR.
                 Some("success") if operation.flow_order == FlowOrder::MrFirst => {
                     Outcome::to(BindingStatus::ApprovalSending, StepStatus::ApprovalSending)
@@ -67,7 +72,8 @@ impl Workflow {
                     .await;
             }
         };
-        self.settle(db, operation, operation.version, outcome).await
+        self.settle_noting(db, operation, operation.version, outcome, &noted)
+            .await
     }
 
     /// An operator's retry of a failed pipeline (SPEC §6, step 8 of the

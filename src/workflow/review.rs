@@ -9,8 +9,10 @@ use std::time::Duration;
 use secrecy::SecretString;
 
 use super::Workflow;
-use crate::clients::gitlab::{Approvals, GitLabError};
+use super::events;
+use crate::clients::gitlab::{Approvals, GitLabError, MergeRequest};
 use crate::config::Settings;
+use crate::db::timeline_events::TimelineEvent;
 
 /// Why the reviewer bots could not approve.
 pub(super) enum ApproveFailure {
@@ -53,7 +55,10 @@ impl ApproveFailure {
 
 /// Where one reviewer's approving ended.
 enum Approval {
+    /// It had approved before this round.
     Given,
+    /// It approved in this round.
+    Gave,
     /// GitLab says it may not approve (`user_can_approve: false`).
     NotEligible(Box<Approvals>),
     Failed(GitLabError),
@@ -62,17 +67,23 @@ enum Approval {
 impl Workflow {
     /// Each reviewer separately, in order. One GitLab says may not approve
     /// tries again after the others: approvals that meet the MR's rules let
-    /// any member approve (EE's `any_approver_allowed?`).
+    /// any member approve (EE's `any_approver_allowed?`). Each approval given
+    /// in this round is added to `noted`, once: a round that finds a bot's
+    /// approval already there (most rounds, while the MR is not mergeable
+    /// yet) has nothing to record.
     pub(super) async fn approve_as_reviewers(
         &self,
         settings: &Settings,
         project: &str,
-        iid: i64,
+        mr: &MergeRequest,
+        noted: &mut Vec<TimelineEvent>,
     ) -> Result<(), ApproveFailure> {
+        let iid = mr.iid;
         let mut later = Vec::new();
         for (index, reviewer) in settings.gitlab.reviewer_tokens.iter().enumerate() {
             match self.approve_as(settings, reviewer, project, iid).await {
                 Approval::Given => {}
+                Approval::Gave => noted.push(events::approved(index + 1, mr)),
                 Approval::NotEligible(_) => later.push((index, reviewer)),
                 Approval::Failed(err) => return Err(ApproveFailure::Refused(err)),
             }
@@ -80,6 +91,7 @@ impl Workflow {
         for (index, reviewer) in later {
             match self.approve_as(settings, reviewer, project, iid).await {
                 Approval::Given => {}
+                Approval::Gave => noted.push(events::approved(index + 1, mr)),
                 Approval::NotEligible(approvals) => {
                     return Err(ApproveFailure::NotEligible {
                         reviewer: index + 1,
@@ -119,7 +131,7 @@ impl Workflow {
                 .approve_with(settings.gitlab.approve_impl, reviewer, project, iid)
                 .await
             {
-                Ok(()) => return Approval::Given,
+                Ok(()) => return Approval::Gave,
                 // A transient failure (5xx, 429, no answer) is not retried
                 // here: the merge round is polled again instead.
                 Err(err) if err.is_transient() || attempt >= settings.approval.retries => {
@@ -131,8 +143,9 @@ impl Workflow {
             pause *= 2;
             attempt += 1;
         };
+        // Approved after all: the last attempt's answer was lost.
         match self.gitlab.approvals(reviewer, project, iid).await {
-            Ok(approvals) if approvals.user_has_approved => Approval::Given,
+            Ok(approvals) if approvals.user_has_approved => Approval::Gave,
             Ok(approvals) if approvals.refuses_caller() => {
                 Approval::NotEligible(Box::new(approvals))
             }

@@ -79,6 +79,10 @@ const RELEASED: &[(&str, &str)] = &[
         "e27302a575675f2fd35da957027617d6a42efd290383c9ddaead0e55d80f8c85",
     ),
     (
+        "migrations/mysql/0019_timeline_events.sql",
+        "5e1779129e57f2c95c136afabdf42f56228bd96b561641e528b57218a1a6ddb5",
+    ),
+    (
         "migrations/sqlite/0001_state_store.sql",
         "d2492dcb3a0c0e9057ce11b3ab8401f9855ccded6feeff2c84a0eb737109325d",
     ),
@@ -149,6 +153,10 @@ const RELEASED: &[(&str, &str)] = &[
     (
         "migrations/sqlite/0018_operation_relation.sql",
         "47920bf4f5884a1c98a952ffe5533df0a871e2871e62ed56e443ee6e680a3e46",
+    ),
+    (
+        "migrations/sqlite/0019_timeline_events.sql",
+        "242612b317a7b68d486ce276efe9e423d6afab8232f5b477f9153596bf60c670",
     ),
 ];
 

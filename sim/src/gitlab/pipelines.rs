@@ -153,7 +153,9 @@ impl Pipeline {
             "started_at": timestamp_opt(started.then_some(self.created_at)),
             "finished_at": timestamp_opt(finished.then_some(self.updated_at)),
             "committed_at": null,
-            "duration": null,
+            // Whole seconds from start to finish, once finished, as GitLab's
+            // `duration` (lib/api/entities/ci/pipeline.rb).
+            "duration": finished.then(|| (self.updated_at - self.created_at).num_seconds()),
             "queued_duration": null,
             "coverage": null,
             // `DetailedStatusEntity`, as `status/ci_detailed_status.json` requires it.

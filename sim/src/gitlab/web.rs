@@ -1,7 +1,8 @@
 //! The web pages behind the `web_url`s the simulator hands out, so that a link changegate
 //! logs or reports can be opened: a merge request's page at
-//! `{base_url}/{project}/-/merge_requests/{iid}`. Reading one is not an API call: it is
-//! neither logged nor faulted, and does not count as a poll of the merge request.
+//! `{base_url}/{project}/-/merge_requests/{iid}`, a pipeline's at `…/-/pipelines/{id}` and
+//! a commit's at `…/-/commit/{sha}`. Reading one is not an API call: it is neither logged
+//! nor faulted, and does not count as a poll of the merge request.
 
 use axum::Json;
 use axum::extract::{OriginalUri, State};
@@ -14,16 +15,27 @@ use super::pipelines::head_pipeline;
 use super::repo::diff;
 use super::state::{MergeRequest, MrState, Project, SimState};
 
-/// Serves a merge request's page; any other path gets GitLab's answer to an unknown route.
+/// Serves a merge request's, a pipeline's or a commit's page; any other path gets GitLab's
+/// answer to an unknown route.
 pub async fn page(State(ctx): State<SimContext>, OriginalUri(uri): OriginalUri) -> Response {
-    let Some((project, iid)) = uri.path().split_once("/-/merge_requests/") else {
-        return not_found();
-    };
-    let (project, Ok(iid)) = (project.trim_start_matches('/'), iid.parse::<u64>()) else {
+    let path = uri.path();
+    let Some((project, kind, id)) = ["merge_requests", "pipelines", "commit"]
+        .into_iter()
+        .find_map(|kind| {
+            let (project, id) = path.split_once(&format!("/-/{kind}/"))?;
+            Some((project.trim_start_matches('/'), kind, id))
+        })
+    else {
         return not_found();
     };
     let mut state = ctx.lock();
-    match merge_request_page(&mut state, project, iid) {
+    let html = match (kind, id.parse::<u64>()) {
+        ("merge_requests", Ok(iid)) => merge_request_page(&mut state, project, iid),
+        ("pipelines", Ok(id)) => pipeline_page(&mut state, project, id),
+        ("commit", _) => commit_page(&mut state, project, id),
+        _ => return not_found(),
+    };
+    match html {
         Some(html) => html_response(StatusCode::OK, html),
         None => html_response(StatusCode::NOT_FOUND, document("Not Found", "<h1>404</h1>")),
     }
@@ -104,6 +116,43 @@ fn merge_request_page(state: &mut SimState, project: &str, iid: u64) -> Option<S
     body.push_str("<h2>Changes</h2>\n");
     changes_html(project, mr, &mut body);
     Some(document(&format!("{} (!{iid})", mr.title), &body))
+}
+
+fn pipeline_page(state: &mut SimState, project: &str, id: u64) -> Option<String> {
+    let scope = state.scope(project).ok()?;
+    let pipeline = scope.project.pipelines.iter().find(|p| p.id == id)?;
+    let body = format!(
+        "<h1>Pipeline <span class=\"id\">#{id}</span></h1>\n<dl>\n\
+         <dt>Status</dt><dd class=\"status\">{}</dd>\n\
+         <dt>Merge request</dt><dd class=\"mr\">!{}</dd>\n\
+         <dt>Ref</dt><dd class=\"ref\">{}</dd>\n\
+         <dt>Commit</dt><dd class=\"sha\">{}</dd>\n</dl>\n",
+        pipeline.status.as_str(),
+        pipeline.merge_request_iid,
+        escape(&pipeline.git_ref),
+        escape(&pipeline.sha),
+    );
+    Some(document(&format!("Pipeline #{id}"), &body))
+}
+
+fn commit_page(state: &mut SimState, project: &str, sha: &str) -> Option<String> {
+    let scope = state.scope(project).ok()?;
+    let commit = scope.project.repo.commit(sha)?;
+    let files: String = commit
+        .tree
+        .keys()
+        .map(|path| format!("<li class=\"file\">{}</li>\n", escape(path)))
+        .collect();
+    let body = format!(
+        "<h1>Commit <code class=\"sha\">{}</code></h1>\n<pre class=\"message\">{}</pre>\n\
+         <dl>\n<dt>Author</dt><dd class=\"author\">{}</dd>\n\
+         <dt>Parents</dt><dd class=\"parents\">{}</dd>\n</dl>\n<h2>Files</h2>\n<ul>\n{files}</ul>\n",
+        escape(&commit.id),
+        escape(&commit.message),
+        escape(&commit.author_name),
+        escape(&commit.parent_ids.join(", ")),
+    );
+    Some(document(&format!("Commit {}", commit.title()), &body))
 }
 
 /// Each file the merge request changes, with its new content. The base is where the

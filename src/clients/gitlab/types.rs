@@ -74,6 +74,13 @@ pub struct Pipeline {
     pub reference: Option<String>,
     /// `created`, `pending`, `running`, `success`, `failed`, ...
     pub status: String,
+    /// Its page.
+    #[serde(default)]
+    pub web_url: Option<String>,
+    /// Seconds its jobs ran, once it has run (the `Pipeline` entity of
+    /// `head_pipeline`, lib/api/entities/ci/pipeline.rb; `null` before).
+    #[serde(default)]
+    pub duration: Option<f64>,
 }
 
 /// An MR's approvals, relative to the caller (doc/api/merge_request_approvals.md). The

@@ -12,10 +12,45 @@ use crate::domain::{OperationId, StepStatus};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AuthUser, Database};
 
-/// One recorded step.
+/// What a timeline entry records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EntryKind {
+    /// A step of the request.
+    Step,
+    /// A run of its MR's pipeline finished (`detail`: its status; `url`: its page).
+    Pipeline,
+    /// A reviewer bot approved its MR (`detail`: the bot's number).
+    Approval,
+    /// Its MR's branch was rebased onto the target.
+    Rebase,
+    /// Its MR was merged (`detail`: the commit's sha; `url`: its page).
+    Merge,
+    /// The deploy was confirmed: by the deploy pipeline, or by the
+    /// reconciliation that stood in for it (the message says which).
+    Deploy,
+}
+
+impl EntryKind {
+    fn of(event: Option<&str>, step: StepStatus) -> Self {
+        match (event, step) {
+            (Some("PIPELINE"), _) => Self::Pipeline,
+            (Some("APPROVAL"), _) => Self::Approval,
+            (Some("REBASE"), _) => Self::Rebase,
+            (Some("MERGE"), _) => Self::Merge,
+            (_, StepStatus::DeployConfirmed | StepStatus::DeployReconciled) => Self::Deploy,
+            _ => Self::Step,
+        }
+    }
+}
+
+/// One recorded step, or an event on the way (a pipeline run, an approval,
+/// a rebase, the merge), which leaves the step as it was.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TimelineEntry {
+    kind: EntryKind,
+    /// The step it moved to, or (for an event) the step it happened at.
     step: StepView,
     /// The binding status it moved to, when it moved.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -24,6 +59,13 @@ pub struct TimelineEntry {
     actor: String,
     /// What happened, in words.
     message: String,
+    /// What an event is about: a pipeline's status, the approving bot's
+    /// number, a commit's sha.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<String>,
+    /// Its page on GitLab (a pipeline, an MR, a commit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
     #[schema(value_type = String, format = DateTime)]
     at: String,
 }
@@ -99,10 +141,13 @@ pub async fn get_timeline(
         .filter_map(|row| {
             let step = StepStatus::from_code(row.to_step).ok()?;
             Some(TimelineEntry {
+                kind: EntryKind::of(row.event.as_deref(), step),
                 step: StepView::of(step),
                 status: row.to_status,
                 actor: row.actor,
                 message: row.message.unwrap_or_else(|| step.description().to_owned()),
+                detail: row.detail,
+                url: row.url,
                 at: rfc3339(row.created_at),
             })
         })

@@ -255,4 +255,5 @@ mod pipeline_retry;
 mod project_settings;
 mod rate_limits;
 pub(crate) mod soak;
+mod timeline_events;
 mod withdrawn;
