@@ -1,28 +1,36 @@
-//! A rolling upgrade from the release whose schema ended at migration 0008
-//! (README, Upgrades): a database as that release left it, with a request in
-//! every status it had, written with its SQL and, for those with a merge
-//! request, the MR it had opened in GitLab. While an instance of the old
-//! release keeps submitting, moving and reading requests with its own SQL,
-//! `changegate migrate` applies the current migrations; none of the old
-//! instance's statements may fail. Then the current service runs on that
-//! database: every request in progress (those the old instance wrote during
-//! the migration too) reaches its end, and every finished one stays exactly
-//! as it was.
+//! A rolling upgrade from each earlier release (README, Upgrades): from the
+//! release whose schema ended at migration 0008, and from the previous one,
+//! whose schema ended at 0012. A database as that release left it, with a
+//! request in every status it had, written with its SQL and, for those with
+//! a merge request, the MR it had opened in GitLab; from the 0012 release
+//! also what only it could write (`since_0009.rs`). While an instance of
+//! the old release keeps submitting, moving and reading requests with its
+//! own SQL, `changegate migrate` applies the current migrations; none of
+//! the old instance's statements may fail. Then the current service runs on
+//! that database: every request in progress (those the old instance wrote
+//! during the migration too) reaches its end, and every finished one stays
+//! exactly as it was. Webhooks play no part: from migration 0013 on, the
+//! current release seals their secrets, which an old instance cannot open
+//! (README, Upgrades).
 
+mod gitlab;
 mod old_release;
+mod since_0009;
+mod statuses;
 
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use changegate::domain::render::{BindingFile, canonical_json};
 use changegate_sim::approval::{Decision, DecisionPolicy};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::durability::{Outside, config, free_port, outside, start};
 use crate::helpers::{MySqlScratch, changegate_command, plain_client};
-use old_release::{OldRelease, OldRequest, OldStep, steps};
+use gitlab::OldGitLab;
+use old_release::{OldInstance, OldRelease, OldRequest, Release, UNREACHABLE, this_host};
+use statuses::{EVERY_STATUS, write_in_status};
 
 const PROJECT: &str = "config/repo";
 /// The project as GitLab's API names it in a path.
@@ -46,326 +54,22 @@ enum End {
 /// A request the old release wrote.
 struct Written {
     operation_id: String,
+    /// What it is, for messages.
+    label: &'static str,
     status: &'static str,
     end: End,
 }
 
-/// The GitLab calls the old release made for a request's MR, as its bot
-/// and reviewers.
-struct OldGitLab<'a> {
-    client: reqwest::Client,
-    outside: &'a Outside,
-}
-
-impl OldGitLab<'_> {
-    async fn call(&self, token: &str, method: reqwest::Method, path: &str, body: Value) -> Value {
-        let url = format!(
-            "{}/projects/{PROJECT_IN_PATH}{path}",
-            self.outside.gitlab.api_url()
-        );
-        let response = self
-            .client
-            .request(method, &url)
-            .header("private-token", token)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let status = response.status();
-        let answer: Value = response.json().await.unwrap();
-        assert!(status.is_success(), "{url}: {status} {answer}");
-        answer
-    }
-
-    /// Branch, commit of the request's file, MR: what the create step left.
-    async fn open_merge_request(&self, operation_id: &str, subject: &str) -> (i64, String) {
-        let branch = format!("changegate/{operation_id}");
-        let post = reqwest::Method::POST;
-        self.call(
-            "bot-token",
-            post.clone(),
-            "/repository/branches",
-            json!({ "branch": branch, "ref": "main" }),
-        )
-        .await;
-        let content = BindingFile {
-            subject,
-            target: TARGET,
-            params: &canonical_json(&json!({})),
-            expires_at: None,
-            operation_id,
-            requested_by: REQUESTER,
-        }
-        .render();
-        let title = format!("changegate: apply {TARGET} for {subject}");
-        self.call(
-            "bot-token",
-            post.clone(),
-            "/repository/commits",
-            json!({
-                "branch": branch,
-                "commit_message": title,
-                "actions": [{
-                    "action": "create",
-                    "file_path": format!("bindings/{TARGET}/{subject}.json"),
-                    "content": content,
-                }],
-            }),
-        )
-        .await;
-        let mr = self
-            .call(
-                "bot-token",
-                post,
-                "/merge_requests",
-                json!({
-                    "source_branch": branch,
-                    "target_branch": "main",
-                    "title": title,
-                    "description": format!("{}\n\nChangegate-Operation: {operation_id}", old_release::REASON),
-                }),
-            )
-            .await;
-        (
-            mr["iid"].as_i64().unwrap(),
-            mr["web_url"].as_str().unwrap().to_owned(),
-        )
-    }
-
-    async fn wait_for_pipeline(&self, iid: i64) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let mr = self
-                .call(
-                    "bot-token",
-                    reqwest::Method::GET,
-                    &format!("/merge_requests/{iid}"),
-                    json!({}),
-                )
-                .await;
-            if mr["head_pipeline"]["status"] == "success" {
-                return;
-            }
-            assert!(Instant::now() < deadline, "MR !{iid}: {mr}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Both reviewers' approvals and the merge: what the merge step left.
-    async fn approve_and_merge(&self, iid: i64) {
-        self.wait_for_pipeline(iid).await;
-        for reviewer in ["alice-token", "bob-token"] {
-            self.call(
-                reviewer,
-                reqwest::Method::POST,
-                &format!("/merge_requests/{iid}/approve"),
-                json!({}),
-            )
-            .await;
-        }
-        self.call(
-            "bot-token",
-            reqwest::Method::PUT,
-            &format!("/merge_requests/{iid}/merge"),
-            json!({}),
-        )
-        .await;
-    }
-
-    /// The approval request the approval step sent.
-    async fn request_approval(&self, operation_id: &str, subject: &str) {
-        let url = format!("{}/approvals", self.outside.approval.base_url());
-        let body = json!({
-            "operationId": operation_id,
-            "subjectId": subject,
-            "targetKey": TARGET,
-            "requestedBy": REQUESTER,
-            "reason": old_release::REASON,
-            "params": {},
-        });
-        let response = self.client.post(&url).json(&body).send().await.unwrap();
-        assert!(response.status().is_success(), "{url}: {response:?}");
-    }
-}
-
-fn waiting(status: &str, step_code: i64) -> OldStep<'_> {
-    OldStep {
-        status: Some(status),
-        step_code,
-        due_now: false,
-    }
-}
-
-fn due_now(status: &str, step_code: i64) -> OldStep<'_> {
-    OldStep {
-        status: Some(status),
-        step_code,
-        due_now: true,
-    }
-}
-
-/// The statuses of the old release (its `src/domain/binding_status.rs`),
-/// and where the current one must take a request in each.
-const EVERY_STATUS: [(&str, End); 15] = [
-    ("APPROVAL_SENDING", End::Validated),
-    ("APPROVAL_SENT", End::Validated),
-    ("MR_CREATING", End::Validated),
-    ("MR_CREATED", End::Validated),
-    ("MERGING", End::Validated),
-    ("MERGED", End::Validated),
-    ("VALIDATED", End::AsItWas),
-    ("CREATE_FAILED", End::AsItWas),
-    ("HANDLE_FAILED", End::AsItWas),
-    ("REJECTED", End::AsItWas),
-    ("BUSY_REJECTED", End::AsItWas),
-    ("CLOSING", End::Closed),
-    ("CLOSE_FAILED", End::AsItWas),
-    ("CLOSED", End::AsItWas),
-    ("ABANDONED", End::AsItWas),
-];
-
-async fn step(old: &OldRelease, operation_id: &str, to: OldStep<'_>) {
-    old.transition(operation_id, &to).await.unwrap();
-}
-
-/// A request in `status`, left as the old release's workflow left it; the id of the operation that owns
-/// the binding.
-async fn write_in_status(old: &OldRelease, gitlab: &OldGitLab<'_>, status: &str) -> String {
-    let operation_id = uuid::Uuid::new_v4().to_string();
-    let subject = format!("svc-{}", status.to_lowercase().replace('_', "-"));
-    let request = OldRequest {
-        operation_id: &operation_id,
-        subject_id: &subject,
-        target_key: TARGET,
-        requested_by: REQUESTER,
-    };
-    old.submit(&request).await.unwrap();
-    match status {
-        "APPROVAL_SENDING" => {}
-        "APPROVAL_SENT" => {
-            gitlab.request_approval(&operation_id, &subject).await;
-            step(
-                old,
-                &operation_id,
-                waiting("APPROVAL_SENT", steps::APPROVAL_SENT),
-            )
-            .await;
-        }
-        // Approved, waiting for a merge round.
-        "MR_CREATING" => {
-            step(old, &operation_id, waiting("MR_CREATING", steps::QUEUED)).await;
-            old.enqueue(&operation_id, PROJECT).await.unwrap();
-        }
-        "MR_CREATED" | "MERGING" | "MERGED" | "CLOSING" => {
-            let (iid, url) = gitlab.open_merge_request(&operation_id, &subject).await;
-            old.record_merge_request(&operation_id, iid, &url)
-                .await
-                .unwrap();
-            step(old, &operation_id, due_now("MR_CREATED", steps::MR_CREATED)).await;
-            if status == "MR_CREATED" {
-                return operation_id;
-            }
-            gitlab.wait_for_pipeline(iid).await;
-            step(
-                old,
-                &operation_id,
-                due_now("MERGING", steps::HANDLE_STARTED),
-            )
-            .await;
-            if status == "MERGING" {
-                return operation_id;
-            }
-            gitlab.approve_and_merge(iid).await;
-            step(old, &operation_id, waiting("MERGED", steps::HANDLE_MERGED)).await;
-            if status == "MERGED" {
-                return operation_id;
-            }
-            step(
-                old,
-                &operation_id,
-                waiting("VALIDATED", steps::DEPLOY_CONFIRMED),
-            )
-            .await;
-            let close_id = uuid::Uuid::new_v4().to_string();
-            old.close(&request, &close_id).await.unwrap();
-            return close_id;
-        }
-        "VALIDATED" => {
-            step(
-                old,
-                &operation_id,
-                waiting("VALIDATED", steps::DEPLOY_CONFIRMED),
-            )
-            .await
-        }
-        "CREATE_FAILED" => {
-            step(
-                old,
-                &operation_id,
-                waiting("CREATE_FAILED", steps::CREATE_REFUSED),
-            )
-            .await
-        }
-        "HANDLE_FAILED" => {
-            step(
-                old,
-                &operation_id,
-                waiting("HANDLE_FAILED", steps::HANDLE_MERGE_REFUSED),
-            )
-            .await
-        }
-        "REJECTED" => {
-            step(
-                old,
-                &operation_id,
-                waiting("REJECTED", steps::CALLED_BACK_REJECTED),
-            )
-            .await
-        }
-        "BUSY_REJECTED" => {
-            step(
-                old,
-                &operation_id,
-                waiting("BUSY_REJECTED", steps::BUSY_REJECTED),
-            )
-            .await
-        }
-        "ABANDONED" => {
-            step(
-                old,
-                &operation_id,
-                waiting("ABANDONED", steps::MANUAL_ABANDONED),
-            )
-            .await
-        }
-        "CLOSE_FAILED" | "CLOSED" => {
-            step(
-                old,
-                &operation_id,
-                waiting("VALIDATED", steps::DEPLOY_CONFIRMED),
-            )
-            .await;
-            let close_id = uuid::Uuid::new_v4().to_string();
-            old.close(&request, &close_id).await.unwrap();
-            let step_code = if status == "CLOSED" {
-                steps::CLOSED
-            } else {
-                steps::CLOSE_FAILED
-            };
-            step(old, &close_id, waiting(status, step_code)).await;
-            return close_id;
-        }
-        other => panic!("no way to write {other}"),
-    }
-    operation_id
-}
-
 /// The old instance at work until `stop` is set, and one round after: each
 /// round submits a request, takes and gives back its lease as a worker
-/// did, and runs every read. Returns the requests it submitted.
+/// did, renews the step lease it holds throughout (`held`), and runs every
+/// read. Then it shuts down as its release did. Returns the requests it
+/// submitted.
 async fn keep_the_old_release_working(
     old: Arc<OldRelease>,
+    instance: OldInstance,
     mut operation_ids: Vec<String>,
+    held: Option<String>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<Vec<String>> {
     let mut submitted = Vec::new();
@@ -380,15 +84,26 @@ async fn keep_the_old_release_working(
             requested_by: REQUESTER,
         })
         .await?;
-        old.take_and_release_lease(&operation_id).await?;
+        old.take_and_release_lease(&operation_id, &instance).await?;
+        if let Some(held) = &held {
+            old.renew_lease(held, &instance, since_0009::LIVE_LEASE_MS)
+                .await?;
+        }
         operation_ids.push(operation_id.clone());
         submitted.push(operation_id);
-        old.read_everything(&operation_ids, REQUESTER).await?;
+        old.read_everything(&operation_ids, REQUESTER, &instance)
+            .await?;
         if last {
-            return Ok(submitted);
+            break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The release through 0008 left its leases to run out; from 0010 on, a
+    // graceful shutdown gives them back.
+    if old.release() == Release::Through0012 {
+        old.shut_down(&instance).await?;
+    }
+    Ok(submitted)
 }
 
 /// `changegate migrate` of the current release, as a rolling upgrade runs it.
@@ -409,6 +124,19 @@ async fn migrate(url: &str, dir: &std::path::Path) {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// The requester's view of operation `id`.
+async fn view(client: &reqwest::Client, address: &str, id: &str) -> Value {
+    client
+        .get(format!("{address}/api/v1/operations/{id}"))
+        .header("x-auth-request-user", REQUESTER)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }
 
 /// Waits until each request reached its end, approving whatever the
@@ -432,16 +160,7 @@ async fn wait_for_the_ends(
         }
         let mut views = Vec::new();
         for (id, _) in expected {
-            let view: Value = client
-                .get(format!("{address}/api/v1/operations/{id}"))
-                .header("x-auth-request-user", REQUESTER)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            views.push(view);
+            views.push(view(client, address, id).await);
         }
         let unfinished: Vec<String> = expected
             .iter()
@@ -470,7 +189,7 @@ async fn wait_for_the_ends(
     }
 }
 
-async fn upgrade_while_the_old_release_runs(url: &str, backend: &str) {
+async fn upgrade_while_the_old_release_runs(url: &str, backend: &str, release: Release) {
     let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let outside = outside(DecisionPolicy::Manual).await;
@@ -488,11 +207,26 @@ async fn upgrade_while_the_old_release_runs(url: &str, backend: &str) {
     outside
         .deploy
         .set_callback_url(format!("{address}/callbacks/deploy"));
-    let old = Arc::new(OldRelease::create(url).await.unwrap());
+    let old = Arc::new(OldRelease::create(url, release).await.unwrap());
+    // The instance that keeps running runs on another host; from 0010 on,
+    // leases are named by seat, and the one that died served on the seat
+    // the current release's instance takes.
+    let live = OldInstance::serving(release, "previous-release-host", 8080);
     let mut written = Vec::new();
+    let mut held = None;
+    // Written first: their merge batch is claimed while nothing else waits
+    // in the queue, and theirs is the first merge the deploy pipeline sees
+    // (it loses that one's callback).
+    if release == Release::Through0012 {
+        let dead = OldInstance::serving(release, &this_host(), port);
+        let left = since_0009::write(&old, &gitlab, &live, &dead).await;
+        written.extend(left.written);
+        held = Some(left.held);
+    }
     for (status, end) in EVERY_STATUS {
         written.push(Written {
             operation_id: write_in_status(&old, &gitlab, status).await,
+            label: status,
             status,
             end,
         });
@@ -506,7 +240,9 @@ async fn upgrade_while_the_old_release_runs(url: &str, backend: &str) {
     let ids = written.iter().map(|w| w.operation_id.clone()).collect();
     let old_instance = tokio::spawn(keep_the_old_release_working(
         Arc::clone(&old),
+        live,
         ids,
+        held.clone(),
         Arc::clone(&stop),
     ));
     migrate(url, dir.path()).await;
@@ -521,6 +257,13 @@ async fn upgrade_while_the_old_release_runs(url: &str, backend: &str) {
     // The old instance goes on while the first new one starts and takes up
     // its work, as it does until it is replaced.
     let service = start(&config_path, &address, &client).await;
+    if let Some(held) = &held {
+        // The step the old instance still runs is not taken from it, and
+        // what keeps it is read from the column the old release wrote.
+        let view = view(&client, &address, held).await;
+        assert_eq!(view["status"], "MR_CREATED", "{backend}: {view}");
+        assert_eq!(view["message"], UNREACHABLE, "{backend}: {view}");
+    }
     stop.store(true, Ordering::SeqCst);
     let during = old_instance
         .await
@@ -536,17 +279,28 @@ async fn upgrade_while_the_old_release_runs(url: &str, backend: &str) {
     drop(service);
 
     // Views show what the requester sees; the old release's own read shows
-    // that not even the version or the time of the last write moved.
+    // that not even the version or the time of the last write moved, and
+    // that no obstacle or outage clock outlives the request's progress.
     for ((request, page), view) in written.iter().zip(&before).zip(&views) {
+        let after = old.page(&request.operation_id).await.unwrap();
+        assert_eq!(
+            (
+                &after.operation.obstacle,
+                after.operation.unreachable_since,
+                &after.batch_obstacle
+            ),
+            (&None, None, &None),
+            "{backend}: the {} request",
+            request.label
+        );
         if request.end != End::AsItWas {
             continue;
         }
         assert_eq!(
             view["status"], request.status,
             "{backend}: the {} request: {view}",
-            request.status
+            request.label
         );
-        let after = old.page(&request.operation_id).await.unwrap();
         assert_eq!(
             (
                 &after.binding_status,
@@ -561,24 +315,35 @@ async fn upgrade_while_the_old_release_runs(url: &str, backend: &str) {
                 page.operation.updated_at
             ),
             "{backend}: the {} request changed",
-            request.status
+            request.label
         );
     }
     assert!(!during.is_empty());
     eprintln!(
-        "{backend}: {} requests written before the upgrade and {} during it, all through in {:?}",
+        "{backend}, from {}: {} requests written before the upgrade and {} during it, all through in {:?}",
+        release.name(),
         written.len(),
         during.len(),
         started.elapsed()
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_database_of_the_previous_release_upgrades_while_it_runs_and_every_request_continues() {
+async fn on_each_backend(release: Release) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("cg.db").display());
-    upgrade_while_the_old_release_runs(&url, "sqlite").await;
+    upgrade_while_the_old_release_runs(&url, "sqlite", release).await;
     if let Some(scratch) = MySqlScratch::create().await {
-        upgrade_while_the_old_release_runs(&scratch.url(), "mysql").await;
+        upgrade_while_the_old_release_runs(&scratch.url(), "mysql", release).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_database_of_the_release_through_0008_upgrades_while_it_runs_and_every_request_continues()
+{
+    on_each_backend(Release::Through0008).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_database_of_the_previous_release_upgrades_while_it_runs_and_every_request_continues() {
+    on_each_backend(Release::Through0012).await;
 }

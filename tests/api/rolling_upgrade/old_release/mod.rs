@@ -1,16 +1,21 @@
-//! An instance of the release whose schema ended at migration 0008, as far
-//! as its database goes: its migrations, and the SQL it ran, from
-//! `tests/fixtures/releases/through-0008/`. Rows decode into the shapes that
-//! release's code declared, so a column it reads that is gone, renamed or of
-//! another type fails here as it would have failed there.
+//! An instance of an earlier release, as far as its database goes: its
+//! migrations, and the SQL it ran, from `tests/fixtures/releases/<release>/`.
+//! Rows decode into the shapes that release's code declared, so a column it
+//! reads that is gone, renamed or of another type fails here as it would
+//! have failed there.
+
+mod instance;
+mod outages;
+mod queue;
+mod requests;
+mod rows;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use anyhow::{Context, bail, ensure};
-use chrono::NaiveDateTime;
+use anyhow::{Context, ensure};
 use sqlx::migrate::Migrator;
 use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlRow};
 use sqlx::sqlite::{
@@ -20,10 +25,36 @@ use sqlx::sqlite::{
 use sqlx::{AssertSqlSafe, FromRow, MySql, Sqlite, Transaction};
 
 use changegate::db::{MYSQL_MIGRATIONS, SQLITE_MIGRATIONS};
-use changegate::domain::StepStatus;
 
-fn release_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/releases/through-0008")
+pub use instance::{OldInstance, this_host};
+pub use outages::UNREACHABLE;
+pub use requests::{OldRequest, OldStep};
+
+/// A release whose database the upgrade starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// Migrations 0001–0008.
+    Through0008,
+    /// Migrations 0001–0012: obstacles (0009), lease owners named by seat
+    /// (0010), deploy reports per project (0011), outage clocks and settle
+    /// counts (0012).
+    Through0012,
+}
+
+impl Release {
+    /// Its folder under `tests/fixtures/releases/`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Through0008 => "through-0008",
+            Self::Through0012 => "through-0012",
+        }
+    }
+
+    fn dir(self) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/releases")
+            .join(self.name())
+    }
 }
 
 /// A value bound to a `?` of a statement.
@@ -52,99 +83,6 @@ impl From<Option<&str>> for Value {
     }
 }
 
-/// An operation row as that release's `OperationRow` read it.
-#[derive(Debug, Clone, FromRow)]
-#[allow(
-    dead_code,
-    reason = "every column is decoded as the release did; only some are asserted on"
-)]
-pub struct OperationRow {
-    pub id: i64,
-    pub operation_id: String,
-    pub kind: String,
-    pub subject_id: String,
-    pub target_key: String,
-    pub requested_by: String,
-    pub flow_order: String,
-    pub step_code: i32,
-    pub message: Option<String>,
-    pub params: String,
-    pub reason: String,
-    pub expires_at: Option<NaiveDateTime>,
-    pub mr_iid: Option<i64>,
-    pub mr_url: Option<String>,
-    pub version: i64,
-    pub due_at: Option<NaiveDateTime>,
-    pub attempts: i32,
-    pub created_at: NaiveDateTime,
-    pub updated_at: NaiveDateTime,
-}
-
-/// A binding row as that release's `BindingRow` read it.
-#[derive(Debug, Clone, FromRow)]
-#[allow(
-    dead_code,
-    reason = "every column is decoded as the release did; only some are asserted on"
-)]
-pub struct BindingRow {
-    pub id: i64,
-    pub subject_id: String,
-    pub target_key: String,
-    pub operation_id: String,
-    pub status: String,
-    pub requested_by: String,
-    pub params: String,
-    pub expires_at: Option<NaiveDateTime>,
-    pub version: i64,
-    pub created_at: NaiveDateTime,
-    pub updated_at: NaiveDateTime,
-}
-
-/// The status answer's row: the operation, its binding and its batch.
-#[derive(Debug, Clone, FromRow)]
-pub struct OperationPage {
-    #[sqlx(flatten)]
-    pub operation: OperationRow,
-    pub binding_status: Option<String>,
-    #[allow(dead_code, reason = "decoded as the release did")]
-    pub binding_owner: Option<String>,
-    #[allow(dead_code, reason = "decoded as the release did")]
-    pub batch_id: Option<i64>,
-}
-
-/// A row of the operators' listing.
-#[derive(Debug, Clone, FromRow)]
-#[allow(dead_code, reason = "decoded as the release did")]
-struct ListedOperation {
-    #[sqlx(flatten)]
-    operation: OperationRow,
-    binding_status: Option<String>,
-    binding_owner: Option<String>,
-}
-
-/// An outbox event as the webhook relay read it.
-#[derive(Debug, Clone, FromRow)]
-#[allow(dead_code, reason = "decoded as the release did")]
-struct EventRow {
-    id: i64,
-    event_type: String,
-    operation_id: String,
-    subject_id: String,
-    target_key: String,
-    from_status: Option<String>,
-    to_status: String,
-    payload: String,
-    created_at: NaiveDateTime,
-}
-
-/// A step's name, as the event payload carries it.
-fn step_name(code: i64) -> &'static str {
-    i32::try_from(code)
-        .ok()
-        .and_then(|code| StepStatus::from_code(code).ok())
-        .map_or("UNKNOWN", StepStatus::name)
-}
-
 /// A decoded row of either backend.
 trait OldRow: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, MySqlRow> + Send + Unpin {}
 impl<T> OldRow for T where
@@ -163,7 +101,7 @@ enum Conn<'c> {
     MySql(&'c mut MySqlConnection),
 }
 
-/// A transaction as that release began it: `BEGIN IMMEDIATE` on SQLite,
+/// A transaction as those releases began it: `BEGIN IMMEDIATE` on SQLite,
 /// so it never has to upgrade a read lock while another writer works.
 enum Tx {
     Sqlite(Transaction<'static, Sqlite>),
@@ -215,6 +153,21 @@ impl Conn<'_> {
         }
     }
 
+    /// Executes an INSERT; the id it generated.
+    async fn insert(&mut self, sql: &str, values: &[Value]) -> Result<i64, sqlx::Error> {
+        let sql = AssertSqlSafe(sql.to_owned());
+        match self {
+            Self::Sqlite(conn) => bound!(sqlx::query(sql), values)
+                .execute(&mut **conn)
+                .await
+                .map(|done| done.last_insert_rowid()),
+            Self::MySql(conn) => bound!(sqlx::query(sql), values)
+                .execute(&mut **conn)
+                .await
+                .map(|done| i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX)),
+        }
+    }
+
     async fn fetch<T: OldRow>(
         &mut self,
         sql: &str,
@@ -260,8 +213,8 @@ fn parse_statements(text: &str) -> anyhow::Result<HashMap<String, String>> {
 
 /// The release's migrations, from the embedded set: released migrations never
 /// change (`migrations_released.rs`), so these are the files it shipped.
-fn release_migrator(embedded: &Migrator) -> anyhow::Result<Migrator> {
-    let names = std::fs::read_to_string(release_dir().join("migrations.txt"))?;
+fn release_migrator(release: Release, embedded: &Migrator) -> anyhow::Result<Migrator> {
+    let names = std::fs::read_to_string(release.dir().join("migrations.txt"))?;
     let mut migrations = Vec::new();
     for name in names.lines().filter(|line| !line.is_empty()) {
         let found = embedded
@@ -276,29 +229,14 @@ fn release_migrator(embedded: &Migrator) -> anyhow::Result<Migrator> {
     Ok(migrator)
 }
 
-/// What a request of the old release holds.
-pub struct OldRequest<'a> {
-    pub operation_id: &'a str,
-    pub subject_id: &'a str,
-    pub target_key: &'a str,
-    pub requested_by: &'a str,
-}
-
-/// Where a write of the old release moves an operation.
-pub struct OldStep<'a> {
-    /// The binding's new status, if it changes.
-    pub status: Option<&'a str>,
-    pub step_code: i64,
-    /// Whether the workflow runs the step at once (else it waits outside).
-    pub due_now: bool,
-}
-
-/// Step codes of that release (its `src/domain/step.rs`) that the test writes.
+/// Step codes of those releases (their `src/domain/step.rs`, alike for
+/// these) that the test writes.
 pub mod steps {
     pub const ACCEPTED: i64 = 10001;
     pub const BUSY_REJECTED: i64 = 10002;
     pub const APPROVAL_SENT: i64 = 10004;
     pub const QUEUED: i64 = 10007;
+    pub const MR_CREATING: i64 = 10008;
     pub const MR_CREATED: i64 = 10009;
     pub const CREATE_REFUSED: i64 = 10012;
     pub const HANDLE_STARTED: i64 = 10101;
@@ -315,18 +253,19 @@ pub mod steps {
 /// The `reason` of the operations the test writes as the old release.
 pub const REASON: &str = "written by the previous release";
 
-/// The database as an instance of the old release used it.
+/// The database as instances of the old release used it.
 pub struct OldRelease {
+    release: Release,
     pool: Pool,
     statements: HashMap<String, String>,
 }
 
 impl OldRelease {
-    /// Creates the database at `url` as the old release left a fresh one:
-    /// its migrations applied, nothing else.
-    pub async fn create(url: &str) -> anyhow::Result<Self> {
+    /// Creates the database at `url` as `release` left a fresh one: its
+    /// migrations applied, nothing else.
+    pub async fn create(url: &str, release: Release) -> anyhow::Result<Self> {
         let (pool, file) = if url.starts_with("sqlite:") {
-            // As that release opened SQLite (its src/db/open.rs).
+            // As those releases opened SQLite (their src/db/open.rs).
             let options = SqliteConnectOptions::from_str(url)?
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
@@ -337,24 +276,34 @@ impl OldRelease {
                 .max_connections(4)
                 .connect_with(options)
                 .await?;
-            release_migrator(&SQLITE_MIGRATIONS)?.run(&pool).await?;
+            release_migrator(release, &SQLITE_MIGRATIONS)?
+                .run(&pool)
+                .await?;
             (Pool::Sqlite(pool), "sqlite.sql")
         } else {
             let pool = MySqlPool::connect(url).await?;
-            release_migrator(&MYSQL_MIGRATIONS)?.run(&pool).await?;
+            release_migrator(release, &MYSQL_MIGRATIONS)?
+                .run(&pool)
+                .await?;
             (Pool::MySql(pool), "mysql.sql")
         };
-        let text = std::fs::read_to_string(release_dir().join(file))?;
+        let text = std::fs::read_to_string(release.dir().join(file))?;
         Ok(Self {
+            release,
             pool,
             statements: parse_statements(&text)?,
         })
     }
 
+    /// Which release it is.
+    pub fn release(&self) -> Release {
+        self.release
+    }
+
     fn sql(&self, name: &str) -> &str {
         self.statements
             .get(name)
-            .unwrap_or_else(|| panic!("the release's SQL has no {name}"))
+            .unwrap_or_else(|| panic!("the SQL of release {} has no {name}", self.release.name()))
     }
 
     async fn begin(&self) -> Result<Tx, sqlx::Error> {
@@ -403,6 +352,13 @@ impl OldRelease {
             .with_context(|| format!("the previous release's {name}"))
     }
 
+    async fn insert_in(&self, tx: &mut Tx, name: &str, values: &[Value]) -> anyhow::Result<i64> {
+        tx.conn()
+            .insert(self.sql(name), values)
+            .await
+            .with_context(|| format!("the previous release's {name}"))
+    }
+
     async fn read_in<T: OldRow>(
         &self,
         tx: &mut Tx,
@@ -413,312 +369,5 @@ impl OldRelease {
             .fetch(self.sql(name), values)
             .await
             .with_context(|| format!("the previous release's {name}"))
-    }
-
-    /// The outbox event and history entry of a flip, in its transaction.
-    async fn record_flip(
-        &self,
-        tx: &mut Tx,
-        operation: (&str, &str, &str),
-        from: (Option<i64>, Option<&str>),
-        to: (i64, &str),
-        version: i64,
-        actor: &str,
-    ) -> anyhow::Result<()> {
-        let (operation_id, subject_id, target_key) = operation;
-        let payload = serde_json::json!({
-            "operationId": operation_id,
-            "subjectId": subject_id,
-            "targetKey": target_key,
-            "from": from.1,
-            "to": to.1,
-            "step": { "code": to.0, "name": step_name(to.0) },
-        })
-        .to_string();
-        self.write_in(
-            tx,
-            "append_event",
-            &[
-                "binding.status_changed".into(),
-                operation_id.into(),
-                subject_id.into(),
-                target_key.into(),
-                from.1.into(),
-                to.1.into(),
-                payload.as_str().into(),
-            ],
-        )
-        .await?;
-        self.write_in(
-            tx,
-            "append_history",
-            &[
-                operation_id.into(),
-                from.0.map_or(Value::Null, Value::Int),
-                to.0.into(),
-                from.1.into(),
-                to.1.into(),
-                version.into(),
-                actor.into(),
-                Value::Null,
-            ],
-        )
-        .await?;
-        Ok(())
-    }
-
-    /// A new apply, as that release's submit wrote it: APPROVAL_SENDING at
-    /// ACCEPTED, due now.
-    pub async fn submit(&self, request: &OldRequest<'_>) -> anyhow::Result<()> {
-        let mut tx = self.begin().await?;
-        self.write_in(
-            &mut tx,
-            "insert_operation",
-            &[
-                request.operation_id.into(),
-                "APPLY".into(),
-                request.subject_id.into(),
-                request.target_key.into(),
-                request.requested_by.into(),
-                "approval_first".into(),
-                steps::ACCEPTED.into(),
-                "{}".into(),
-                REASON.into(),
-                Value::Null,
-            ],
-        )
-        .await?;
-        self.write_in(
-            &mut tx,
-            "insert_binding",
-            &[
-                request.subject_id.into(),
-                request.target_key.into(),
-                request.operation_id.into(),
-                "APPROVAL_SENDING".into(),
-                request.requested_by.into(),
-                "{}".into(),
-                Value::Null,
-            ],
-        )
-        .await?;
-        self.record_flip(
-            &mut tx,
-            (request.operation_id, request.subject_id, request.target_key),
-            (None, None),
-            (steps::ACCEPTED, "APPROVAL_SENDING"),
-            1,
-            request.requested_by,
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// A removal of `applied`'s live binding, as that release's submit
-    /// wrote it: the binding reset in place to a new CLOSE operation.
-    pub async fn close(&self, applied: &OldRequest<'_>, close_id: &str) -> anyhow::Result<()> {
-        let mut tx = self.begin().await?;
-        let binding = self
-            .read_in::<BindingRow>(&mut tx, "lock_binding_of", &[applied.operation_id.into()])
-            .await?
-            .pop()
-            .context("the applied binding")?;
-        self.write_in(
-            &mut tx,
-            "insert_operation",
-            &[
-                close_id.into(),
-                "CLOSE".into(),
-                applied.subject_id.into(),
-                applied.target_key.into(),
-                applied.requested_by.into(),
-                "approval_first".into(),
-                steps::CLOSE_REQUESTED.into(),
-                "{}".into(),
-                REASON.into(),
-                Value::Null,
-            ],
-        )
-        .await?;
-        let reset = self
-            .write_in(
-                &mut tx,
-                "reset_binding",
-                &[
-                    close_id.into(),
-                    "CLOSING".into(),
-                    binding.requested_by.as_str().into(),
-                    binding.params.as_str().into(),
-                    Value::Null,
-                    binding.id.into(),
-                    binding.status.as_str().into(),
-                    binding.version.into(),
-                ],
-            )
-            .await?;
-        ensure!(reset == 1, "the binding moved meanwhile");
-        self.record_flip(
-            &mut tx,
-            (close_id, applied.subject_id, applied.target_key),
-            (None, Some(binding.status.as_str())),
-            (steps::CLOSE_REQUESTED, "CLOSING"),
-            1,
-            applied.requested_by,
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// One write of that release's transition: the operation to
-    /// `to.step_code`, its binding to `to.status`, under both locks.
-    pub async fn transition(&self, operation_id: &str, to: &OldStep<'_>) -> anyhow::Result<()> {
-        let mut tx = self.begin().await?;
-        let operation = self
-            .read_in::<OperationRow>(&mut tx, "lock_operation", &[operation_id.into()])
-            .await?
-            .pop()
-            .context("the operation")?;
-        let binding = self
-            .read_in::<BindingRow>(&mut tx, "lock_binding_of", &[operation_id.into()])
-            .await?
-            .pop()
-            .context("its binding")?;
-        let step = if to.due_now {
-            "update_operation_step_due_now"
-        } else {
-            "update_operation_step_waiting"
-        };
-        let moved = self
-            .write_in(
-                &mut tx,
-                step,
-                &[
-                    to.step_code.into(),
-                    Value::Null,
-                    operation_id.into(),
-                    operation.version.into(),
-                ],
-            )
-            .await?;
-        ensure!(moved == 1, "{operation_id} moved meanwhile");
-        if let Some(status) = to.status {
-            let flipped = self
-                .write_in(
-                    &mut tx,
-                    "update_binding_status",
-                    &[status.into(), binding.id.into(), binding.version.into()],
-                )
-                .await?;
-            ensure!(
-                flipped == 1,
-                "the binding of {operation_id} moved meanwhile"
-            );
-            self.record_flip(
-                &mut tx,
-                (operation_id, &operation.subject_id, &operation.target_key),
-                (
-                    Some(operation.step_code.into()),
-                    Some(binding.status.as_str()),
-                ),
-                (to.step_code, status),
-                operation.version + 1,
-                "workflow",
-            )
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// Records the operation's MR, as the create step did.
-    pub async fn record_merge_request(
-        &self,
-        operation_id: &str,
-        iid: i64,
-        url: &str,
-    ) -> anyhow::Result<()> {
-        let version = self.page(operation_id).await?.operation.version;
-        let recorded = self
-            .write(
-                "record_merge_request",
-                &[iid.into(), url.into(), operation_id.into(), version.into()],
-            )
-            .await?;
-        ensure!(recorded == 1, "{operation_id} moved meanwhile");
-        Ok(())
-    }
-
-    /// Puts an approved request in the merge queue's waiting set.
-    pub async fn enqueue(&self, operation_id: &str, project: &str) -> anyhow::Result<()> {
-        let inserted = self
-            .write("enqueue", &[operation_id.into(), "".into(), project.into()])
-            .await?;
-        ensure!(inserted == 1, "{operation_id} was queued already");
-        Ok(())
-    }
-
-    /// Takes the operation's lease as a worker did, and gives it back;
-    /// another instance may hold it (an instance of the current release
-    /// already running the step), which a worker took as a normal answer.
-    pub async fn take_and_release_lease(&self, operation_id: &str) -> anyhow::Result<()> {
-        let owner = "previous-release";
-        let taken = self
-            .write(
-                "acquire_lease",
-                &[
-                    owner.into(),
-                    30_000.into(),
-                    operation_id.into(),
-                    owner.into(),
-                ],
-            )
-            .await?;
-        if taken == 1 {
-            self.write("release_lease", &[operation_id.into(), owner.into()])
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// The status answer's row of `operation_id`.
-    pub async fn page(&self, operation_id: &str) -> anyhow::Result<OperationPage> {
-        self.read::<OperationPage>("operation_page", &[operation_id.into()])
-            .await?
-            .pop()
-            .with_context(|| format!("no operation {operation_id}"))
-    }
-
-    /// Every read of that release's instances once: the status answer of
-    /// each of `operation_ids`, `requester`'s list, the operators' list and
-    /// the background jobs' scans.
-    pub async fn read_everything(
-        &self,
-        operation_ids: &[String],
-        requester: &str,
-    ) -> anyhow::Result<()> {
-        for id in operation_ids {
-            self.page(id).await?;
-        }
-        let listed: Vec<BindingRow> = self
-            .read(
-                "my_bindings",
-                &[requester.into(), i64::MAX.into(), 50.into()],
-            )
-            .await?;
-        if listed.is_empty() {
-            bail!("{requester} has no bindings");
-        }
-        self.read::<ListedOperation>("operators_list", &[50.into()])
-            .await?;
-        self.read::<(String,)>("list_due", &[100.into()]).await?;
-        self.read::<(String,)>("waiting_partitions", &[]).await?;
-        self.read::<(i64,)>("runnable_batches", &[]).await?;
-        self.read::<(String, String)>("list_expired", &[100.into()])
-            .await?;
-        self.read::<EventRow>("pending_events", &[100.into()])
-            .await?;
-        Ok(())
     }
 }
