@@ -47,11 +47,19 @@ export interface Operation {
 export type OperatorAction = "retry" | "fail" | "approve" | "reject";
 
 /** One recorded step of an operation, oldest first. */
+/** A step, or an event on the way that left the step as it was. */
+export type EntryKind = "STEP" | "PIPELINE" | "APPROVAL" | "REBASE" | "MERGE" | "DEPLOY";
+
 export interface HistoryEntry {
+  kind: EntryKind;
   step: { code: number; name: string };
   status?: string;
   actor: string;
   message: string;
+  /** A pipeline's status, the approving bot's number, a commit's sha. */
+  detail?: string;
+  /** Its page on GitLab. */
+  url?: string;
   at: string;
 }
 

@@ -1,14 +1,62 @@
-// One operation: where it is, what comes next, what happened and when, and
-// the other requests of its relation. Everything comes from one read (the
-// timeline answer), so the badge, the step and the history never disagree;
-// the page reads it again every two seconds until the request settles.
+// One operation: where it is, what comes next, what happened and when (its
+// steps, and on the way each pipeline run of its MR, each reviewer bot's
+// approval, rebases, the merge commit and the deploy), and the other
+// requests of its relation. Everything comes from one read (the timeline
+// answer), so the badge, the step, the stages and the history never
+// disagree; the page reads it again every two seconds until the request
+// settles.
 
 import { ApiError, get } from "../api";
 import { h, replace, when } from "../dom";
 import { advice, badge, operationBadge, timeline } from "../status";
-import type { OperationTimeline, Related } from "../types";
+import type { EntryKind, HistoryEntry, OperationTimeline, Related } from "../types";
 
 const POLL_MS = 2000;
+
+/** What an event's row says it is; a step's row names the step. */
+const KIND_LABELS: Record<Exclude<EntryKind, "STEP">, string> = {
+  PIPELINE: "Pipeline",
+  APPROVAL: "Approval",
+  REBASE: "Rebase",
+  MERGE: "Merge",
+  DEPLOY: "Deploy",
+};
+
+/** A link to a page GitLab gave (only what is plainly a web address), else the text. */
+function gitlabLink(url: string | undefined, text: string, props: Record<string, string> = {}): HTMLElement {
+  return url && /^https?:\/\//.test(url)
+    ? h("a", { ...props, href: url, target: "_blank", rel: "noopener" }, text)
+    : h("span", props, text);
+}
+
+/** What the stage of `key` shows of the events recorded for it. */
+function stageEvents(key: string, items: HistoryEntry[]): HTMLElement | null {
+  const last = (kind: EntryKind) => [...items].reverse().find((entry) => entry.kind === kind);
+  switch (key) {
+    case "pipeline": {
+      const run = last("PIPELINE");
+      if (!run) return null;
+      return h("span", { class: "events", id: "stage-pipeline-run" }, gitlabLink(run.url, run.message));
+    }
+    case "reviews": {
+      const approvals = items.filter((entry) => entry.kind === "APPROVAL");
+      if (!approvals.length) return null;
+      return h("span", { class: "events", id: "stage-approvals" }, `approved by ${approvals.map((entry) => entry.actor).join(", ")}`);
+    }
+    case "merge": {
+      const merge = last("MERGE");
+      if (!merge?.detail) return null;
+      return h("span", { class: "events", id: "stage-merge-commit" }, "commit ", gitlabLink(merge.url, merge.detail.slice(0, 8), { class: "commit" }));
+    }
+    case "deploy": {
+      const deploy = last("DEPLOY");
+      if (!deploy) return null;
+      return h("span", { class: "events", id: "stage-deploy" }, deploy.message);
+    }
+    default:
+      return null;
+  }
+}
 
 export function operationPage(root: HTMLElement, params: Record<string, string>): () => void {
   const id = params.id;
@@ -40,11 +88,7 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
   function show({ operation: op, items, batchMembers, relation }: OperationTimeline): void {
     const mr = op.mergeRequest;
     // The URL comes from GitLab: link only what is plainly a web address.
-    const mrLink = mr
-      ? mr.url && /^https?:\/\//.test(mr.url)
-        ? h("a", { href: mr.url, target: "_blank", rel: "noopener", id: "mr-link" }, `!${mr.iid}`)
-        : h("span", { id: "mr-link" }, `!${mr.iid}`)
-      : null;
+    const mrLink = mr ? gitlabLink(mr.url, `!${mr.iid}`, { id: "mr-link" }) : null;
     const batch = op.batchId !== undefined
       ? h("span", { id: "batch" }, `#${op.batchId}`, batchMembers && batchMembers > 1 ? `, with ${batchMembers - 1} other request${batchMembers > 2 ? "s" : ""}` : ", on its own")
       : null;
@@ -75,17 +119,18 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
             // under "Latest" (it may tell of the stage before, "opened MR !3").
             stage.state === "active" ? h("span", { class: "detail" }, op.step.name) : null,
             stage.state === "failed" ? h("span", { class: "detail" }, op.message) : null,
+            stageEvents(stage.key, items),
           ))),
       items.length
         ? [
             h("h2", {}, "History"),
             h("table", { class: "list", id: "history" },
               h("tbody", {}, items.map((entry) =>
-                h("tr", { "data-step": entry.step.name },
+                h("tr", { "data-step": entry.step.name, "data-kind": entry.kind, class: entry.kind === "STEP" ? null : "event" },
                   h("td", {}, when(entry.at)),
-                  h("td", {}, entry.step.name),
+                  h("td", {}, entry.kind === "STEP" ? entry.step.name : KIND_LABELS[entry.kind]),
                   h("td", {}, entry.status ? badge(entry.status) : null),
-                  h("td", {}, entry.message),
+                  h("td", {}, entry.url ? gitlabLink(entry.url, entry.message, { class: "event-link" }) : entry.message),
                   h("td", {}, entry.actor))))),
           ]
         : null,
