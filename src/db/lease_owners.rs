@@ -30,12 +30,15 @@ pub struct Released {
     /// Webhook delivery claims, back in the queue with a new version (the
     /// old owner's late answer matches nothing).
     pub deliveries: u64,
+    /// Background job leases (`job_lease`): a retention run cut off by the
+    /// shutdown is resumed by another instance at once.
+    pub jobs: u64,
 }
 
 impl Released {
     /// Whether anything was released.
     pub fn any(&self) -> bool {
-        self.operations + self.batches + self.deliveries > 0
+        self.operations + self.batches + self.deliveries + self.jobs > 0
     }
 }
 
@@ -62,6 +65,12 @@ pub async fn release(db: &Db, owners: &Owners<'_>) -> Result<Released, sqlx::Err
                  lease_owner = NULL, lease_until = NULL, updated_at = {now} \
                  WHERE status = 'sending' AND"
             ),
+            owners,
+        )
+        .await?,
+        jobs: update(
+            db,
+            "UPDATE job_lease SET lease_owner = NULL, lease_until = NULL WHERE",
             owners,
         )
         .await?,

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use changegate::config::RetentionSettings;
+use changegate::db::lease_owners::{self, Owners};
 use changegate::db::retention::{Pruned, take_job_lease};
 use changegate::db::{Db, dialect};
 use changegate::jobs::Outcome;
@@ -318,6 +319,50 @@ async fn exactly_the_eligible_rows_go_and_current_history_and_watermarks_stay() 
             run_once(db, &settings(), "me").await.unwrap(),
             Outcome::Idle,
             "{name}"
+        );
+    }
+}
+
+/// A run stopped mid-way (SIGTERM cancels the job between chunks) gives its
+/// retention lease back with its other leases, so another instance takes
+/// the job up at once instead of after the lease runs out.
+#[tokio::test]
+async fn a_stopped_run_gives_its_retention_lease_back() {
+    for test_db in each_backend().await {
+        let db = &test_db.db;
+        let name = test_db.name;
+        let lease = Duration::from_secs(600);
+        assert!(
+            take_job_lease(db, JOB, "seat-7-life-3-r", lease)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !take_job_lease(db, JOB, "seat-8-life-1-r", lease)
+                .await
+                .unwrap(),
+            "{name}: held"
+        );
+
+        let other_run = Owners {
+            prefix: "seat-7-life-4-",
+            keep: None,
+        };
+        let released = lease_owners::release(db, &other_run).await.unwrap();
+        assert_eq!(released.jobs, 0, "{name}: another run's lease stays");
+
+        let this_run = Owners {
+            prefix: "seat-7-life-3-",
+            keep: None,
+        };
+        let released = lease_owners::release(db, &this_run).await.unwrap();
+        assert_eq!(released.jobs, 1, "{name}");
+        assert!(released.any(), "{name}");
+        assert!(
+            take_job_lease(db, JOB, "seat-8-life-1-r", lease)
+                .await
+                .unwrap(),
+            "{name}: free at once"
         );
     }
 }
