@@ -2,12 +2,10 @@
 //! bots' approvals, rebases, the merge commit), recorded on the timeline of
 //! every member, set-based, with the batch write it belongs to.
 
-use crate::clients::gitlab::MergeRequest;
 use crate::db::Db;
 use crate::db::batches::{BatchRow, live_members};
 use crate::db::timeline_events::{TimelineEvent, record_events};
 use crate::store::{StoreError, StoreTx, lock_members};
-use crate::workflow::pipeline_finished;
 use crate::write_tx;
 
 use super::runner::MergeQueue;
@@ -26,15 +24,6 @@ pub(super) async fn note_members(
     lock_members(tx, ids).await?;
     record_events(tx.db(), ids, noted).await?;
     Ok(())
-}
-
-/// The finished run of `mr`'s head pipeline, when it has finished.
-pub(super) fn pipeline_run(mr: &MergeRequest) -> Vec<TimelineEvent> {
-    mr.head_pipeline
-        .as_ref()
-        .and_then(|pipeline| pipeline_finished(pipeline, mr.iid))
-        .into_iter()
-        .collect()
 }
 
 impl MergeQueue {

@@ -22,13 +22,13 @@ use crate::domain::{BindingStatus, IN_MERGE_QUEUE, StepStatus};
 use crate::store::{Change, MergeRequestRef, StoreError, move_members};
 use crate::workflow::{
     ChangeSet, MAX_DESCRIPTION_BYTES, Opened, Round, Verdict, Workflow, bot, file_action,
-    outage_message, rebasing_event, verdict,
+    head_pipeline_run, outage_message, rebasing_event, verdict,
 };
 
 use super::claim::{Claimed, claim_batch};
 use super::fit::{MAX_COMMIT_BYTES, actions_that_fit, members_that_fit};
 use super::metrics::Ended;
-use super::noted::{note_members, pipeline_run};
+use super::noted::note_members;
 use crate::write_tx;
 
 pub(super) const ACTOR: &str = "merge-queue";
@@ -171,15 +171,16 @@ impl MergeQueue {
                             ..BatchChange::default()
                         };
                         let message = format!("merge batch #{}: pipeline passed", batch.id);
-                        let noted = pipeline_run(&mr);
+                        let noted = head_pipeline_run(&mr);
                         let to = (BindingStatus::Merging, StepStatus::HandleStarted);
-                        self.advance(db, &batch, &change, &noted, to, &message)
+                        self.advance(db, &batch, &change, noted.as_slice(), to, &message)
                             .await
                     }
                     Some("failed" | "canceled") => {
                         let message = format!("the pipeline of batch MR !{iid} failed");
                         let step = StepStatus::CreatePipelineFailed;
-                        self.fail(db, &batch, step, &message, &pipeline_run(&mr))
+                        let noted = head_pipeline_run(&mr);
+                        self.fail(db, &batch, step, &message, noted.as_slice())
                             .await
                     }
                     _ if settings.polling.deadline_reached(batch.polls + 1)

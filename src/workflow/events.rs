@@ -14,7 +14,7 @@ const GITLAB: &str = "gitlab";
 
 /// A finished run of `pipeline` (passed, failed or canceled); `None` while
 /// it has not finished.
-pub(crate) fn pipeline_finished(pipeline: &Pipeline, iid: i64) -> Option<TimelineEvent> {
+fn pipeline_finished(pipeline: &Pipeline, iid: i64) -> Option<TimelineEvent> {
     let outcome = match pipeline.status.as_str() {
         "success" => "passed",
         "failed" => "failed",
@@ -32,6 +32,14 @@ pub(crate) fn pipeline_finished(pipeline: &Pipeline, iid: i64) -> Option<Timelin
         detail: Some(pipeline.status.clone()),
         url: pipeline.web_url.clone(),
     })
+}
+
+/// The finished run of `mr`'s head pipeline; `None` while it runs or when
+/// the MR has none.
+pub(crate) fn head_pipeline_run(mr: &MergeRequest) -> Option<TimelineEvent> {
+    mr.head_pipeline
+        .as_ref()
+        .and_then(|pipeline| pipeline_finished(pipeline, mr.iid))
 }
 
 /// Reviewer bot `reviewer` (1-based, in `gitlab.reviewer_tokens` order, as
@@ -66,10 +74,7 @@ pub(crate) fn rebasing(mr: &MergeRequest, actor: &str) -> TimelineEvent {
 /// passed (when not recorded already, say after a rebase) and the commit
 /// the merge put on the target branch.
 pub(crate) fn merged(mr: &MergeRequest) -> Vec<TimelineEvent> {
-    let pipeline = mr
-        .head_pipeline
-        .as_ref()
-        .and_then(|pipeline| pipeline_finished(pipeline, mr.iid));
+    let pipeline = head_pipeline_run(mr);
     let commit = mr.landed_at().map(|sha| TimelineEvent {
         kind: EventKind::Merge,
         actor: GITLAB.to_owned(),

@@ -494,11 +494,7 @@ impl Workflow {
                 }
             }
             (_, Some("failed" | "canceled")) => {
-                noted.extend(
-                    mr.head_pipeline
-                        .as_ref()
-                        .and_then(|pipeline| events::pipeline_finished(pipeline, iid)),
-                );
+                noted.extend(events::head_pipeline_run(&mr));
                 Ok(Round::Finished(Outcome {
                     status: Some(BindingStatus::HandleFailed),
                     step: StepStatus::CreatePipelineFailed,

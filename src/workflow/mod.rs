@@ -13,7 +13,7 @@ mod pipeline;
 mod review;
 mod settle;
 
-pub(crate) use events::{merged as merged_events, pipeline_finished, rebasing as rebasing_event};
+pub(crate) use events::{head_pipeline_run, merged as merged_events, rebasing as rebasing_event};
 pub(crate) use interrupted::{Verdict, outage_message, verdict};
 pub(crate) use merge_request::{Round, bot, file_action};
 pub(crate) use open::{ChangeSet, MAX_DESCRIPTION_BYTES, Opened};

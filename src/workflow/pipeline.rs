@@ -27,14 +27,15 @@ impl Workflow {
         let project = project_of(&settings, operation);
         // The run that decided the step, recorded with it.
         let mut noted = Vec::new();
-        let outcome = match self.gitlab.merge_request(token, project, iid).await {
+        let answer = self.gitlab.merge_request(token, project, iid).await;
+        if let Ok(mr) = &answer {
+            noted.extend(events::head_pipeline_run(mr));
+        }
+        let outcome = match answer {
             Ok(mr) if mr.state == "merged" => {
                 Outcome::to(BindingStatus::Merging, StepStatus::HandleStarted)
             }
-            Ok(mr) => match mr.head_pipeline.as_ref().map(|p| {
-                noted.extend(events::pipeline_finished(p, iid));
-                p.status.as_str()
-            }) {
+            Ok(mr) => match mr.head_pipeline.as_ref().map(|p| p.status.as_str()) {
                 // MR first: the approval is asked for now, carrying the MR.
                 Some("success") if operation.flow_order == FlowOrder::MrFirst => {
                     Outcome::to(BindingStatus::ApprovalSending, StepStatus::ApprovalSending)
