@@ -35,6 +35,7 @@ pub mod settle_counts;
 pub mod statement;
 pub mod timeline_events;
 mod tx;
+pub mod webhook_claims;
 pub mod webhook_deliveries;
 pub mod webhook_endpoints;
 

@@ -1,6 +1,7 @@
 //! `webhook_delivery`: one event to one endpoint. The relay fills it from the
 //! `event` outbox; delivery workers on every instance claim rows by
-//! compare-and-swap on `(status, version)` (migration 0008 has the notes).
+//! compare-and-swap on `(status, version)` (see [`super::webhook_claims`];
+//! migration 0008 has the notes).
 
 use std::time::Duration;
 
@@ -12,11 +13,7 @@ use super::webhook_endpoints::{EndpointRow, list_enabled_in};
 use super::{Db, IN_LIST_CHUNK, dialect, placeholders};
 use crate::{with_pool, with_tx};
 
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
-const COLUMNS: &str = "id, endpoint_id, event_id, event_type, msg_id, body, status, version, \
+pub(super) const COLUMNS: &str = "id, endpoint_id, event_id, event_type, msg_id, body, status, version, \
     attempts, next_attempt_at, last_status, last_error, created_at, updated_at";
 
 /// A delivery waiting to be sent.
@@ -175,124 +172,6 @@ pub async fn relay_events(
     })
 }
 
-/// Puts claims whose lease ran out (their instance died or hung) back in
-/// the queue, with a new version so the old owner's late write matches
-/// nothing. The expired rows are found by a plain read (`ix_delivery_due`,
-/// status = 'sending') and updated by primary key with the condition
-/// repeated: a range UPDATE would take next-key locks over every claimed
-/// row's index entry and deadlock with the claims and answers of other
-/// instances (seen on MariaDB with three instances).
-pub async fn requeue_expired(db: &Db) -> Result<u64, sqlx::Error> {
-    let now = dialect::now_ms(db.backend());
-    let find = format!(
-        "SELECT id FROM webhook_delivery WHERE status = 'sending' AND lease_until < {now} LIMIT ?"
-    );
-    let ids: Vec<i64> = with_pool!(db, reader, |pool| {
-        sqlx::query_scalar(AssertSqlSafe(find))
-            .bind(IN_LIST_CHUNK as i64)
-            .fetch_all(pool)
-            .await
-    })?;
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    let sql = format!(
-        "UPDATE webhook_delivery SET status = 'queued', version = version + 1, \
-         lease_owner = NULL, lease_until = NULL, updated_at = {now} \
-         WHERE id IN ({}) AND status = 'sending' AND lease_until < {now}",
-        placeholders(ids.len())
-    );
-    with_pool!(db, writer, |pool| {
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for id in &ids {
-            query = query.bind(id);
-        }
-        query.execute(pool).await.map(|done| done.rows_affected())
-    })
-}
-
-/// A due delivery as the workers see it before claiming.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct Due {
-    /// Delivery id.
-    pub id: i64,
-    /// Its version, for the claim.
-    pub version: i64,
-    /// Its endpoint.
-    pub endpoint_id: i64,
-    /// The endpoint's breaker state (an `open` one here is due for a probe).
-    pub breaker_state: String,
-}
-
-/// Up to `limit` queued deliveries due by the database clock whose endpoint
-/// is enabled and whose breaker lets them through, earliest first. Served by
-/// `ix_delivery_due` (status = 'queued', range on next_attempt_at, in order);
-/// the endpoint by primary key.
-pub async fn list_due(db: &Db, limit: u32) -> Result<Vec<Due>, sqlx::Error> {
-    let now = dialect::now_ms(db.backend());
-    let sql = format!(
-        "SELECT d.id, d.version, d.endpoint_id, e.breaker_state FROM webhook_delivery d \
-         JOIN webhook_endpoint e ON e.id = d.endpoint_id \
-         WHERE d.status = 'queued' AND d.next_attempt_at <= {now} AND e.enabled = TRUE \
-         AND (e.breaker_until IS NULL OR e.breaker_until <= {now}) \
-         ORDER BY d.next_attempt_at LIMIT ?"
-    );
-    with_pool!(db, reader, |pool| {
-        sqlx::query_as(AssertSqlSafe(sql))
-            .bind(limit)
-            .fetch_all(pool)
-            .await
-    })
-}
-
-/// Claims a delivery by compare-and-swap: `true` only when this call moved
-/// it from `queued` at `version` to `sending` (exactly one row), holding it
-/// for `lease`. Primary key lookup.
-pub async fn claim(
-    db: &Db,
-    id: i64,
-    version: i64,
-    owner: &str,
-    lease: Duration,
-) -> Result<bool, sqlx::Error> {
-    let backend = db.backend();
-    let sql = format!(
-        "UPDATE webhook_delivery SET status = 'sending', version = version + 1, \
-         attempts = attempts + 1, lease_owner = ?, lease_until = {}, updated_at = {} \
-         WHERE id = ? AND status = 'queued' AND version = ?",
-        dialect::now_plus_ms(backend),
-        dialect::now_ms(backend)
-    );
-    with_pool!(db, writer, |pool| {
-        sqlx::query(AssertSqlSafe(sql))
-            .bind(owner)
-            .bind(millis(lease))
-            .bind(id)
-            .bind(version)
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected() == 1)
-    })
-}
-
-/// Silent mode: a queued delivery becomes `silent` (compare-and-swap like
-/// [`claim`]), so it is never sent, not even when silent mode ends.
-pub async fn mark_silent(db: &Db, id: i64, version: i64) -> Result<bool, sqlx::Error> {
-    let sql = format!(
-        "UPDATE webhook_delivery SET status = 'silent', version = version + 1, updated_at = {} \
-         WHERE id = ? AND status = 'queued' AND version = ?",
-        dialect::now_ms(db.backend())
-    );
-    with_pool!(db, writer, |pool| {
-        sqlx::query(AssertSqlSafe(sql))
-            .bind(id)
-            .bind(version)
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected() == 1)
-    })
-}
-
 /// One delivery by id (primary key).
 pub async fn get_delivery(db: &Db, id: i64) -> Result<Option<DeliveryRow>, sqlx::Error> {
     let sql = format!("SELECT {COLUMNS} FROM webhook_delivery WHERE id = ?");
@@ -304,7 +183,7 @@ pub async fn get_delivery(db: &Db, id: i64) -> Result<Option<DeliveryRow>, sqlx:
     })
 }
 
-/// How an attempt ended, for [`finish`].
+/// How an attempt ended (see [`super::webhook_claims::record`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ending {
     /// 2xx.
@@ -313,50 +192,6 @@ pub enum Ending {
     RetryIn(Duration),
     /// No more attempts.
     Failed,
-}
-
-/// Records the end of an attempt on a delivery this instance claimed at
-/// `claimed_version`; `false` when the claim was lost meanwhile (its lease
-/// ran out and it was requeued), in which case nothing is written.
-pub async fn finish(
-    db: &Db,
-    id: i64,
-    claimed_version: i64,
-    ending: Ending,
-    http_status: Option<u16>,
-    error: Option<&str>,
-) -> Result<bool, sqlx::Error> {
-    let backend = db.backend();
-    let now = dialect::now_ms(backend);
-    let (status, next) = match ending {
-        Ending::Delivered => (DELIVERED, None),
-        Ending::RetryIn(pause) => (QUEUED, Some(pause)),
-        Ending::Failed => (FAILED, None),
-    };
-    let next_sql = match next {
-        Some(_) => dialect::now_plus_ms(backend),
-        None => "next_attempt_at",
-    };
-    let sql = format!(
-        "UPDATE webhook_delivery SET status = ?, version = version + 1, next_attempt_at = {next_sql}, \
-         lease_owner = NULL, lease_until = NULL, last_status = ?, last_error = ?, updated_at = {now} \
-         WHERE id = ? AND version = ? AND status = 'sending'"
-    );
-    let error = error.map(|text| text.chars().take(500).collect::<String>());
-    with_pool!(db, writer, |pool| {
-        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(status);
-        if let Some(pause) = next {
-            query = query.bind(millis(pause));
-        }
-        query
-            .bind(http_status.map(i64::from))
-            .bind(&error)
-            .bind(id)
-            .bind(claimed_version)
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected() == 1)
-    })
 }
 
 /// An endpoint's deliveries, newest first, below `before` when given.

@@ -121,6 +121,25 @@ pub async fn get_endpoint(db: &Db, id: i64) -> Result<Option<EndpointRow>, sqlx:
     })
 }
 
+/// The endpoints among `ids` (primary key lookups; a delivery worker's page
+/// names only a few).
+pub async fn endpoints_in(db: &Db, ids: &[i64]) -> Result<Vec<EndpointRow>, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT {COLUMNS} FROM webhook_endpoint WHERE id IN ({})",
+        super::placeholders(ids.len())
+    );
+    with_pool!(db, reader, |pool| {
+        let mut query = sqlx::query_as(AssertSqlSafe(sql));
+        for id in ids {
+            query = query.bind(id);
+        }
+        query.fetch_all(pool).await
+    })
+}
+
 /// Every endpoint, oldest first (a small table: full scan).
 pub async fn list_endpoints(db: &Db) -> Result<Vec<EndpointRow>, sqlx::Error> {
     let sql = format!("SELECT {COLUMNS} FROM webhook_endpoint ORDER BY id");
@@ -320,24 +339,30 @@ pub async fn record_success(db: &Db, id: i64) -> Result<bool, sqlx::Error> {
     })
 }
 
-/// Breaker after a failed attempt: counts it, and opens the breaker (for
+/// Breaker after `failures` failed attempts in a row (one worker's page
+/// records them together): counts them, and opens the breaker (for
 /// `open_for`) when a half-open probe failed or `threshold` consecutive
 /// failures are reached. `true` only for the caller that opened it.
-pub async fn record_failure(
+pub async fn record_failures(
     db: &Db,
     id: i64,
+    failures: u32,
     threshold: u32,
     open_for: Duration,
 ) -> Result<bool, sqlx::Error> {
     let backend = db.backend();
-    let count = "UPDATE webhook_endpoint SET breaker_failures = breaker_failures + 1 WHERE id = ?";
+    let count = "UPDATE webhook_endpoint SET breaker_failures = breaker_failures + ? WHERE id = ?";
     let open = format!(
         "UPDATE webhook_endpoint SET breaker_state = 'open', breaker_until = {} WHERE id = ? \
          AND (breaker_state = 'half_open' OR (breaker_state = 'closed' AND breaker_failures >= ?))",
         dialect::now_plus_ms(backend)
     );
     with_pool!(db, writer, |pool| {
-        sqlx::query(count).bind(id).execute(pool).await?;
+        sqlx::query(count)
+            .bind(i64::from(failures))
+            .bind(id)
+            .execute(pool)
+            .await?;
         sqlx::query(AssertSqlSafe(open))
             .bind(millis(open_for))
             .bind(id)

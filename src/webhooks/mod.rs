@@ -9,6 +9,7 @@
 pub mod relay;
 mod retry;
 pub mod sealed;
+mod send;
 pub mod target;
 pub mod worker;
 

@@ -1,35 +1,27 @@
-//! The delivery worker each instance runs: finds due deliveries, claims each
-//! by compare-and-swap (exactly one instance wins a row), signs the stored
-//! bytes, sends them, and records the answer; retries on a growing, jittered
-//! schedule; a per-endpoint circuit breaker, shared through the database,
-//! holds deliveries back while an endpoint keeps failing.
+//! The delivery worker each instance runs: finds due deliveries, claims a
+//! page of them by one set-based compare-and-swap (exactly one instance wins
+//! a row), signs the stored bytes, sends them, and records the answers in
+//! groups; retries on a growing, jittered schedule; a per-endpoint circuit
+//! breaker, shared through the database, holds deliveries back while an
+//! endpoint keeps failing.
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use reqwest::StatusCode;
-use tokio::task::JoinSet;
 
-use super::retry::{classify, shuffle};
+use super::retry::shuffle;
 use crate::clients::health::{Dependencies, System};
-use crate::clients::http::{CallError, Outbound, SystemClient};
+use crate::clients::http::{Outbound, SystemClient};
 use crate::config::LiveConfig;
 use crate::db::Db;
-use crate::db::webhook_deliveries::{
-    DeliveryRow, Due, Ending, claim, finish, get_delivery, list_due, mark_silent, requeue_expired,
-};
-use crate::db::webhook_endpoints::{
-    EndpointRow, disable_gone, get_endpoint, record_failure, record_success, take_half_open,
-};
+use crate::db::webhook_claims::{Due, claim, list_due, requeue_expired, silence};
+use crate::db::webhook_endpoints::take_half_open;
 use crate::jobs::Outcome;
-use crate::sealing::{KeyRing, OpenError};
-use crate::signature::{
-    self, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP, SecretError, WebhookSecret,
-};
-use crate::webhooks::target::{self, GlobalOnly, SystemLookup};
+use crate::sealing::KeyRing;
+use crate::webhooks::target::{GlobalOnly, SystemLookup};
 
 /// How often lost claims are summed up in the log.
 const LOST_CLAIMS_LOG_EVERY: Duration = Duration::from_secs(60);
@@ -72,6 +64,7 @@ struct Inner {
     client: SystemClient,
     keys: Arc<KeyRing>,
     owner: String,
+    rounds: AtomicU32,
     lost: LostClaims,
 }
 
@@ -139,6 +132,7 @@ impl Deliverer {
                 client,
                 keys,
                 owner,
+                rounds: AtomicU32::new(0),
                 lost: LostClaims {
                     since_log: AtomicU64::new(0),
                     last_log: std::sync::Mutex::new(Instant::now()),
@@ -154,7 +148,9 @@ impl Deliverer {
     }
 
     /// One round: requeues expired claims, then claims up to
-    /// `webhooks.concurrency` due deliveries and sends them concurrently.
+    /// `webhooks.concurrency` due deliveries in one statement (again, with
+    /// the next candidates, for any lost to another instance) and sends
+    /// them concurrently, recording their answers in groups.
     pub async fn run_once(&self) -> anyhow::Result<Outcome> {
         let db = &self.inner.db;
         let settings = self.inner.config.current();
@@ -168,60 +164,72 @@ impl Deliverer {
                 "webhook deliveries whose claim expired are queued again"
             );
         }
-        let limit = hooks.concurrency;
-        let mut due = list_due(db, limit.saturating_mul(4))
+        let limit = u64::from(hooks.concurrency);
+        let mut due = list_due(db, hooks.concurrency.saturating_mul(4))
             .await
             .context("listing due deliveries")?;
+        if settings.webhooks_silent {
+            let read: Vec<(i64, i64)> = due.iter().map(|row| (row.id, row.version)).collect();
+            let silenced = silence(db, &read).await.context("silencing deliveries")?;
+            return Ok(match silenced {
+                0 => Outcome::Idle,
+                done => Outcome::Worked { done, full: false },
+            });
+        }
         // Instances polling together would all try the same rows first.
         shuffle(&mut due);
         let lease = hooks.request_timeout + Duration::from_secs(30);
-        let (mut won, mut lost, mut silenced) = (0_u64, 0_u64, 0_u64);
+        let token = self.claim_token();
+        let mut candidates = due.into_iter();
         let mut probing = HashSet::new();
-        let mut sends = JoinSet::new();
-        for row in due {
-            if won >= u64::from(limit) {
+        let (mut won, mut lost) = (0_u64, 0_u64);
+        let mut tried = Vec::new();
+        while won < limit {
+            let mut page = Vec::new();
+            for row in candidates.by_ref() {
+                if self.may_send(&row, &mut probing, lease).await? {
+                    page.push((row.id, row.version));
+                    if page.len() as u64 >= limit - won {
+                        break;
+                    }
+                }
+            }
+            if page.is_empty() {
                 break;
             }
-            if settings.webhooks_silent {
-                if mark_silent(db, row.id, row.version).await? {
-                    silenced += 1;
-                }
-                continue;
-            }
-            if !self.may_send(&row, &mut probing, lease).await? {
-                continue;
-            }
-            match claim(db, row.id, row.version, &self.inner.owner, lease).await {
-                Ok(true) => {
-                    won += 1;
-                    let worker = self.clone();
-                    sends.spawn(
-                        async move { worker.deliver_claimed(row.id, row.version + 1).await },
-                    );
-                }
-                Ok(false) => lost += 1,
+            let claimed = match claim(db, &page, &token, lease).await {
+                Ok(claimed) => claimed,
                 // Rolled back, nothing changed: as good as lost.
-                Err(err) if crate::db::is_retryable_conflict(&err) => lost += 1,
-                Err(err) => return Err(err).context("claiming a delivery"),
-            }
+                Err(err) if crate::db::is_retryable_conflict(&err) => 0,
+                Err(err) => return Err(err).context("claiming deliveries"),
+            };
+            won += claimed;
+            lost += page.len() as u64 - claimed;
+            tried.extend(page.into_iter().map(|(id, _)| id));
         }
         metrics::counter!("changegate_webhook_claims_total", "outcome" => "won").increment(won);
         metrics::counter!("changegate_webhook_claims_total", "outcome" => "lost").increment(lost);
         self.inner.lost.add(lost);
-        while let Some(joined) = sends.join_next().await {
-            match joined {
-                Ok(Ok(())) => {}
-                Ok(Err(err)) => tracing::warn!("webhook delivery not recorded: {err:#}"),
-                Err(err) => tracing::error!("webhook delivery task failed: {err}"),
-            }
+        if won > 0 {
+            self.send_claimed(&token, &tried).await?;
         }
-        Ok(match won + silenced {
+        Ok(match won {
             0 => Outcome::Idle,
             done => Outcome::Worked {
                 done,
-                full: won >= u64::from(limit),
+                full: won >= limit,
             },
         })
+    }
+
+    /// A lease owner unique to one round of this worker, so the round reads
+    /// back exactly the rows its claim won. It starts with the worker's
+    /// owner id, so releasing the owner's leases (a prefix match) covers it,
+    /// and stays within the column's 64 characters (an owner id has at most
+    /// 48; the round counter wraps, long after any lease of that round).
+    fn claim_token(&self) -> String {
+        let round = self.inner.rounds.fetch_add(1, Ordering::Relaxed);
+        format!("{}.{round:x}", self.inner.owner)
     }
 
     /// Whether the endpoint's breaker lets `row` through: always when
@@ -250,160 +258,18 @@ impl Deliverer {
         Ok(true)
     }
 
-    /// Sends a delivery this worker has claimed (its version after the claim
-    /// is `claimed_version`) and records how it ended.
-    pub async fn deliver_claimed(&self, id: i64, claimed_version: i64) -> anyhow::Result<()> {
-        let db = &self.inner.db;
-        let hooks = self.inner.config.current().webhooks.clone();
-        let delivery = get_delivery(db, id)
-            .await?
-            .context("claimed delivery vanished")?;
-        let Some(endpoint) = get_endpoint(db, delivery.endpoint_id).await? else {
-            finish(
-                db,
-                id,
-                claimed_version,
-                Ending::Failed,
-                None,
-                Some("endpoint deleted"),
-            )
-            .await?;
-            return Ok(());
-        };
-        // An endpoint registered under another policy is not delivered to.
-        if let Err(why) = target::validate(&endpoint.url, hooks.allow_private_targets) {
-            let reason = format!("not delivered: {why}");
-            finish(db, id, claimed_version, Ending::Failed, None, Some(&reason)).await?;
-            tracing::warn!(delivery_id = id, endpoint_id = endpoint.id, "{reason}");
-            return Ok(());
+    /// Sends the deliveries among `ids` that the claim holding `token` won,
+    /// and records how each ended (see [`super::send`]).
+    pub async fn send_claimed(&self, token: &str, ids: &[i64]) -> anyhow::Result<()> {
+        let inner = &self.inner;
+        super::send::Page {
+            db: &inner.db,
+            client: &inner.client,
+            keys: &inner.keys,
+            hooks: Arc::new(inner.config.current().webhooks.clone()),
         }
-        let signatures = match signatures(&self.inner.keys, &endpoint) {
-            Ok(signatures) => signatures,
-            Err(why) => {
-                let reason = format!("not delivered: the endpoint's signing secret {why}");
-                finish(db, id, claimed_version, Ending::Failed, None, Some(&reason)).await?;
-                tracing::error!(delivery_id = id, endpoint_id = endpoint.id, "{reason}");
-                return Ok(());
-            }
-        };
-        let answer = self
-            .send(&endpoint, &delivery, &signatures, hooks.request_timeout)
-            .await;
-        let (ending, status, error) = classify(&answer, &delivery, &hooks);
-        let recorded = finish(
-            db,
-            id,
-            claimed_version,
-            ending,
-            status.map(|s| s.as_u16()),
-            error.as_deref(),
-        )
-        .await?;
-        if !recorded {
-            tracing::warn!(
-                delivery_id = id,
-                "webhook delivery claim expired before its answer was recorded; it will be sent again"
-            );
-        }
-        let result = match ending {
-            Ending::Delivered => "delivered",
-            Ending::RetryIn(_) => "retry",
-            Ending::Failed => "failed",
-        };
-        metrics::counter!("changegate_webhook_attempts_total", "result" => result).increment(1);
-        if status == Some(StatusCode::GONE) {
-            if disable_gone(db, endpoint.id).await? {
-                tracing::warn!(
-                    endpoint_id = endpoint.id,
-                    "webhook endpoint answered 410 Gone; disabled"
-                );
-            }
-        } else if ending == Ending::Delivered {
-            // A healthy endpoint (the common case) costs no write here.
-            let healthy = endpoint.breaker_state == "closed" && endpoint.breaker_failures == 0;
-            if !healthy && record_success(db, endpoint.id).await? {
-                tracing::info!(endpoint_id = endpoint.id, "webhook endpoint breaker closed");
-            }
-        } else if record_failure(
-            db,
-            endpoint.id,
-            hooks.breaker_failures,
-            hooks.breaker_open_for,
-        )
-        .await?
-        {
-            tracing::warn!(
-                endpoint_id = endpoint.id,
-                "webhook endpoint breaker open for {}: deliveries wait",
-                humantime::format_duration(hooks.breaker_open_for)
-            );
-        }
-        Ok(())
-    }
-
-    /// One signed POST of the stored bytes.
-    async fn send(
-        &self,
-        endpoint: &EndpointRow,
-        delivery: &DeliveryRow,
-        signatures: &Signatures,
-        timeout: Duration,
-    ) -> Result<reqwest::Response, CallError> {
-        let timestamp = chrono::Utc::now().timestamp();
-        let signatures = signatures.at(timestamp, delivery);
-        let client = &self.inner.client;
-        let request = client
-            .request(reqwest::Method::POST, &endpoint.url)
-            .timeout(timeout)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(HEADER_ID, &delivery.msg_id)
-            .header(HEADER_TIMESTAMP, timestamp.to_string())
-            .header(HEADER_SIGNATURE, signatures)
-            .body(delivery.body.clone());
-        client.send(request).await
-    }
-}
-
-/// The secrets that sign a delivery to one endpoint: the current one, and
-/// the previous one too while its rotation grace lasts.
-struct Signatures(Vec<WebhookSecret>);
-
-/// Why an endpoint's secrets cannot sign.
-#[derive(Debug, thiserror::Error)]
-enum SigningError {
-    #[error("cannot be opened: {0}")]
-    Sealed(#[from] OpenError),
-    #[error("is not a webhook secret: {0}")]
-    Invalid(#[from] SecretError),
-}
-
-fn signatures(keys: &KeyRing, endpoint: &EndpointRow) -> Result<Signatures, SigningError> {
-    let mut secrets = vec![WebhookSecret::parse(&keys.open(&endpoint.secret)?)?];
-    let grace = endpoint
-        .previous_secret_until
-        .is_some_and(|until| until > chrono::Utc::now().naive_utc());
-    if let (true, Some(previous)) = (grace, &endpoint.previous_secret) {
-        secrets.push(WebhookSecret::parse(&keys.open(previous)?)?);
-    }
-    Ok(Signatures(secrets))
-}
-
-impl Signatures {
-    /// The `webhook-signature` value at `timestamp`: `v1,<sig>` per secret,
-    /// space-separated as Standard Webhooks allows.
-    fn at(&self, timestamp: i64, delivery: &DeliveryRow) -> String {
-        self.0
-            .iter()
-            .map(|secret| {
-                signature::sign(
-                    secret,
-                    &delivery.msg_id,
-                    timestamp,
-                    delivery.body.as_bytes(),
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(" ")
+        .send(token, ids)
+        .await
     }
 }
 

@@ -335,7 +335,7 @@ async fn the_progress_gauges_count_unfinished_requests_by_status_and_step_and_ag
 
 #[tokio::test]
 async fn the_progress_gauges_count_enabled_webhook_endpoints_by_breaker_state() {
-    use changegate::db::webhook_endpoints::{record_failure, take_half_open};
+    use changegate::db::webhook_endpoints::{record_failures, take_half_open};
     use changegate::jobs::progress::ProgressGauges;
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
@@ -359,7 +359,7 @@ async fn the_progress_gauges_count_enabled_webhook_endpoints_by_breaker_state() 
             } else {
                 hold
             };
-            assert!(record_failure(db, id, 1, open_for).await.unwrap());
+            assert!(record_failures(db, id, 1, 1, open_for).await.unwrap());
         }
         assert!(take_half_open(db, half_open, hold).await.unwrap());
         changegate::with_pool!(db, writer, |pool| {

@@ -42,6 +42,7 @@ mod traces;
 mod web;
 mod webhooks;
 mod webhooks_delivery;
+mod webhooks_kill;
 mod webhooks_race;
 mod webhooks_sealing;
 mod workflow;

@@ -51,6 +51,11 @@ pub struct Seen {
     pub fail_percent: AtomicU64,
     /// Answer once the script is used up (0 means 200).
     pub default_status: AtomicU64,
+    /// How long each answer takes, in milliseconds.
+    pub delay_ms: AtomicU64,
+    /// Every request as it came in, answered or not (its sender may have
+    /// gone before the answer): the id and the body.
+    pub received: Mutex<Vec<(String, Bytes)>>,
 }
 
 /// A loopback HTTP server standing in for a subscriber.
@@ -81,6 +86,14 @@ async fn receive(
         if delivered.contains(&id) || !in_flight.insert(id.clone()) {
             seen.duplicates.fetch_add(1, Ordering::SeqCst);
         }
+    }
+    seen.received
+        .lock()
+        .unwrap()
+        .push((id.clone(), body.clone()));
+    let delay = seen.delay_ms.load(Ordering::SeqCst);
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
     }
     let scripted = seen.script.lock().unwrap().pop_front();
     let (status, retry_after) = match scripted {

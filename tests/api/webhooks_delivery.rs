@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use changegate::db::Db;
-use changegate::db::webhook_deliveries::list_for_endpoint;
+use changegate::db::webhook_claims;
+use changegate::db::webhook_deliveries::{Ending, list_for_endpoint};
 use changegate::db::webhook_endpoints::get_endpoint;
 use changegate::webhooks::relay;
 use changegate::webhooks::worker::Deliverer;
@@ -224,20 +225,17 @@ async fn a_dead_instances_claim_runs_out_and_another_instance_delivers_it() {
         add_events(db, 1).await;
         relay_all(db, false).await;
         // An instance claims the delivery and dies before sending it.
-        let due = changegate::db::webhook_deliveries::list_due(db, 10)
-            .await
-            .unwrap();
+        let due = webhook_claims::list_due(db, 10).await.unwrap();
         let row = &due[0];
-        let claimed = changegate::db::webhook_deliveries::claim(
+        let won = webhook_claims::claim(
             db,
-            row.id,
-            row.version,
-            "dead-instance",
+            &[(row.id, row.version)],
+            "dead-instance.0",
             Duration::from_secs(2),
         )
         .await
         .unwrap();
-        assert!(claimed);
+        assert_eq!(won, 1);
         let other = deliverer(db, &hooks_config(""));
         // Well inside the lease, also on a loaded machine.
         rounds_for(&other, Duration::from_millis(50)).await;
@@ -246,17 +244,19 @@ async fn a_dead_instances_claim_runs_out_and_another_instance_delivers_it() {
         drain(db, &other, false, Duration::from_secs(10)).await;
         assert_eq!(receiver.arrivals().len(), 1, "{}", test_db.name);
         // The dead instance's late answer matches nothing.
-        let late = changegate::db::webhook_deliveries::finish(
+        let late = webhook_claims::record(
             db,
-            row.id,
-            row.version + 1,
-            changegate::db::webhook_deliveries::Ending::Failed,
-            None,
-            Some("late"),
+            &[webhook_claims::Attempt {
+                id: row.id,
+                claimed_version: row.version + 1,
+                ending: Ending::Failed,
+                http_status: None,
+                error: Some("late".to_owned()),
+            }],
         )
         .await
         .unwrap();
-        assert!(!late);
+        assert_eq!(late, 0);
         assert_eq!(count_status(db, "delivered").await, 1);
     }
 }
