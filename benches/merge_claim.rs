@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use changegate::batch::{Claimed, claim_batch};
 use changegate::config::resolve::FlowOrder;
 use changegate::config::{Settings, source};
-use changegate::db::batches::enqueue;
+use changegate::db::batch_queue::enqueue;
 use changegate::db::{self, Db};
 use changegate::domain::{BindingStatus, OperationId, OperationKind, StepStatus};
 use changegate::store::{self, Change, NewRequest};

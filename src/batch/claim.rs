@@ -17,9 +17,8 @@
 //! No lock is held beyond this transaction: a batch runs for minutes, its
 //! slot is data (the batch's status), not a lock.
 
-use crate::db::batches::{
-    append_membership, claim, describe_batch, insert_batch, oldest_waiting, waiting_group,
-};
+use crate::db::batch_queue::{claim, oldest_waiting, waiting_group};
+use crate::db::batches::{append_membership, describe_batch, insert_batch};
 use crate::db::{Db, is_retryable_conflict, is_unique_violation, retrying};
 use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, StoreError, StoreTx, move_members};

@@ -2,7 +2,7 @@
 
 use crate::config::Settings;
 use crate::config::resolve::FlowOrder;
-use crate::db::batches::enqueue;
+use crate::db::batch_queue::enqueue;
 use crate::db::operations::OperationRow;
 use crate::domain::{AWAITING_APPROVAL, ApprovalDecision, BindingStatus, StepStatus};
 use crate::store::{Change, StoreError, StoreTx, flip_in};

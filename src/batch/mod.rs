@@ -11,6 +11,7 @@ mod outcome;
 mod runner;
 mod settle;
 mod traced;
+mod writes;
 
 pub use claim::{Claimed, claim_batch, claim_in};
 pub use enqueue::{apply_decision, partition_of};

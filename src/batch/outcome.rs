@@ -4,9 +4,10 @@
 use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest};
 use crate::config::projects::{ProjectKey, Projects};
 use crate::db::Db;
+use crate::db::batch_queue::release_members;
 use crate::db::batches::{
     BatchChange, BatchRow, append_membership, get_batch, live_members, record_merged_sha,
-    release_members, update_batch,
+    update_batch,
 };
 use crate::db::callbacks::deployed_since;
 use crate::db::operations::operations_by_ids;

@@ -7,28 +7,25 @@
 
 use std::sync::Arc;
 
-use crate::clients::gitlab::{FileAction, GitLabError};
+use crate::clients::gitlab::FileAction;
 use crate::config::{LiveConfig, Settings};
+use crate::db::batch_queue::{release_members, waiting_partitions};
 use crate::db::batches::{
     BatchChange, BatchRow, acquire_batch_lease, append_membership, frozen_by_operator, get_batch,
-    live_members, release_batch_lease, release_members, runnable, stuck, update_batch,
-    waiting_partitions,
+    live_members, release_batch_lease, runnable, stuck, update_batch,
 };
 use crate::db::operations::operations_by_ids;
-use crate::db::outage::{OutageClock, batch_unreachable_for};
-use crate::db::timeline_events::TimelineEvent;
 use crate::db::{Db, DbSlot};
 use crate::domain::{BindingStatus, IN_MERGE_QUEUE, StepStatus};
 use crate::store::{Change, MergeRequestRef, StoreError, move_members};
 use crate::workflow::{
-    ChangeSet, MAX_DESCRIPTION_BYTES, Opened, Round, Verdict, Workflow, bot, file_action,
-    head_pipeline_run, outage_message, rebasing_event, verdict,
+    ChangeSet, MAX_DESCRIPTION_BYTES, Opened, Round, Workflow, bot, file_action, head_pipeline_run,
+    rebasing_event,
 };
 
 use super::claim::{Claimed, claim_batch};
 use super::fit::{MAX_COMMIT_BYTES, actions_that_fit, members_that_fit};
 use super::metrics::Ended;
-use super::noted::note_members;
 use crate::write_tx;
 
 pub(super) const ACTOR: &str = "merge-queue";
@@ -434,158 +431,6 @@ impl MergeQueue {
             "merge batch had nothing to merge"
         );
         Ok(())
-    }
-
-    /// A guarded batch write with the MR_CREATED members' move `to` a
-    /// status and step, and the events that led to it, in one transaction.
-    async fn advance(
-        &self,
-        db: &Db,
-        batch: &BatchRow,
-        change: &BatchChange<'_>,
-        noted: &[TimelineEvent],
-        (to, step): (BindingStatus, StepStatus),
-        message: &str,
-    ) -> Result<(), StoreError> {
-        let ids = live_members(db, batch.id).await?;
-        write_tx!(db, |tx| {
-            if update_batch(tx.db(), batch.id, batch.version, change).await? != 1 {
-                return Ok(());
-            }
-            note_members(tx, &ids, noted).await?;
-            let member_change = Change {
-                step,
-                message: Some(message),
-                actor: ACTOR,
-            };
-            let from = [BindingStatus::MrCreated];
-            move_members(tx, &ids, &from, Some(to), member_change, None).await?;
-            Ok::<_, StoreError>(())
-        })
-        .await
-    }
-
-    async fn write(
-        &self,
-        db: &Db,
-        batch: &BatchRow,
-        change: &BatchChange<'_>,
-    ) -> Result<(), StoreError> {
-        self.write_noting(db, batch, change, &[]).await
-    }
-
-    /// A guarded batch write, with `noted` recorded for its members.
-    async fn write_noting(
-        &self,
-        db: &Db,
-        batch: &BatchRow,
-        change: &BatchChange<'_>,
-        noted: &[TimelineEvent],
-    ) -> Result<(), StoreError> {
-        let ids = if noted.is_empty() {
-            Vec::new()
-        } else {
-            live_members(db, batch.id).await?
-        };
-        write_tx!(db, |tx| {
-            if update_batch(tx.db(), batch.id, batch.version, change).await? == 1 {
-                note_members(tx, &ids, noted).await?;
-            }
-            Ok::<_, StoreError>(())
-        })
-        .await
-    }
-
-    /// The pipeline passed its deadline: its outcome is unknown, and the
-    /// members say so (keep waiting); the batch goes on polling until the
-    /// pipeline ends or the timeout sweep settles it.
-    async fn pipeline_pending(
-        &self,
-        db: &Db,
-        batch: &BatchRow,
-        iid: i64,
-    ) -> Result<(), StoreError> {
-        let ids = live_members(db, batch.id).await?;
-        let message =
-            format!("the pipeline of batch MR !{iid} has not finished; its outcome is unknown");
-        write_tx!(db, |tx| {
-            let polled = BatchChange {
-                polled: true,
-                message: Some(&message),
-                ..BatchChange::default()
-            };
-            if update_batch(tx.db(), batch.id, batch.version, &polled).await? != 1 {
-                return Ok(());
-            }
-            let change = Change {
-                step: StepStatus::PipelinePending,
-                message: Some(&message),
-                actor: ACTOR,
-            };
-            move_members(tx, &ids, &[BindingStatus::MrCreated], None, change, None).await?;
-            Ok::<_, StoreError>(())
-        })
-        .await
-    }
-
-    /// A round whose GitLab call failed, by the one classification of
-    /// errors ([`verdict`]): waited out (counted as a poll, except a pause
-    /// GitLab's rate limiter asked for, which is not the batch's own
-    /// slowness) until an outage outlasts `workflow.unreachable_deadline`;
-    /// what waiting cannot cure fails the batch (`refused` for GitLab
-    /// refusing the request itself).
-    async fn interrupted(
-        &self,
-        db: &Db,
-        batch: &BatchRow,
-        err: &GitLabError,
-        refused: StepStatus,
-    ) -> Result<(), StoreError> {
-        let (step, message) = match verdict(err, refused, self.workflow.gitlab.health()) {
-            Verdict::Wait(outage) => {
-                self.write(
-                    db,
-                    batch,
-                    &BatchChange {
-                        polled: err.throttled_for().is_none(),
-                        obstacle: err.obstacle().as_deref(),
-                        outage,
-                        ..BatchChange::default()
-                    },
-                )
-                .await?;
-                let deadline = self.config.current().unreachable_deadline;
-                if outage != OutageClock::Run
-                    || !batch_unreachable_for(db, batch.id, deadline).await?
-                {
-                    return Ok(());
-                }
-                (StepStatus::GitlabUnreachable, outage_message(err, deadline))
-            }
-            Verdict::Fail { step, message } => (step, message),
-        };
-        self.fail(db, batch, step, &message, &[]).await
-    }
-
-    /// Not ready yet: counted, so the deadline can be told.
-    /// Counts one more poll; `obstacle` says what kept this round from
-    /// getting an answer, and none clears what an earlier round said.
-    pub(super) async fn poll(
-        &self,
-        db: &Db,
-        batch: &BatchRow,
-        obstacle: Option<String>,
-    ) -> Result<(), StoreError> {
-        self.write(
-            db,
-            batch,
-            &BatchChange {
-                polled: true,
-                obstacle: obstacle.as_deref(),
-                ..BatchChange::default()
-            },
-        )
-        .await
     }
 }
 

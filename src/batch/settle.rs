@@ -2,9 +2,10 @@
 //! operator; merged wins, otherwise its members wait for the next round.
 
 use crate::db::Db;
+use crate::db::batch_queue::release_members;
 use crate::db::batches::{
     BatchChange, acquire_batch_lease, append_membership, get_batch, live_members,
-    release_batch_lease, release_members, update_batch,
+    release_batch_lease, update_batch,
 };
 use crate::db::settle_counts::{count_settle, exhausted_members};
 use crate::domain::{BindingStatus, StepStatus};

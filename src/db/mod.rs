@@ -7,6 +7,7 @@
 
 pub mod audit;
 pub mod backup;
+pub mod batch_queue;
 pub mod batches;
 pub mod bindings;
 pub mod callbacks;

@@ -2,7 +2,7 @@
 
 use super::{StoreError, StoreTx, count_flip, event_payload};
 use crate::db::Db;
-use crate::db::batches::leave_waiting_set;
+use crate::db::batch_queue::leave_waiting_set;
 use crate::db::bindings::{BindingRow, lock_binding_of, update_binding_status};
 use crate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_event};
 use crate::db::history::{NewHistory, append_history};

@@ -5,7 +5,7 @@
 
 use changegate::batch::{Claimed, claim_batch};
 use changegate::db::audit::list_audit;
-use changegate::db::batches::enqueue;
+use changegate::db::batch_queue::enqueue;
 use changegate::db::webhook_deliveries::list_for_endpoint;
 use changegate::webhooks::relay;
 use serde_json::{Value, json};

@@ -200,7 +200,7 @@ async fn a_deploy_naming_a_batch_merge_commit_validates_its_members_exactly() {
         // Merged a moment ago (too young for the watermark rule), in a batch.
         let id = merged(db, "e", 7, true).await;
         let mut tx = db.begin().await.unwrap();
-        changegate::db::batches::enqueue(&mut tx, &id, "", "Config/Repo")
+        changegate::db::batch_queue::enqueue(&mut tx, &id, "", "Config/Repo")
             .await
             .unwrap();
         tx.commit().await.unwrap();
