@@ -105,33 +105,7 @@ pub async fn claim(
     token: &str,
     lease: Duration,
 ) -> Result<u64, sqlx::Error> {
-    let backend = db.backend();
-    let mut won = 0;
-    for page in due.chunks(IN_LIST_CHUNK / 3) {
-        let page = padded(page);
-        let sql = format!(
-            "UPDATE webhook_delivery SET status = 'sending', version = version + 1, \
-             attempts = attempts + 1, lease_owner = ?, lease_until = {}, updated_at = {} \
-             WHERE id IN ({}) AND status = 'queued' AND version = {}",
-            dialect::now_plus_ms(backend),
-            dialect::now_ms(backend),
-            super::placeholders(page.len()),
-            case_by_id(page.len()),
-        );
-        won += with_pool!(db, writer, |pool| {
-            let mut query = sqlx::query(AssertSqlSafe(sql))
-                .bind(token)
-                .bind(millis(lease));
-            for (id, _) in &page {
-                query = query.bind(id);
-            }
-            for (id, version) in &page {
-                query = query.bind(id).bind(version);
-            }
-            query.execute(pool).await.map(|done| done.rows_affected())
-        })?;
-    }
-    Ok(won)
+    swap_queued(db, due, Swap::Claim { token, lease }).await
 }
 
 /// The deliveries among `ids` that the claim holding `token` won, with
@@ -161,18 +135,42 @@ pub async fn claimed(db: &Db, ids: &[i64], token: &str) -> Result<Vec<DeliveryRo
 /// (compare-and-swap like [`claim`]), so they are never sent, not even when
 /// silent mode ends. Answers how many this call silenced.
 pub async fn silence(db: &Db, due: &[(i64, i64)]) -> Result<u64, sqlx::Error> {
-    let now = dialect::now_ms(db.backend());
-    let mut silenced = 0;
+    swap_queued(db, due, Swap::Silence).await
+}
+
+/// Where [`swap_queued`] moves its rows.
+enum Swap<'a> {
+    Claim { token: &'a str, lease: Duration },
+    Silence,
+}
+
+/// Moves the queued deliveries of `due` (id and version read) as `swap`
+/// says, each only if it still is `queued` at that version; one statement
+/// per chunk. Answers how many moved.
+async fn swap_queued(db: &Db, due: &[(i64, i64)], swap: Swap<'_>) -> Result<u64, sqlx::Error> {
+    let backend = db.backend();
+    let now = dialect::now_ms(backend);
+    let set = match swap {
+        Swap::Claim { .. } => format!(
+            "status = 'sending', attempts = attempts + 1, lease_owner = ?, lease_until = {}",
+            dialect::now_plus_ms(backend)
+        ),
+        Swap::Silence => "status = 'silent'".to_owned(),
+    };
+    let mut moved = 0;
     for page in due.chunks(IN_LIST_CHUNK / 3) {
         let page = padded(page);
         let sql = format!(
-            "UPDATE webhook_delivery SET status = 'silent', version = version + 1, updated_at = {now} \
+            "UPDATE webhook_delivery SET {set}, version = version + 1, updated_at = {now} \
              WHERE id IN ({}) AND status = 'queued' AND version = {}",
             super::placeholders(page.len()),
             case_by_id(page.len()),
         );
-        silenced += with_pool!(db, writer, |pool| {
+        moved += with_pool!(db, writer, |pool| {
             let mut query = sqlx::query(AssertSqlSafe(sql));
+            if let Swap::Claim { token, lease } = &swap {
+                query = query.bind(*token).bind(millis(*lease));
+            }
             for (id, _) in &page {
                 query = query.bind(id);
             }
@@ -182,7 +180,7 @@ pub async fn silence(db: &Db, due: &[(i64, i64)]) -> Result<u64, sqlx::Error> {
             query.execute(pool).await.map(|done| done.rows_affected())
         })?;
     }
-    Ok(silenced)
+    Ok(moved)
 }
 
 /// How one claimed attempt ended, for [`record`].
