@@ -92,3 +92,31 @@ pub async fn list_events(db: &Db, operation_id: &str) -> Result<Vec<EventRow>, s
         sqlx::query_as(sql).bind(operation_id).fetch_all(pool).await
     })
 }
+
+/// For the events among `event_ids` whose operation kept its submitting
+/// request's traceparent: the event, the operation and the traceparent, so
+/// a webhook delivery's span links to that request. The events by primary
+/// key, each operation by its unique id.
+pub async fn trace_parents_of(
+    db: &Db,
+    event_ids: &[i64],
+) -> Result<Vec<(i64, String, String)>, sqlx::Error> {
+    let mut found = Vec::new();
+    for chunk in event_ids.chunks(super::IN_LIST_CHUNK) {
+        let sql = format!(
+            "SELECT e.id, o.operation_id, o.trace_parent FROM event e \
+             JOIN operation o ON o.operation_id = e.operation_id \
+             WHERE e.id IN ({}) AND o.trace_parent IS NOT NULL",
+            super::placeholders(chunk.len())
+        );
+        let rows: Vec<(i64, String, String)> = with_pool!(db, reader, |pool| {
+            let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql));
+            for id in chunk {
+                query = query.bind(id);
+            }
+            query.fetch_all(pool).await
+        })?;
+        found.extend(rows);
+    }
+    Ok(found)
+}

@@ -5,7 +5,8 @@
 //! finished for [`RECORD_WITHIN`] (a slow endpoint does not hold back the
 //! others' records), and at the end. Each endpoint's breaker is updated
 //! once per page from its answers in the order they came, and not at all
-//! when it was healthy and stays so.
+//! when it was healthy and stays so. Each delivery is sent in its own span,
+//! linked to the request that submitted the operation it reports.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,11 +14,13 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use tokio::task::JoinSet;
+use tracing::{Instrument, Span};
 
 use super::retry::classify;
 use crate::clients::http::SystemClient;
 use crate::config::WebhookSettings;
 use crate::db::Db;
+use crate::db::events::trace_parents_of;
 use crate::db::webhook_claims::{Attempt, claimed, record};
 use crate::db::webhook_deliveries::{DeliveryRow, Ending};
 use crate::db::webhook_endpoints::{
@@ -27,6 +30,7 @@ use crate::sealing::{KeyRing, OpenError};
 use crate::signature::{
     self, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP, SecretError, WebhookSecret,
 };
+use crate::traces::propagation;
 use crate::webhooks::target;
 
 /// Finished attempts recorded together.
@@ -73,7 +77,8 @@ impl Page<'_> {
         let mut pending = Vec::new();
         let mut breakers = Breakers::default();
         let mut sends = JoinSet::new();
-        for delivery in deliveries {
+        let spans = self.spans(&deliveries).await?;
+        for (delivery, span) in deliveries.into_iter().zip(spans) {
             let target = match targets.get(&delivery.endpoint_id) {
                 Some(Ok(target)) => target,
                 Some(Err(why)) => {
@@ -86,7 +91,9 @@ impl Page<'_> {
                 }
             };
             let (client, hooks, target) = (self.client.clone(), self.hooks.clone(), target.clone());
-            sends.spawn(async move { attempt(&client, &hooks, &target, delivery).await });
+            sends.spawn(
+                async move { attempt(&client, &hooks, &target, delivery).await }.instrument(span),
+            );
         }
         while !sends.is_empty() {
             let quiet = match tokio::time::timeout(RECORD_WITHIN, sends.join_next()).await {
@@ -108,6 +115,38 @@ impl Page<'_> {
         }
         self.record(&mut pending).await?;
         breakers.apply(self.db, &targets, &self.hooks).await
+    }
+
+    /// A span per delivery, linked to the request that submitted the
+    /// operation whose flip the delivery reports; its trace context is read
+    /// only when the spans are exported.
+    async fn spans(&self, deliveries: &[DeliveryRow]) -> anyhow::Result<Vec<Span>> {
+        let spans: Vec<Span> = deliveries
+            .iter()
+            .map(|delivery| {
+                tracing::debug_span!(
+                    "webhook delivery",
+                    delivery.id = delivery.id,
+                    event.id = delivery.event_id,
+                    endpoint.id = delivery.endpoint_id,
+                )
+            })
+            .collect();
+        if spans.iter().all(Span::is_disabled) {
+            return Ok(spans);
+        }
+        let event_ids: Vec<i64> = deliveries.iter().map(|row| row.event_id).collect();
+        let parents: HashMap<i64, (String, String)> = trace_parents_of(self.db, &event_ids)
+            .await?
+            .into_iter()
+            .map(|(event_id, operation_id, parent)| (event_id, (operation_id, parent)))
+            .collect();
+        for (delivery, span) in deliveries.iter().zip(&spans) {
+            if let Some((operation_id, parent)) = parents.get(&delivery.event_id) {
+                propagation::link_stored(span, Some(parent), operation_id);
+            }
+        }
+        Ok(spans)
     }
 
     /// The endpoint with its secrets opened, or why it gets nothing: an

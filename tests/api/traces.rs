@@ -397,25 +397,40 @@ async fn the_permission_service_and_webhook_receivers_hear_the_trace() {
     if !enabled("the_permission_service_and_webhook_receivers_hear_the_trace") {
         return;
     }
-    use crate::webhooks::{Receiver, add_endpoint, add_events, deliverer, drain, hooks_config};
+    use crate::webhooks::{Receiver, SEALING_KEY, add_endpoint};
 
     let (collector, url) = Collector::start().await;
     let (traces, _guard) = export_to(&url);
 
     // The permission check of a request runs inside its span: the caller's
-    // trace reaches the permission service.
+    // trace reaches the permission service. A subscriber hears each flip of
+    // the request's binding, from a delivery span linked to the request.
     let (permissions, heard) = traced_permission_service().await;
+    let receiver = Receiver::start().await;
     let db = sqlite_db().await;
+    add_endpoint(&db.db, &receiver.url, "").await;
     let app = spawn_app(
         &db.url,
         &format!(
-            "[authz]\nprovider = \"http\"\nurl = \"{permissions}\"\ntimeout = \"5s\"\n{}",
+            "[authz]\nprovider = \"http\"\nurl = \"{permissions}\"\ntimeout = \"5s\"\n{}\
+             [webhooks]\npoll_interval = \"50ms\"\nallow_private_targets = true\n{SEALING_KEY}",
             crate::helpers::REQUESTER_CONFIG
         ),
     )
     .await;
     app.wait_until_ready().await;
-    assert_eq!(apply_traced(&app).await.status(), 202);
+    let applied = apply_traced(&app).await;
+    assert_eq!(applied.status(), 202);
+    let operation_id = applied.json::<serde_json::Value>().await.unwrap()["operationId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Submitted as APPROVAL_SENDING, then APPROVAL_SENT: two flips.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while receiver.arrivals().len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "not delivered");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     app.stop().await.unwrap();
     let checks = heard.lock().unwrap().clone();
     assert!(!checks.is_empty(), "the permission service was asked");
@@ -426,40 +441,43 @@ async fn the_permission_service_and_webhook_receivers_hear_the_trace() {
             .unwrap_or_else(|| panic!("a check without a traceparent: {check:?}"));
         assert_eq!(trace, TRACE);
     }
-
-    // A delivery is sent from its own client span, named in its traceparent.
-    let hooks = sqlite_db().await;
-    let receiver = Receiver::start().await;
-    add_endpoint(&hooks.db, &receiver.url, "").await;
-    add_events(&hooks.db, 1).await;
-    let worker = deliverer(&hooks.db, &hooks_config(""));
-    drain(
-        &hooks.db,
-        &worker,
-        false,
-        std::time::Duration::from_secs(15),
-    )
-    .await;
     let arrivals = receiver.arrivals();
-    assert_eq!(arrivals.len(), 1);
-    let sent = arrivals[0]
-        .headers
-        .get("traceparent")
-        .and_then(|value| value.to_str().ok())
-        .and_then(trace_and_parent)
-        .expect("the delivery carries a traceparent");
+    let sent: Vec<(String, String)> = arrivals
+        .iter()
+        .map(|arrival| {
+            arrival
+                .headers
+                .get("traceparent")
+                .and_then(|value| value.to_str().ok())
+                .and_then(trace_and_parent)
+                .expect("the delivery carries a traceparent")
+        })
+        .collect();
     traces.shutdown().await;
 
     let spans: Vec<Span> = collector.spans().into_iter().map(|(_, s)| s).collect();
     let checks = named(&spans, "POST authz");
     assert_eq!(checks.len(), heard.lock().unwrap().len(), "{spans:?}");
     assert!(checks.iter().all(|span| hex(&span.trace_id) == TRACE));
-    let delivery = named(&spans, "POST webhook");
-    assert_eq!(delivery.len(), 1, "{spans:?}");
-    assert_eq!(delivery[0].kind, SpanKind::Client as i32);
-    assert_eq!(
-        (hex(&delivery[0].trace_id), hex(&delivery[0].span_id)),
-        sent,
-        "the receiver heard the delivery's own span"
-    );
+    // Each delivery is sent from its own client span, named in its
+    // traceparent, inside a delivery span linked to the submitting request.
+    let posts = named(&spans, "POST webhook");
+    assert_eq!(posts.len(), arrivals.len(), "{spans:?}");
+    for (trace, span_id) in &sent {
+        let post = posts
+            .iter()
+            .find(|span| &hex(&span.span_id) == span_id)
+            .expect("the receiver heard a delivery's own span");
+        assert_eq!(&hex(&post.trace_id), trace);
+        assert_eq!(post.kind, SpanKind::Client as i32);
+        let delivery = spans
+            .iter()
+            .find(|span| span.span_id == post.parent_span_id)
+            .expect("the POST's parent span was exported");
+        assert_eq!(delivery.name, "webhook delivery");
+        assert!(
+            links_to_caller(delivery, &operation_id),
+            "{delivery:?} does not link to the request that submitted {operation_id}"
+        );
+    }
 }
