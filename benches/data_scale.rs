@@ -1,6 +1,7 @@
 //! Cost stays flat as the data grows: the reads and jobs that run all day,
 //! timed on a nearly empty database and on one holding a year of a busy
-//! installation, side by side (target: the full one within 2x of the empty
+//! installation, side by side, sample by sample in turn, so the machine's
+//! drift falls on both alike (target: the full one within 2x of the empty
 //! one), followed by the plan of each one's statements (MariaDB `EXPLAIN`,
 //! SQLite `EXPLAIN QUERY PLAN`).
 //!
@@ -448,121 +449,150 @@ fn settings(database_url: &str) -> Settings {
     settings
 }
 
-/// One measured thing: its median over the samples.
+/// One measured thing: its median over the samples on the nearly empty
+/// database and on the full one.
 struct Timing {
     name: String,
-    median: Duration,
+    medians: [Duration; 2],
 }
+
+/// The nearly empty database, then the full one.
+const BOTH: [usize; 2] = [0, 1];
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     samples[samples.len() / 2]
 }
 
-async fn time_reads<F, Fut>(name: &str, mut read: F) -> Timing
-where
-    F: FnMut(usize) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    read(0).await;
-    let mut samples = Vec::with_capacity(SAMPLES);
-    for sample in 1..=SAMPLES {
-        let started = Instant::now();
-        read(sample).await;
-        samples.push(started.elapsed());
-    }
+/// A timing from samples taken on both databases in turn.
+fn timing(name: String, [empty, full]: [Vec<Duration>; 2]) -> Timing {
     Timing {
-        name: name.to_owned(),
-        median: median(samples),
+        name,
+        medians: [median(empty), median(full)],
     }
 }
 
-/// The jobs, each round using up its work: a claim of `MEMBERS`, a relay
-/// page, a retention chunk per table; and the reconciliation scan.
-async fn time_jobs(db: &Db, settings: &Settings) -> Vec<Timing> {
-    let mut timings = Vec::new();
-    let mut rounds = Vec::new();
-    for _ in 0..ROUNDS {
-        let started = Instant::now();
-        let claimed = claim_batch(db, "", MEMBERS).await.expect("claim");
-        rounds.push(started.elapsed());
-        assert!(
-            matches!(claimed, Claimed::Batch { ref members, .. } if members.len() == MEMBERS as usize),
-            "{claimed:?}"
-        );
-        let mut tx = db.begin().await.expect("begin");
-        changegate::with_tx!(&mut tx, |conn| {
-            sqlx::query("UPDATE merge_batch SET status = 'SUCCEEDED' WHERE status = 'RUNNING'")
-                .execute(conn)
-                .await
-                .map(|_| ())
-        })
-        .expect("free the slot");
-        tx.commit().await.expect("commit");
+/// Times `read(database, sample)` on both databases in turn, sample by
+/// sample (empty, full, empty, …), after one warm-up on each: the machine's
+/// drift falls on both alike.
+async fn time_reads<F, Fut>(name: &str, mut read: F) -> Timing
+where
+    F: FnMut(usize, usize) -> Fut,
+    Fut: Future,
+{
+    for which in BOTH {
+        read(which, 0).await;
     }
-    timings.push(Timing {
-        name: format!("merge-queue claim of {MEMBERS}"),
-        median: median(rounds),
-    });
+    let mut samples = [Vec::with_capacity(SAMPLES), Vec::with_capacity(SAMPLES)];
+    for sample in 1..=SAMPLES {
+        for which in BOTH {
+            let started = Instant::now();
+            read(which, sample).await;
+            samples[which].push(started.elapsed());
+        }
+    }
+    timing(name.to_owned(), samples)
+}
 
-    let projects = Projects::of(settings);
-    let window = &settings.reconcile;
+/// The jobs, each round using up its work: a claim of `MEMBERS`, a relay
+/// page, a retention chunk per table; and the reconciliation scan. Each
+/// round runs on both databases in turn.
+async fn time_jobs(dbs: &[Db; 2], settings: &[Settings; 2]) -> Vec<Timing> {
+    let mut timings = Vec::new();
+    let mut rounds = [Vec::new(), Vec::new()];
+    for _ in 0..ROUNDS {
+        for which in BOTH {
+            let db = &dbs[which];
+            let started = Instant::now();
+            let claimed = claim_batch(db, "", MEMBERS).await.expect("claim");
+            rounds[which].push(started.elapsed());
+            assert!(
+                matches!(claimed, Claimed::Batch { ref members, .. } if members.len() == MEMBERS as usize),
+                "{claimed:?}"
+            );
+            let mut tx = db.begin().await.expect("begin");
+            changegate::with_tx!(&mut tx, |conn| {
+                sqlx::query("UPDATE merge_batch SET status = 'SUCCEEDED' WHERE status = 'RUNNING'")
+                    .execute(conn)
+                    .await
+                    .map(|_| ())
+            })
+            .expect("free the slot");
+            tx.commit().await.expect("commit");
+        }
+    }
+    timings.push(timing(format!("merge-queue claim of {MEMBERS}"), rounds));
+
+    let projects = settings.each_ref().map(Projects::of);
     timings.push(
-        time_reads("reconciliation scan", |_| async {
-            let outcome = reconcile::run_once(db, &projects, window.min_age, window.max_age)
-                .await
-                .expect("reconcile");
-            assert_eq!(outcome, Outcome::Idle, "nothing is deployed yet");
+        time_reads("reconciliation scan", |which, _| {
+            let (db, projects, window) =
+                (&dbs[which], &projects[which], &settings[which].reconcile);
+            async move {
+                let outcome = reconcile::run_once(db, projects, window.min_age, window.max_age)
+                    .await
+                    .expect("reconcile");
+                assert_eq!(outcome, Outcome::Idle, "nothing is deployed yet");
+            }
         })
         .await,
     );
 
-    let mut rounds = Vec::new();
+    let mut rounds = [Vec::new(), Vec::new()];
     for _ in 0..ROUNDS {
-        let started = Instant::now();
-        let outcome = relay::run_once(db, false).await.expect("relay");
-        rounds.push(started.elapsed());
-        assert!(
-            matches!(outcome, Outcome::Worked { done, .. } if done == u64::from(relay::PAGE)),
-            "{outcome:?}"
-        );
+        for which in BOTH {
+            let started = Instant::now();
+            let outcome = relay::run_once(&dbs[which], false).await.expect("relay");
+            rounds[which].push(started.elapsed());
+            assert!(
+                matches!(outcome, Outcome::Worked { done, .. } if done == u64::from(relay::PAGE)),
+                "{outcome:?}"
+            );
+        }
     }
-    timings.push(Timing {
-        name: format!("relay page of {}", relay::PAGE),
-        median: median(rounds),
-    });
+    timings.push(timing(format!("relay page of {}", relay::PAGE), rounds));
 
     for table in [
         Pruned::OperationHistory,
         Pruned::Events,
         Pruned::WebhookDeliveries,
     ] {
-        let mut rounds = Vec::new();
-        let mut after = 0;
+        let mut rounds = [Vec::new(), Vec::new()];
+        let mut after = [0, 0];
         for _ in 0..ROUNDS {
-            let started = Instant::now();
-            let up_to = newest_old_id(db, table, RETAINED)
-                .await
-                .expect("newest old id")
-                .expect("old rows");
-            let ids = eligible_ids(db, table, RETAINED, (after, up_to), retention::CHUNK)
-                .await
-                .expect("eligible");
-            let deleted = delete_ids(db, table, &ids).await.expect("delete");
-            rounds.push(started.elapsed());
-            assert_eq!(deleted, u64::from(retention::CHUNK), "{}", table.table());
-            after = *ids.last().expect("a chunk");
+            for which in BOTH {
+                let db = &dbs[which];
+                let started = Instant::now();
+                let up_to = newest_old_id(db, table, RETAINED)
+                    .await
+                    .expect("newest old id")
+                    .expect("old rows");
+                let ids =
+                    eligible_ids(db, table, RETAINED, (after[which], up_to), retention::CHUNK)
+                        .await
+                        .expect("eligible");
+                let deleted = delete_ids(db, table, &ids).await.expect("delete");
+                rounds[which].push(started.elapsed());
+                assert_eq!(deleted, u64::from(retention::CHUNK), "{}", table.table());
+                after[which] = *ids.last().expect("a chunk");
+            }
         }
-        timings.push(Timing {
-            name: format!("retention chunk of {}: {}", retention::CHUNK, table.table()),
-            median: median(rounds),
-        });
+        timings.push(timing(
+            format!("retention chunk of {}: {}", retention::CHUNK, table.table()),
+            rounds,
+        ));
     }
     timings
 }
 
-/// The HTTP reads, through a changegate started on the database.
-async fn time_endpoints(settings: Settings, scale: Scale) -> Vec<Timing> {
+/// A changegate started on a database, for the HTTP reads.
+struct Served {
+    address: String,
+    shutdown: tokio_util::sync::CancellationToken,
+    server: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+async fn serve(settings: Settings, client: &reqwest::Client) -> Served {
     let parts = Parts {
         steps: Some(Arc::new(Idle)),
         ..Parts::default()
@@ -573,11 +603,6 @@ async fn time_endpoints(settings: Settings, scale: Scale) -> Vec<Timing> {
     let address = format!("http://127.0.0.1:{}", app.port());
     let shutdown = app.shutdown_token();
     let server = tokio::spawn(app.run_until_stopped());
-    changegate::clients::http::install_crypto_provider();
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
     while client
         .get(format!("{address}/readyz"))
         .send()
@@ -587,11 +612,29 @@ async fn time_endpoints(settings: Settings, scale: Scale) -> Vec<Timing> {
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    Served {
+        address,
+        shutdown,
+        server,
+    }
+}
+
+/// The HTTP reads, through a changegate started on each database, the two
+/// asked in turn.
+async fn time_endpoints(settings: [Settings; 2], scales: [Scale; 2]) -> Vec<Timing> {
+    changegate::clients::http::install_crypto_provider();
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let [empty, full] = settings;
+    let served = [serve(empty, &client).await, serve(full, &client).await];
     // The background jobs' first rounds run at start-up: out of the way.
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let addresses = served.each_ref().map(|served| served.address.clone());
 
-    let fetch = |user: String, path: String| {
-        let (client, address) = (client.clone(), address.clone());
+    let fetch = |which: usize, user: String, path: String| {
+        let (client, address) = (client.clone(), addresses[which].clone());
         async move {
             let answer = client
                 .get(format!("{address}{path}"))
@@ -606,81 +649,92 @@ async fn time_endpoints(settings: Settings, scale: Scale) -> Vec<Timing> {
         }
     };
     // Samples spread over the year: operation `n` of a sample.
-    let spread = |sample: usize| (sample as i64 * 7919 * 127) % scale.operations;
+    let spread =
+        |which: usize, sample: usize| (sample as i64 * 7919 * 127) % scales[which].operations;
     let operation_id = |n: i64| format!("00000000-0000-4000-8000-{n:012}");
-    let user = |sample: usize| format!("user-{}", spread(sample) % scale.subjects());
+    let user = |which: usize, sample: usize| {
+        format!("user-{}", spread(which, sample) % scales[which].subjects())
+    };
 
     let mut timings = vec![
-        time_reads("GET /api/v1/operations/{id}", |sample| {
-            let path = format!("/api/v1/operations/{}", operation_id(spread(sample)));
-            let answer = fetch("admin".to_owned(), path);
-            async move {
-                answer.await;
-            }
+        time_reads("GET /api/v1/operations/{id}", |which, sample| {
+            let path = format!("/api/v1/operations/{}", operation_id(spread(which, sample)));
+            fetch(which, "admin".to_owned(), path)
         })
         .await,
-        time_reads("GET /api/v1/me/bindings", |sample| {
-            let answer = fetch(user(sample), "/api/v1/me/bindings".to_owned());
-            async move {
-                answer.await;
-            }
+        time_reads("GET /api/v1/me/bindings", |which, sample| {
+            fetch(which, user(which, sample), "/api/v1/me/bindings".to_owned())
         })
         .await,
     ];
     let listings = [
-        ("", "no filter".to_owned()),
-        ("status=VALIDATED", "status (common)".to_owned()),
-        ("status=APPROVAL_SENT", "status (live)".to_owned()),
-        ("status=CLOSE_FAILED", "status (none)".to_owned()),
-        ("step=HANDLE_FAILED", "step (failed)".to_owned()),
-        ("step=CLOSE_FAILED", "step (none)".to_owned()),
-        ("olderThanSeconds=3600", "olderThanSeconds=3600".to_owned()),
+        ("", "no filter"),
+        ("status=VALIDATED", "status (common)"),
+        ("status=APPROVAL_SENT", "status (live)"),
+        ("status=CLOSE_FAILED", "status (none)"),
+        ("step=HANDLE_FAILED", "step (failed)"),
+        ("step=CLOSE_FAILED", "step (none)"),
+        ("olderThanSeconds=3600", "olderThanSeconds=3600"),
         (
             "step=APPROVAL_SENT&olderThanSeconds=3600",
-            "step + olderThanSeconds".to_owned(),
+            "step + olderThanSeconds",
         ),
-        ("targetKey=target-3", "targetKey".to_owned()),
-        ("subjectId=", "subjectId".to_owned()),
+        ("targetKey=target-3", "targetKey"),
+        ("subjectId=", "subjectId"),
     ];
     for (query, label) in listings {
         timings.push(
-            time_reads(&format!("GET /admin/v1/operations {label}"), |sample| {
-                let query = if query == "subjectId=" {
-                    format!("subjectId={}", user(sample))
-                } else {
-                    query.to_owned()
-                };
-                let answer = fetch("admin".to_owned(), format!("/admin/v1/operations?{query}"));
-                async move {
-                    answer.await;
-                }
-            })
+            time_reads(
+                &format!("GET /admin/v1/operations {label}"),
+                |which, sample| {
+                    let query = if query == "subjectId=" {
+                        format!("subjectId={}", user(which, sample))
+                    } else {
+                        query.to_owned()
+                    };
+                    fetch(
+                        which,
+                        "admin".to_owned(),
+                        format!("/admin/v1/operations?{query}"),
+                    )
+                },
+            )
             .await,
         );
     }
     // Cursor paging: each sample reads the page after the previous one.
-    let mut cursor =
-        fetch("admin".to_owned(), "/admin/v1/operations".to_owned()).await["nextCursor"]
-            .as_str()
-            .expect("a next page")
-            .to_owned();
-    let mut pages = Vec::new();
-    for _ in 0..SAMPLES {
-        let started = Instant::now();
-        let page = fetch(
-            "admin".to_owned(),
-            format!("/admin/v1/operations?cursor={cursor}"),
-        )
-        .await;
-        pages.push(started.elapsed());
-        cursor = page["nextCursor"].as_str().expect("a next page").to_owned();
+    let mut cursors = Vec::new();
+    for which in BOTH {
+        let first = fetch(which, "admin".to_owned(), "/admin/v1/operations".to_owned()).await;
+        cursors.push(
+            first["nextCursor"]
+                .as_str()
+                .expect("a next page")
+                .to_owned(),
+        );
     }
-    timings.push(Timing {
-        name: "GET /admin/v1/operations cursor paging".to_owned(),
-        median: median(pages),
-    });
-    shutdown.cancel();
-    let _ = server.await;
+    let mut pages = [Vec::new(), Vec::new()];
+    for _ in 0..SAMPLES {
+        for which in BOTH {
+            let started = Instant::now();
+            let page = fetch(
+                which,
+                "admin".to_owned(),
+                format!("/admin/v1/operations?cursor={}", cursors[which]),
+            )
+            .await;
+            pages[which].push(started.elapsed());
+            cursors[which] = page["nextCursor"].as_str().expect("a next page").to_owned();
+        }
+    }
+    timings.push(timing(
+        "GET /admin/v1/operations cursor paging".to_owned(),
+        pages,
+    ));
+    for served in served {
+        served.shutdown.cancel();
+        let _ = served.server.await;
+    }
     timings
 }
 
@@ -732,12 +786,18 @@ async fn prepare(url: String, backend: Backend, scale: Scale) -> Prepared {
     Prepared { url, scale }
 }
 
-async fn measure(prepared: &Prepared) -> Vec<Timing> {
-    let settings = settings(&prepared.url);
-    let db = db::open(&settings.database).await.expect("open");
-    let mut timings = time_jobs(&db, &settings).await;
-    db.close().await;
-    timings.extend(time_endpoints(settings, prepared.scale).await);
+/// Times every row on both databases, side by side.
+async fn measure([empty, full]: [&Prepared; 2]) -> Vec<Timing> {
+    let settings = [settings(&empty.url), settings(&full.url)];
+    let dbs = [
+        db::open(&settings[0].database).await.expect("open"),
+        db::open(&settings[1].database).await.expect("open"),
+    ];
+    let mut timings = time_jobs(&dbs, &settings).await;
+    for db in dbs {
+        db.close().await;
+    }
+    timings.extend(time_endpoints(settings, [empty.scale, full.scale]).await);
     timings
 }
 
@@ -1011,22 +1071,23 @@ async fn run(
 ) -> Vec<String> {
     let empty = prepare(empty, backend, Scale::EMPTY).await;
     let full = prepare(full, backend, scale).await;
-    let (on_empty, on_full) = (measure(&empty).await, measure(&full).await);
+    let timings = measure([&empty, &full]).await;
     println!("\n{name}, {scale:?}:\n");
     println!("| measured | empty ms | full ms | full / empty |\n|---|---|---|---|");
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let mut over = Vec::new();
-    for (empty, full) in on_empty.iter().zip(&on_full) {
-        let ratio = ms(full.median) / ms(empty.median);
+    for timing in &timings {
+        let [empty, full] = timing.medians;
+        let ratio = ms(full) / ms(empty);
         let flag = if ratio > 2.0 { " **over 2x**" } else { "" };
         if ratio > 2.0 {
-            over.push(format!("{name}: {} ({ratio:.2}x)", full.name));
+            over.push(format!("{name}: {} ({ratio:.2}x)", timing.name));
         }
         println!(
             "| {} | {:.2} | {:.2} | {ratio:.2}{flag} |",
-            full.name,
-            ms(empty.median),
-            ms(full.median)
+            timing.name,
+            ms(empty),
+            ms(full)
         );
     }
     println!("\n{name} plans on the full database:");
