@@ -943,8 +943,14 @@ fn explained(backend: Backend, scale: Scale) -> Vec<(&'static str, String)> {
             ),
         ),
         (
-            "reconciliation: watermarks",
-            "SELECT project, MAX(mr_iid) FROM deploy_report WHERE status = 'success' GROUP BY project"
+            "reconciliation: watermarks, the next project",
+            "SELECT MIN(project) FROM deploy_report WHERE status = 'success' AND project > ''"
+                .to_owned(),
+        ),
+        (
+            "reconciliation: watermarks, a project's highest MR",
+            "SELECT MAX(mr_iid) FROM deploy_report WHERE status = 'success' \
+             AND project = 'config/repo'"
                 .to_owned(),
         ),
         (

@@ -117,13 +117,28 @@ pub async fn deployed_since(
 /// The highest MR iid the deploy pipeline reported deployed, per project
 /// key: each project's watermark (the pipeline deploys a project's target
 /// branch in merge order, so every MR of that project merged before that one
-/// is deployed too). Served by `ix_deploy_report_status_project_mr`.
+/// is deployed too). Two seeks into `ix_deploy_report_status_project_mr`
+/// per project (the next project key, then its highest iid), so the cost
+/// follows the number of projects, not of reports: a `GROUP BY` reads every
+/// successful report.
 pub async fn deploy_watermarks(db: &Db) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    let sql =
-        "SELECT project, MAX(mr_iid) FROM deploy_report WHERE status = 'success' GROUP BY project";
-    with_pool!(db, reader, |pool| {
-        sqlx::query_as(sql).fetch_all(pool).await
-    })
+    let first = "SELECT MIN(project) FROM deploy_report WHERE status = 'success'";
+    let next = "SELECT MIN(project) FROM deploy_report WHERE status = 'success' AND project > ?";
+    let highest = "SELECT MAX(mr_iid) FROM deploy_report WHERE status = 'success' AND project = ?";
+    let mut watermarks = Vec::new();
+    let mut project: Option<String> = with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(first).fetch_one(pool).await
+    })?;
+    while let Some(key) = project {
+        let mr_iid: Option<i64> = with_pool!(db, reader, |pool| {
+            sqlx::query_scalar(highest).bind(&key).fetch_one(pool).await
+        })?;
+        project = with_pool!(db, reader, |pool| {
+            sqlx::query_scalar(next).bind(&key).fetch_one(pool).await
+        })?;
+        watermarks.extend(mr_iid.map(|iid| (key, iid)));
+    }
+    Ok(watermarks)
 }
 
 /// MERGED operations of the targets `targets` last changed between
