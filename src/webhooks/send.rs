@@ -98,6 +98,7 @@ impl Page<'_> {
         while !sends.is_empty() {
             let quiet = match tokio::time::timeout(RECORD_WITHIN, sends.join_next()).await {
                 Ok(Some(Ok(done))) => {
+                    count_attempt(done.attempt.ending);
                     breakers.note(&done);
                     pending.push(done.attempt);
                     false
@@ -185,16 +186,20 @@ impl Page<'_> {
                  they will be sent again"
             );
         }
-        for attempt in pending.drain(..) {
-            let result = match attempt.ending {
-                Ending::Delivered => "delivered",
-                Ending::RetryIn(_) => "retry",
-                Ending::Failed => "failed",
-            };
-            metrics::counter!("changegate_webhook_attempts_total", "result" => result).increment(1);
-        }
+        pending.clear();
         Ok(())
     }
+}
+
+/// Counts an attempt that was sent; a delivery failed without being sent
+/// (its endpoint gone, forbidden or without a usable secret) is not one.
+fn count_attempt(ending: Ending) {
+    let result = match ending {
+        Ending::Delivered => "delivered",
+        Ending::RetryIn(_) => "retry",
+        Ending::Failed => "failed",
+    };
+    metrics::counter!("changegate_webhook_attempts_total", "result" => result).increment(1);
 }
 
 /// A claimed delivery that is not sent, failed for good with `reason`.
