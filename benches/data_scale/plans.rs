@@ -197,7 +197,8 @@ impl Plans {
         output
     }
 
-    /// Prints each measured thing's statements with their plans.
+    /// Prints each measured thing's statements with their plans, a
+    /// Markdown table each.
     pub async fn print(self) {
         if let Some((mut conn, on, output)) = self.general_log {
             let restore = format!("SET GLOBAL general_log = {on}, log_output = '{output}'");
@@ -209,17 +210,14 @@ impl Plans {
         }
         let mut conn = Conn::connect(&self.url, self.backend).await;
         for (name, statements) in &self.captured {
-            println!("\n{name}:");
+            println!("\n#### {name}\n\n| statement | plan |\n|---|---|");
             for statement in statements {
-                println!("\n    {}\n", shortened(&statement.written));
-                if self.backend == Backend::MySql {
-                    println!(
-                        "    | table | type | key | rows | Extra |\n    |---|---|---|---|---|"
-                    );
-                }
-                for step in plan(&mut conn, &statement.ran).await {
-                    println!("    {step}");
-                }
+                let steps = plan(&mut conn, &statement.ran).await;
+                println!(
+                    "| `{}` | {} |",
+                    shortened(&statement.written).replace('|', "\\|"),
+                    steps.join("<br>").replace('|', "\\|")
+                );
             }
         }
         conn.close().await;
@@ -253,7 +251,8 @@ fn with_values(written: &str, logged: &[String]) -> Option<String> {
         .cloned()
 }
 
-/// The plan's steps: a MariaDB `EXPLAIN` as a table, SQLite's as lines.
+/// The plan's steps: MariaDB's `EXPLAIN` rows (table: access type, key,
+/// estimated rows; Extra), SQLite's `EXPLAIN QUERY PLAN` lines.
 async fn plan(conn: &mut Conn, sql: &str) -> Vec<String> {
     match conn {
         Conn::MySql(conn) => {
@@ -271,14 +270,16 @@ async fn plan(conn: &mut Conn, sql: &str) -> Vec<String> {
                         .or_else(|| unsigned().map(|n| n.to_string()))
                         .unwrap_or_default()
                 };
-                steps.push(format!(
-                    "| {} | {} | {} | {} | {} |",
-                    text("table"),
-                    text("type"),
-                    text("key"),
-                    text("rows"),
-                    text("Extra")
-                ));
+                let extra = text("Extra");
+                steps.push(match text("table").as_str() {
+                    "" => extra,
+                    table => format!(
+                        "{table}: {} {} ({} rows); {extra}",
+                        text("type"),
+                        text("key"),
+                        text("rows"),
+                    ),
+                });
             }
             steps
         }
