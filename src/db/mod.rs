@@ -23,6 +23,7 @@ mod migrate;
 
 mod mysql_url;
 mod open;
+pub mod operation_listing;
 pub mod operation_snapshot;
 pub mod operations;
 pub mod outage;

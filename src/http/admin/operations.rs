@@ -17,10 +17,8 @@ use crate::db::batch_queue::rejoin_waiting_set;
 use crate::db::batches::{batch_of, batches_of, get_batch};
 use crate::db::history::last_statuses;
 use crate::db::leases::make_due_now;
-use crate::db::operations::OperationRow;
-use crate::db::operations::{
-    OperationFilter, StatusFilter, get_operation_with_status, list_operations,
-};
+use crate::db::operation_listing::{OperationFilter, StatusFilter, list_operations};
+use crate::db::operations::{OperationRow, get_operation_with_status};
 use crate::domain::operator::{self, Retry};
 use crate::domain::{BindingStatus, OperationId, StepStatus};
 use crate::http::api::status::{OperationView, OperatorAction};

@@ -1,7 +1,9 @@
 //! Lookups for requesters and operators.
 
 use changegate::db::bindings::{get_binding_of, list_bindings_of_requester};
-use changegate::db::operations::{ListedOperation, OperationFilter, StatusFilter, list_operations};
+use changegate::db::operation_listing::{
+    ListedOperation, OperationFilter, StatusFilter, list_operations,
+};
 use changegate::domain::{BindingStatus, StepStatus};
 use changegate::store;
 
