@@ -315,7 +315,7 @@ mod tests {
         let (settings, _) = Settings::from_table(&toml::Table::new(), None);
         let shown = serde_json::to_value(effective(&settings)).unwrap();
         let mut missing = Vec::new();
-        for (section, keys) in super::super::settings::SCHEMA {
+        for (section, keys) in super::super::schema::SCHEMA {
             let Some(section_view) = shown.get(camel(section)) else {
                 missing.push((*section).to_owned());
                 continue;

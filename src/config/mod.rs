@@ -8,6 +8,7 @@ pub mod projects;
 mod reader;
 pub mod resolve;
 mod retention;
+mod schema;
 mod secrets;
 mod sections;
 mod settings;
