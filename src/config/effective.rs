@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use utoipa::openapi::schema::{AdditionalProperties, Object, ObjectBuilder, Type};
 
 use super::resolve::{AccessMode, AccessWindow, ApproveImpl};
+use super::static_settings::{STATIC_KEYS, STATIC_SECTIONS};
 use super::{ApprovalProvider, AuthzProvider, LogFormat, Settings};
 
 const REDACTED: &str = "[redacted]";
@@ -108,6 +109,11 @@ pub struct EffectiveConfig {
     tls: Value,
     #[schema(schema_with = section)]
     telemetry: Value,
+    /// What a reload does not change, as the file names it: whole sections
+    /// (`server`) and single keys (`webhooks.concurrency`). A new value in
+    /// the file applies after a restart; until then the value shown here
+    /// is the one in effect. Every other key changes on a reload.
+    static_keys: Vec<&'static str>,
 }
 
 /// One section: its keys in camelCase, secrets as `[redacted]`.
@@ -287,6 +293,7 @@ pub fn effective(settings: &Settings) -> EffectiveConfig {
             "otlpEndpoint": s.telemetry.otlp_endpoint.as_ref().map(|url| without_credentials(url.as_str())),
             "serviceName": s.telemetry.service_name,
         }),
+        static_keys: STATIC_SECTIONS.iter().chain(STATIC_KEYS).copied().collect(),
     }
 }
 

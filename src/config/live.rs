@@ -9,6 +9,7 @@ use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 
 use super::secrets::MAX_SECRET_BYTES;
+use super::static_settings::keep_static;
 use super::{Settings, load};
 
 /// Applies a new log level or filter at runtime; `Err` when it is rejected.
@@ -152,32 +153,13 @@ impl LiveConfig {
                 tracing::warn!(key = %warning.key, "{}", warning.message);
             }
         }
-        if next.server.listen != running.server.listen
-            || next.database.url != running.database.url
-            || next.tls != running.tls
-            || next.telemetry != running.telemetry
-        {
+        let kept = keep_static(&mut next, running);
+        if !kept.is_empty() {
             tracing::warn!(
-                "server, database, tls or telemetry settings changed; they apply after a restart"
+                keys = %kept.join(", "),
+                "static settings changed in the file; they keep their running values until a restart"
             );
         }
-        if next.webhooks.allow_private_targets != running.webhooks.allow_private_targets {
-            tracing::warn!(
-                "webhooks.allow_private_targets changed; refused: it applies only after a restart"
-            );
-            next.webhooks.allow_private_targets = running.webhooks.allow_private_targets;
-        }
-        if next.webhooks.sealing_keys != running.webhooks.sealing_keys {
-            tracing::warn!(
-                "webhooks.secret_key or previous_secret_keys changed; they apply after a restart"
-            );
-            next.webhooks.sealing_keys = running.webhooks.sealing_keys.clone();
-        }
-        next.server = running.server.clone();
-        next.database = running.database.clone();
-        next.tls = running.tls.clone();
-        next.telemetry = running.telemetry.clone();
-        next.log.format = running.log.format;
         if next.log.level != running.log.level
             && let Some(set_level) = &self.inner.set_level
             && let Err(err) = set_level(&next.log.level)

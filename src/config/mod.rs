@@ -13,6 +13,7 @@ mod secrets;
 mod sections;
 mod settings;
 pub mod source;
+mod static_settings;
 mod telemetry;
 mod tls;
 mod watch;

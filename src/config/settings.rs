@@ -96,7 +96,7 @@ impl Settings {
 }
 
 /// `[server]`
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServerSettings {
     /// `listen` (`CHANGEGATE_LISTEN`), default `127.0.0.1:8080`.
     pub listen: SocketAddr,
@@ -107,7 +107,7 @@ pub struct ServerSettings {
 }
 
 /// `[database]`
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DatabaseSettings {
     /// `url` (`CHANGEGATE_DATABASE_URL`), default `sqlite://data/changegate.db`,
     /// with the password from `password_file` inserted when that is set.

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use changegate::app::{Application, Parts};
+use changegate::config::effective::effective;
 use changegate::config::resolve::AccessMode;
 use changegate::config::{self, LiveConfig, ReloadOutcome, Settings};
 use changegate::telemetry;
@@ -340,4 +341,36 @@ async fn a_reload_cannot_change_whether_webhooks_may_reach_private_targets() {
         "kept until a restart"
     );
     assert_eq!(live.current().batch.max_requests, 7, "the rest applies");
+}
+
+#[tokio::test]
+async fn the_configuration_shown_after_a_reload_is_the_one_in_effect() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("changegate.toml");
+    std::fs::write(&path, "[reconcile]\ninterval = \"1m\"\n").unwrap();
+    let (settings, _) = config::load(Some(&path), None).unwrap();
+    let live = LiveConfig::new(settings, Some(path.clone()), None);
+    std::fs::write(
+        &path,
+        "[reconcile]\ninterval = \"5m\"\n[batch]\nmax_requests = 7\n",
+    )
+    .unwrap();
+    assert_eq!(live.reload(), ReloadOutcome::Applied);
+
+    let shown = serde_json::to_value(effective(&live.current())).unwrap();
+    assert_eq!(
+        shown["reconcile"]["interval"], "60s",
+        "the job's interval is set at start-up: the running one is shown"
+    );
+    assert_eq!(shown["batch"]["maxRequests"], 7, "a dynamic key changes");
+    let static_keys = shown["staticKeys"].as_array().unwrap();
+    assert!(
+        static_keys.contains(&"reconcile.interval".into()),
+        "{static_keys:?}"
+    );
+    assert!(static_keys.contains(&"server".into()), "{static_keys:?}");
+    assert!(
+        !static_keys.contains(&"batch.max_requests".into()),
+        "{static_keys:?}"
+    );
 }

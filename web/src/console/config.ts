@@ -7,26 +7,6 @@ import { get } from "../api";
 import { h, replace } from "../dom";
 import { adminError } from "./common";
 
-/**
- * What applies only after a restart, as README's configuration table says:
- * whole sections, then single keys. Everything else is re-read on reload.
- */
-const STATIC_SECTIONS = ["server", "database", "tls", "telemetry"];
-const STATIC_KEYS = [
-  "log.format",
-  "idempotency.cleanup_interval",
-  "executor.workers", "executor.queue_capacity", "executor.lease", "executor.poll_interval",
-  "gitlab.timeout",
-  "approval.timeout",
-  "batch.max_split_depth",
-  "reconcile.interval", "reconcile.min_age", "reconcile.max_age",
-  "retention.interval",
-  "webhooks.allow_private_targets", "webhooks.retry_schedule", "webhooks.request_timeout",
-  "webhooks.poll_interval", "webhooks.concurrency", "webhooks.breaker_failures",
-  "webhooks.breaker_open_for", "webhooks.secret_grace", "webhooks.secret_key",
-  "webhooks.secret_key_file", "webhooks.previous_secret_keys", "webhooks.previous_secret_key_files",
-];
-
 interface Row {
   /** The key's path as a file writes it: `section.key`, then map keys. */
   path: string[];
@@ -50,8 +30,9 @@ function rows(value: unknown, path: string[], out: Row[]): Row[] {
   return out;
 }
 
-function isStatic(path: string[]): boolean {
-  return STATIC_SECTIONS.includes(path[0]) || STATIC_KEYS.includes(path.slice(0, 2).join("."));
+/** Whether only a restart changes the key: the server lists whole sections and single keys. */
+function isStatic(path: string[], staticKeys: string[]): boolean {
+  return staticKeys.includes(path[0]) || staticKeys.includes(path.slice(0, 2).join("."));
 }
 
 /** A key as TOML writes it: parts with a dot (a target's key) quoted. */
@@ -71,8 +52,8 @@ function valueCell(value: unknown): HTMLElement {
 
 export function configTab(root: HTMLElement): void {
   replace(root, h("p", { class: "hint" }, "Loading…"));
-  get<Record<string, unknown>>("/admin/v1/config").then(
-    (config) =>
+  get<Record<string, unknown> & { staticKeys: string[] }>("/admin/v1/config").then(
+    ({ staticKeys, ...config }) =>
       replace(root,
         h("p", { class: "hint" },
           "What this instance runs with now, after defaults, the file and the environment. Secrets are redacted. ",
@@ -80,7 +61,7 @@ export function configTab(root: HTMLElement): void {
         h("table", { class: "list", id: "config" },
           h("thead", {}, h("tr", {}, h("th", {}, "Key"), h("th", {}, "Value"), h("th", {}, "Applies"))),
           h("tbody", {}, rows(config, [], []).map(({ path, value }) => {
-            const kind = isStatic(path) ? "static" : "dynamic";
+            const kind = isStatic(path, staticKeys) ? "static" : "dynamic";
             return h("tr", { "data-key": shown(path), "data-applies": kind },
               h("td", {}, h("code", {}, shown(path))),
               valueCell(value),
