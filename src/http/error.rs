@@ -201,8 +201,10 @@ impl IntoResponse for ApiError {
             status == StatusCode::SERVICE_UNAVAILABLE && code == "DATABASE_UNAVAILABLE";
         let message = match &self {
             Self::Internal(err) if unavailable => {
-                tracing::warn!(error = %err, "the database is unavailable; answered 503");
-                "the database is unavailable right now; nothing was done: retry shortly".to_owned()
+                tracing::warn!(error = %err, "the database cannot be used right now; answered 503");
+                "the database cannot be used right now (unavailable, or busy past every retry); \
+                 nothing was done: retry shortly"
+                    .to_owned()
             }
             Self::Internal(err) => {
                 tracing::error!(error = ?err, "request failed");
