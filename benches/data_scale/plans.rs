@@ -202,10 +202,12 @@ impl Plans {
     pub async fn print(self) {
         if let Some((mut conn, on, output)) = self.general_log {
             let restore = format!("SET GLOBAL general_log = {on}, log_output = '{output}'");
-            sqlx::raw_sql(AssertSqlSafe(restore))
-                .execute(&mut conn)
-                .await
-                .expect("general log settings restored");
+            for sql in ["TRUNCATE mysql.general_log".to_owned(), restore] {
+                sqlx::raw_sql(AssertSqlSafe(sql))
+                    .execute(&mut conn)
+                    .await
+                    .expect("general log emptied and its settings restored");
+            }
             conn.close().await.expect("close");
         }
         let mut conn = Conn::connect(&self.url, self.backend).await;
@@ -273,12 +275,19 @@ async fn plan(conn: &mut Conn, sql: &str) -> Vec<String> {
                 let extra = text("Extra");
                 steps.push(match text("table").as_str() {
                     "" => extra,
-                    table => format!(
-                        "{table}: {} {} ({} rows); {extra}",
-                        text("type"),
-                        text("key"),
-                        text("rows"),
-                    ),
+                    table => {
+                        let read = format!(
+                            "{table}: {} {} ({} rows)",
+                            text("type"),
+                            text("key"),
+                            text("rows")
+                        );
+                        if extra.is_empty() {
+                            read
+                        } else {
+                            format!("{read}; {extra}")
+                        }
+                    }
                 });
             }
             steps
