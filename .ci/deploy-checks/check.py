@@ -232,7 +232,7 @@ def config_schema():
         for match in re.finditer(r"const (\w+): &\[&str\] = &\[(.*?)\];", text, re.S):
             consts[match[1]] = re.findall(r'"([^"]*)"', match[2])
     schema = {}
-    body = re.search(r"const SCHEMA: [^=]*= &\[(.*?)\n\];", sources["settings.rs"], re.S)
+    body = re.search(r"const SCHEMA: [^=]*= &\[(.*?)\n\];", sources["schema.rs"], re.S)
     for match in re.finditer(
         r'\(\s*"(\w+)",\s*(None|Some\(([^()]*)\))\s*,?\s*\)', body[1] if body else ""
     ):
@@ -247,7 +247,7 @@ def config_schema():
     unresolved = "unresolved" in schema.values()
     if len(schema) < 10 or "server" not in schema or None in nested.values() or unresolved:
         raise SystemExit(
-            "error: cannot read the configuration's keys from src/config/settings.rs and "
+            "error: cannot read the configuration's keys from src/config/schema.rs and "
             "sections.rs: update config_schema() in .ci/deploy-checks/check.py"
         )
     return schema, nested
