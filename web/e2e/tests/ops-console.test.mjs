@@ -222,8 +222,11 @@ test("an operator reads the effective configuration as a table, secrets redacted
   assert.deepEqual(await cells("gitlab.bot_token"), ["gitlab.bot_token", "[redacted]", "dynamic"]);
   assert.deepEqual(await cells("server.listen"), ["server.listen", "127.0.0.1:8080", "static"]);
   assert.equal((await cells("batch.max_split_depth"))[2], "static");
-  // One row per key the server answered: none left out.
-  const config = await (await page.request.get(`${BASE_URL}/admin/v1/config`, { headers: { "X-Auth-Request-User": "admin" } })).json();
+  // One row per key the server answered, none left out; its list of what
+  // only a restart changes marks the rows, and is not a row itself.
+  const { staticKeys, ...config } = await (await page.request.get(`${BASE_URL}/admin/v1/config`, { headers: { "X-Auth-Request-User": "admin" } })).json();
+  assert.ok(staticKeys.includes("batch.max_split_depth") && staticKeys.includes("server"), String(staticKeys));
+  assert.equal(await row("staticKeys").count(), 0);
   const leaves = (value) => value !== null && typeof value === "object" && !Array.isArray(value)
     ? Math.max(1, Object.values(value).reduce((n, inner) => n + leaves(inner), 0))
     : 1;
