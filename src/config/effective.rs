@@ -297,22 +297,25 @@ pub fn effective(settings: &Settings) -> EffectiveConfig {
     }
 }
 
+/// A file's key as the effective configuration spells it (`max_requests`
+/// → `maxRequests`).
+#[cfg(test)]
+pub(super) fn camel(key: &str) -> String {
+    let mut words = key.split('_');
+    let first = words.next().unwrap_or_default().to_owned();
+    words.fold(first, |mut camel, word| {
+        let mut letters = word.chars();
+        if let Some(initial) = letters.next() {
+            camel.extend(initial.to_uppercase());
+            camel.push_str(letters.as_str());
+        }
+        camel
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn camel(key: &str) -> String {
-        let mut words = key.split('_');
-        let first = words.next().unwrap_or_default().to_owned();
-        words.fold(first, |mut camel, word| {
-            let mut letters = word.chars();
-            if let Some(initial) = letters.next() {
-                camel.extend(initial.to_uppercase());
-                camel.push_str(letters.as_str());
-            }
-            camel
-        })
-    }
 
     /// The configuration view is built by hand: every key a configuration
     /// file may hold (the same list that refuses unknown keys) must be in it,

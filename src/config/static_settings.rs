@@ -88,7 +88,7 @@ pub fn keep_static(next: &mut Settings, running: &Settings) -> Vec<&'static str>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::effective::effective;
+    use crate::config::effective::{camel, effective};
     use crate::config::source;
 
     fn settings(text: &str) -> Settings {
@@ -142,21 +142,6 @@ mod tests {
     /// spelling) in the effective configuration.
     fn shown(settings: &Settings, key: &str) -> serde_json::Value {
         let config = serde_json::to_value(effective(settings)).unwrap();
-        let camel = |part: &str| {
-            let mut out = String::new();
-            let mut upper = false;
-            for c in part.chars() {
-                if c == '_' {
-                    upper = true;
-                } else if upper {
-                    out.extend(c.to_uppercase());
-                    upper = false;
-                } else {
-                    out.push(c);
-                }
-            }
-            out
-        };
         key.split('.')
             .fold(config, |value, part| value[camel(part)].clone())
     }
