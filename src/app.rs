@@ -24,6 +24,7 @@ use crate::db::lease_owners::{self, Owners};
 use crate::db::{self, Backend, DbSlot};
 use crate::http;
 use crate::http::layers::limiter::SlidingWindow;
+use crate::http::ops::ReadinessLog;
 use crate::instance::Instance;
 use crate::jobs::progress::ProgressGauges;
 use crate::jobs::{self, Outcome};
@@ -209,6 +210,7 @@ impl Application {
             // while the next reads its relations.
             submissions: SubmissionQueue::start(),
             sealing,
+            readiness: ReadinessLog::default(),
         });
         Ok(Self {
             listener,

@@ -10,6 +10,7 @@ use crate::clients::health::Dependencies;
 use crate::config::LiveConfig;
 use crate::db::DbSlot;
 use crate::http::layers::limiter::SlidingWindow;
+use crate::http::ops::ReadinessLog;
 use crate::observer::Observer;
 use crate::sealing::KeyRing;
 use crate::store::SubmissionQueue;
@@ -60,4 +61,6 @@ pub struct App {
     pub submissions: SubmissionQueue,
     /// Seals webhook signing secrets; `None` on MySQL without `webhooks.secret_key`.
     pub sealing: Option<Arc<KeyRing>>,
+    /// What `/readyz` last answered, so changes are logged once.
+    pub readiness: ReadinessLog,
 }

@@ -34,6 +34,16 @@ pub fn for_update(backend: Backend) -> &'static str {
     }
 }
 
+/// Suffix of a shared locking read: the rows read stay as read until
+/// commit, as an `INSERT … SELECT` would hold them. SQLite has none, as for
+/// [`for_update`].
+pub fn for_share(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => "",
+        Backend::MySql => " LOCK IN SHARE MODE",
+    }
+}
+
 /// An inner join that reads its left table first, whatever the optimizer
 /// would pick: `STRAIGHT_JOIN` on MySQL; on SQLite a `CROSS JOIN` never
 /// swaps its tables.

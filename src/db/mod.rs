@@ -237,8 +237,9 @@ pub fn is_unique_violation(err: &sqlx::Error) -> bool {
 
 /// Whether an error means "lost a race for locks; trying again may work":
 /// an InnoDB deadlock or Galera certification conflict (1213), a lock-wait
-/// timeout (1205), a Galera node not ready yet (1047, 1180), or SQLite busy
-/// or locked ([`Conflict`]).
+/// timeout (1205), a Galera node not ready yet (1047, 1180), a deadlock or
+/// lock wait on an AUTO-INC lock (1467), or SQLite busy or locked
+/// ([`Conflict`]).
 pub fn is_retryable_conflict(err: &sqlx::Error) -> bool {
     Conflict::of(err).is_some()
 }

@@ -87,7 +87,12 @@ impl MySqlUrl {
                 mode_name(mode)
             ));
         }
-        let options = MySqlConnectOptions::from_url(&url).map_err(|err| err.to_string())?;
+        let options = MySqlConnectOptions::from_url(&url)
+            .map_err(|err| err.to_string())?
+            .log_slow_statements(
+                super::open::SLOW_STATEMENT_LEVEL,
+                super::open::SLOW_STATEMENT,
+            );
         Ok(Self {
             options,
             files,

@@ -4,11 +4,11 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use rustls::CertificateError;
-use sqlx::Connection;
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlPool, MySqlPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
 };
+use sqlx::{ConnectOptions, Connection};
 
 use super::failover::Nodes;
 use super::mysql_url::MySqlUrl;
@@ -129,6 +129,7 @@ async fn open_mysql(settings: &DatabaseSettings) -> Result<MySqlPool, OpenError>
     let sync_wait = settings.galera_sync_wait;
     let connected = MySqlPoolOptions::new()
         .max_connections(settings.max_connections)
+        .acquire_slow_level(SLOW_STATEMENT_LEVEL)
         .after_connect(move |conn, _| {
             Box::pin(async move { read_your_writes(conn, sync_wait).await })
         })
@@ -148,8 +149,36 @@ async fn open_mysql(settings: &DatabaseSettings) -> Result<MySqlPool, OpenError>
         .connect_with(node)
         .await;
     match connected {
-        Ok(pool) => Ok(pool),
+        Ok(pool) => {
+            log_autoinc_lock_mode(&pool).await;
+            Ok(pool)
+        }
         Err(err) => Err(mysql_connect_error(err, &url, settings.connect_timeout).await),
+    }
+}
+
+/// Says once, at start-up, how InnoDB locks for auto-increment values: with
+/// mode 0 every insert into a table with an AUTO_INCREMENT key takes the
+/// table's AUTO-INC lock until it ends, so concurrent requests queue on it
+/// (their lost races are retried as MySQL 1467); with 1 (MariaDB's default)
+/// only inserts of unknown row count do, and changegate sends none on its
+/// hot paths; 2 (MySQL 8's default) takes none and is recommended. Only
+/// said: changegate works with each of them.
+async fn log_autoinc_lock_mode(pool: &MySqlPool) {
+    match sqlx::query_scalar::<_, i64>("SELECT CAST(@@innodb_autoinc_lock_mode AS SIGNED)")
+        .fetch_one(pool)
+        .await
+    {
+        Ok(2) => tracing::info!(
+            innodb_autoinc_lock_mode = 2,
+            "InnoDB auto-increment locking"
+        ),
+        Ok(mode) => tracing::info!(
+            innodb_autoinc_lock_mode = mode,
+            "InnoDB auto-increment locking; 2 (interleaved) is recommended: concurrent inserts \
+             then never wait on a table's AUTO-INC lock"
+        ),
+        Err(err) => tracing::debug!("cannot read innodb_autoinc_lock_mode: {err}"),
     }
 }
 
@@ -266,6 +295,16 @@ pub fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
 /// own beyond the operating system's file cache.
 const SQLITE_MMAP_BYTES: u64 = 1 << 30;
 
+/// A statement that takes longer than this is logged, at info, and so is a
+/// wait for a pooled connection past sqlx's threshold: under contention a
+/// statement waits on another's locks, and a burst queues for connections,
+/// which is the database and the pool doing their job, not failing (sqlx
+/// logs both at warn). Whether requests are too slow for the users is what
+/// the latency metrics and their alerts tell.
+pub(super) const SLOW_STATEMENT: Duration = Duration::from_secs(1);
+/// The level of the slow-statement and slow-acquire log lines.
+pub(super) const SLOW_STATEMENT_LEVEL: log::LevelFilter = log::LevelFilter::Info;
+
 async fn open_sqlite(settings: &DatabaseSettings) -> Result<SqliteDb, OpenError> {
     let options = SqliteConnectOptions::from_str(&settings.url)
         .map_err(|err| OpenError::InvalidUrl(err.to_string()))?
@@ -274,7 +313,8 @@ async fn open_sqlite(settings: &DatabaseSettings) -> Result<SqliteDb, OpenError>
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(settings.connect_timeout)
         .foreign_keys(true)
-        .pragma("mmap_size", SQLITE_MMAP_BYTES.to_string());
+        .pragma("mmap_size", SQLITE_MMAP_BYTES.to_string())
+        .log_slow_statements(SLOW_STATEMENT_LEVEL, SLOW_STATEMENT);
     let path = options.get_filename().to_path_buf();
     let file_error = |reason: String| OpenError::SqliteFile {
         path: path.display().to_string(),
@@ -285,6 +325,7 @@ async fn open_sqlite(settings: &DatabaseSettings) -> Result<SqliteDb, OpenError>
         std::fs::create_dir_all(directory).map_err(|err| file_error(err.to_string()))?;
     }
     let writer = SqlitePoolOptions::new()
+        .acquire_slow_level(SLOW_STATEMENT_LEVEL)
         .max_connections(1)
         .acquire_timeout(settings.connect_timeout)
         .after_connect(|conn, _| Box::pin(refuse_read_only_writer(conn)))
@@ -298,6 +339,7 @@ async fn open_sqlite(settings: &DatabaseSettings) -> Result<SqliteDb, OpenError>
         writer.clone()
     } else {
         let reader = SqlitePoolOptions::new()
+            .acquire_slow_level(SLOW_STATEMENT_LEVEL)
             .max_connections(settings.max_connections)
             .acquire_timeout(settings.connect_timeout);
         connect_sqlite_waiting_out_locks(reader, options.read_only(true), settings.connect_timeout)

@@ -41,6 +41,9 @@ pub enum Conflict {
     /// The commit itself failed (MySQL 1180), as on a Galera node that is
     /// leaving or rejoining the cluster.
     CommitFailed,
+    /// A deadlock or lock-wait timeout on a table's AUTO-INC lock (MySQL
+    /// 1467, `Failed to read auto-increment value from storage engine`).
+    AutoIncrementLock,
 }
 
 impl Conflict {
@@ -53,6 +56,7 @@ impl Conflict {
                 1205 => Some(Self::LockWaitTimeout),
                 1047 => Some(Self::NodeNotReady),
                 1180 => Some(Self::CommitFailed),
+                1467 => Some(Self::AutoIncrementLock),
                 _ => None,
             };
         }
@@ -67,16 +71,18 @@ impl Conflict {
             Self::Busy => "busy",
             Self::NodeNotReady => "node_not_ready",
             Self::CommitFailed => "commit_failed",
+            Self::AutoIncrementLock => "autoinc_lock",
         }
     }
 
     /// Every conflict, for registering the counters' series.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Deadlock,
         Self::LockWaitTimeout,
         Self::Busy,
         Self::NodeNotReady,
         Self::CommitFailed,
+        Self::AutoIncrementLock,
     ];
 }
 
@@ -148,11 +154,14 @@ fn count_retry<E: Contended>(err: &E, pause: Duration) {
     metrics::counter!("changegate_store_retries_total", "reason" => conflict.label()).increment(1);
 }
 
+/// Counts and logs a race lost on every retry: at error, for the write was
+/// not done (a request answers 503 and must be sent again), which the
+/// retries exist to prevent.
 fn count_if_exhausted<T, E: Contended>(outcome: Result<T, E>) -> Result<T, E> {
     if let Err(err) = &outcome
         && let Some(conflict) = err.conflict()
     {
-        tracing::warn!(
+        tracing::error!(
             reason = conflict.label(),
             "a store write lost {} lock races in a row; giving up",
             RETRIES + 1

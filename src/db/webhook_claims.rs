@@ -14,7 +14,7 @@ use std::time::Duration;
 use sqlx::AssertSqlSafe;
 
 use super::webhook_deliveries::{COLUMNS, DeliveryRow, Ending, QUEUED};
-use super::{Db, IN_LIST_CHUNK, dialect};
+use super::{Db, IN_LIST_CHUNK, dialect, retrying};
 use crate::with_pool;
 
 fn millis(duration: Duration) -> i64 {
@@ -49,13 +49,16 @@ pub async fn requeue_expired(db: &Db) -> Result<u64, sqlx::Error> {
          WHERE id IN ({}) AND status = 'sending' AND lease_until < {now}",
         super::placeholders(ids.len())
     );
-    with_pool!(db, writer, |pool| {
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for id in &ids {
-            query = query.bind(id);
-        }
-        query.execute(pool).await.map(|done| done.rows_affected())
+    retrying(|| async {
+        with_pool!(db, writer, |pool| {
+            let mut query = sqlx::query(AssertSqlSafe(sql.clone()));
+            for id in &ids {
+                query = query.bind(id);
+            }
+            query.execute(pool).await.map(|done| done.rows_affected())
+        })
     })
+    .await
 }
 
 /// A due delivery as the workers see it before claiming.
@@ -146,7 +149,9 @@ enum Swap<'a> {
 
 /// Moves the queued deliveries of `due` (id and version read) as `swap`
 /// says, each only if it still is `queued` at that version; one statement
-/// per chunk. Answers how many moved.
+/// per chunk, sent again whole if it lost a lock race (it was rolled back;
+/// a chunk that did apply matches nothing when sent again). Answers how
+/// many moved.
 async fn swap_queued(db: &Db, due: &[(i64, i64)], swap: Swap<'_>) -> Result<u64, sqlx::Error> {
     let backend = db.backend();
     let now = dialect::now_ms(backend);
@@ -166,19 +171,22 @@ async fn swap_queued(db: &Db, due: &[(i64, i64)], swap: Swap<'_>) -> Result<u64,
             super::placeholders(page.len()),
             case_by_id(page.len()),
         );
-        moved += with_pool!(db, writer, |pool| {
-            let mut query = sqlx::query(AssertSqlSafe(sql));
-            if let Swap::Claim { token, lease } = &swap {
-                query = query.bind(*token).bind(millis(*lease));
-            }
-            for (id, _) in &page {
-                query = query.bind(id);
-            }
-            for (id, version) in &page {
-                query = query.bind(id).bind(version);
-            }
-            query.execute(pool).await.map(|done| done.rows_affected())
-        })?;
+        moved += retrying(|| async {
+            with_pool!(db, writer, |pool| {
+                let mut query = sqlx::query(AssertSqlSafe(sql.clone()));
+                if let Swap::Claim { token, lease } = &swap {
+                    query = query.bind(*token).bind(millis(*lease));
+                }
+                for (id, _) in &page {
+                    query = query.bind(id);
+                }
+                for (id, version) in &page {
+                    query = query.bind(id).bind(version);
+                }
+                query.execute(pool).await.map(|done| done.rows_affected())
+            })
+        })
+        .await?;
     }
     Ok(moved)
 }
@@ -200,10 +208,17 @@ pub struct Attempt {
 
 /// Records how a group of claimed attempts ended, in one statement (per
 /// chunk of rows): each row only if it still is `sending` at the version its
-/// claim gave it, so a claim whose lease ran out (requeued, maybe claimed
-/// again elsewhere) is not overwritten. Answers how many were recorded;
-/// the others will be sent again by whoever holds them now.
-pub async fn record(db: &Db, attempts: &[Attempt]) -> Result<u64, sqlx::Error> {
+/// claim gave it and still held by `token`, so a claim whose lease ran out
+/// (requeued, maybe claimed again elsewhere) is not overwritten. Answers how
+/// many were recorded; the others will be sent again by whoever holds them
+/// now.
+///
+/// Each chunk's statement is retried on a lost lock race ([`retrying`]):
+/// instances recording answers at once can deadlock on InnoDB's locks, and
+/// the victim's statement is rolled back whole, so it is sent again as it
+/// was. A chunk already applied matches no row when sent again (its rows
+/// left `sending` at that version), so a replay changes nothing.
+pub async fn record(db: &Db, token: &str, attempts: &[Attempt]) -> Result<u64, sqlx::Error> {
     let backend = db.backend();
     let now = dialect::now_ms(backend);
     let mut recorded = 0;
@@ -229,7 +244,7 @@ pub async fn record(db: &Db, attempts: &[Attempt]) -> Result<u64, sqlx::Error> {
             "UPDATE webhook_delivery SET status = {case}, version = version + 1, {next_attempt}\
              lease_owner = NULL, lease_until = NULL, last_status = {case}, last_error = {case}, \
              updated_at = {now} \
-             WHERE id IN ({}) AND status = 'sending' AND version = {case}",
+             WHERE id IN ({}) AND status = 'sending' AND lease_owner = ? AND version = {case}",
             super::placeholders(rows.len())
         );
         let errors: Vec<Option<String>> = rows
@@ -240,28 +255,32 @@ pub async fn record(db: &Db, attempts: &[Attempt]) -> Result<u64, sqlx::Error> {
                     .map(|text| text.chars().take(500).collect())
             })
             .collect();
-        recorded += with_pool!(db, writer, |pool| {
-            let mut query = sqlx::query(AssertSqlSafe(sql));
-            for row in &rows {
-                query = query.bind(row.id).bind(stored_status(row.ending));
-            }
-            for (id, pause) in &retried {
-                query = query.bind(id).bind(millis(*pause));
-            }
-            for row in &rows {
-                query = query.bind(row.id).bind(row.http_status.map(i64::from));
-            }
-            for (row, error) in rows.iter().zip(&errors) {
-                query = query.bind(row.id).bind(error);
-            }
-            for row in &rows {
-                query = query.bind(row.id);
-            }
-            for row in &rows {
-                query = query.bind(row.id).bind(row.claimed_version);
-            }
-            query.execute(pool).await.map(|done| done.rows_affected())
-        })?;
+        recorded += retrying(|| async {
+            with_pool!(db, writer, |pool| {
+                let mut query = sqlx::query(AssertSqlSafe(sql.clone()));
+                for row in &rows {
+                    query = query.bind(row.id).bind(stored_status(row.ending));
+                }
+                for (id, pause) in &retried {
+                    query = query.bind(id).bind(millis(*pause));
+                }
+                for row in &rows {
+                    query = query.bind(row.id).bind(row.http_status.map(i64::from));
+                }
+                for (row, error) in rows.iter().zip(&errors) {
+                    query = query.bind(row.id).bind(error);
+                }
+                for row in &rows {
+                    query = query.bind(row.id);
+                }
+                query = query.bind(token);
+                for row in &rows {
+                    query = query.bind(row.id).bind(row.claimed_version);
+                }
+                query.execute(pool).await.map(|done| done.rows_affected())
+            })
+        })
+        .await?;
     }
     Ok(recorded)
 }

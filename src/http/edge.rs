@@ -17,7 +17,7 @@ use std::time::Duration;
 use axum::BoxError;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{MatchedPath, Request};
-use axum::http::HeaderValue;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use pin_project_lite::pin_project;
 use tokio::task::futures::TaskLocalFuture;
@@ -167,7 +167,11 @@ where
         let span = this.scoped.span();
         let status = response.status();
         span.record("status", status.as_u16());
-        if status.is_server_error() {
+        // A 500 is changegate failing at its job. Every other answer is
+        // logged where its cause is known, at the level of that cause: a
+        // database that cannot be used, a route too slow, a probe while
+        // starting; a 4xx is the caller's.
+        if status == StatusCode::INTERNAL_SERVER_ERROR {
             let latency = this.started.elapsed();
             tracing::error!(parent: span, status = status.as_u16(), ?latency, "request failed");
         } else {
@@ -200,7 +204,10 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         Poll::Ready(match ready!(self.project().timeout.poll(cx)) {
             Ok(answer) => answer.map(|response| response.map(Body::new)),
-            Err(_) => Ok(ApiError::Timeout.into_response()),
+            Err(_) => {
+                tracing::warn!("the route took longer than its timeout; answered 503");
+                Ok(ApiError::Timeout.into_response())
+            }
         })
     }
 }

@@ -8,7 +8,7 @@ mod edge;
 pub mod error;
 pub mod extract;
 pub mod layers;
-mod ops;
+pub mod ops;
 mod page;
 mod reason;
 pub mod request_id;

@@ -1,5 +1,6 @@
 //! Operations endpoints (SPEC §2.4): liveness, readiness, metrics.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -29,18 +30,52 @@ async fn healthz() -> Json<Value> {
 
 /// The database answers and the newest migration is applied.
 async fn readyz(State(state): State<AppState>) -> ApiResult<Json<Value>> {
-    let db = state.db.get().ok_or(ApiError::NotReady)?;
-    let require_synced = state.config.current().database.galera_require_synced;
-    match tokio::time::timeout(READY_CHECK_TIMEOUT, db.check_ready(require_synced)).await {
-        Ok(Ok(())) => Ok(Json(json!({ "status": "ready" }))),
-        Ok(Err(reason)) => {
-            tracing::warn!("readiness check failed: {reason}");
-            Err(ApiError::NotReady)
+    let answer = match state.db.get() {
+        None => Err("connecting to the database".to_owned()),
+        Some(db) => {
+            let require_synced = state.config.current().database.galera_require_synced;
+            match tokio::time::timeout(READY_CHECK_TIMEOUT, db.check_ready(require_synced)).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(reason)) => Err(reason),
+                Err(_) => Err(format!(
+                    "the readiness check took longer than {READY_CHECK_TIMEOUT:?}"
+                )),
+            }
         }
-        Err(_) => {
-            tracing::warn!("readiness check timed out");
-            Err(ApiError::NotReady)
+    };
+    state
+        .readiness
+        .note(answer.as_ref().err().map(String::as_str));
+    answer
+        .map(|()| Json(json!({ "status": "ready" })))
+        .map_err(|_| ApiError::NotReady)
+}
+
+/// The last answer `/readyz` gave, so a change of readiness is logged once
+/// (at info: starting, draining and a database outage are each reported
+/// where they are known) instead of once per probe.
+#[derive(Debug, Default)]
+pub struct ReadinessLog {
+    /// Why the last probe was not ready; `None` before the first probe or
+    /// while ready.
+    last: Mutex<Option<Option<String>>>,
+}
+
+impl ReadinessLog {
+    /// Notes a probe's answer: ready (`None`) or why not.
+    pub fn note(&self, not_ready: Option<&str>) {
+        let Ok(mut last) = self.last.lock() else {
+            return;
+        };
+        let now = not_ready.map(str::to_owned);
+        if last.as_ref() == Some(&now) {
+            return;
         }
+        match &now {
+            None => tracing::info!("ready: /readyz answers 200"),
+            Some(reason) => tracing::info!("not ready: /readyz answers 503: {reason}"),
+        }
+        *last = Some(now);
     }
 }
 

@@ -111,10 +111,10 @@ impl Page<'_> {
                 Err(_) => true,
             };
             if pending.len() >= RECORD_EVERY || quiet {
-                self.record(&mut pending).await?;
+                self.record(token, &mut pending).await?;
             }
         }
-        self.record(&mut pending).await?;
+        self.record(token, &mut pending).await?;
         breakers.apply(self.db, &targets, &self.hooks).await
     }
 
@@ -173,11 +173,11 @@ impl Page<'_> {
     }
 
     /// Records `pending` in one statement and empties it.
-    async fn record(&self, pending: &mut Vec<Attempt>) -> anyhow::Result<()> {
+    async fn record(&self, token: &str, pending: &mut Vec<Attempt>) -> anyhow::Result<()> {
         if pending.is_empty() {
             return Ok(());
         }
-        let recorded = record(self.db, pending).await?;
+        let recorded = record(self.db, token, pending).await?;
         let expired = pending.len() as u64 - recorded;
         if expired > 0 {
             tracing::warn!(

@@ -76,9 +76,11 @@ impl std::fmt::Debug for Deliverer {
     }
 }
 
-/// Claims lost to other instances, logged as one sum per minute at info: a
-/// lost claim is the proof that a duplicate was prevented, and operators
-/// should see it without debug logging, but not once per row.
+/// Claims lost to other instances, logged as one sum per minute at debug: a
+/// lost claim is the proof that a duplicate was prevented, an expected race
+/// nobody has to act on. Operators see it as
+/// `changegate_webhook_claims_total{outcome="lost"}`; the log line, for
+/// whoever debugs, is one per minute, not one per row.
 struct LostClaims {
     since_log: AtomicU64,
     last_log: std::sync::Mutex<Instant>,
@@ -96,7 +98,7 @@ impl LostClaims {
         if last.elapsed() >= self.every {
             let count = self.since_log.swap(0, Ordering::Relaxed);
             if count > 0 {
-                tracing::info!(
+                tracing::debug!(
                     lost = count,
                     "webhook deliveries claimed by another instance first in the last {}s \
                      (not sent here; no duplicate)",
@@ -312,12 +314,12 @@ mod tests {
     }
 
     #[test]
-    fn lost_claims_are_summed_in_one_info_line() {
+    fn lost_claims_are_summed_in_one_debug_line() {
         let captured = Captured::default();
         let writer = captured.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
+            .with_max_level(tracing::Level::DEBUG)
             .with_writer(move || writer.clone())
             .finish();
         let lost = LostClaims {
@@ -337,7 +339,7 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 1, "{text}");
         assert!(
-            lines[0].contains("INFO") && lines[0].contains("lost=16"),
+            lines[0].contains("DEBUG") && lines[0].contains("lost=16"),
             "{text}"
         );
     }

@@ -321,9 +321,19 @@ impl Workflow {
             pause,
             version: operation.version,
         };
-        if let Err(err) = outcome {
-            tracing::warn!(operation_id, "workflow step failed: {err}");
-            return retry;
+        match outcome {
+            Ok(()) => {}
+            // Another worker moved the request first: the guarded write did
+            // its job, and nobody has anything to do about it.
+            Err(StoreError::Preempted) => {
+                metrics::counter!("changegate_step_preempted_total", "step" => kind).increment(1);
+                tracing::debug!(operation_id, step = kind, "workflow step preempted");
+                return retry;
+            }
+            Err(err) => {
+                tracing::warn!(operation_id, "workflow step failed: {err}");
+                return retry;
+            }
         }
         match get_operation_with_status(db, operation_id).await {
             Ok(Some((after, _, _))) if after.version == operation.version => retry,
@@ -351,12 +361,28 @@ fn record_step(kind: &'static str, took: Duration, written: bool) {
         .record(took.as_secs_f64());
 }
 
-/// Describes the step histogram.
+/// The steps [`Workflow::step`] runs, as its metrics label them.
+const STEP_KINDS: [&str; 5] = [
+    "send_approval",
+    "open_merge_request",
+    "await_pipeline",
+    "rerun_pipeline",
+    "approve_and_merge",
+];
+
+/// Describes the step metrics and starts the preemption counters at zero.
 pub fn describe_metrics() {
     metrics::describe_histogram!(
         "changegate_step_duration_seconds",
         "How long one round of a workflow step took, by step and result (error: its database write failed and it is retried)."
     );
+    metrics::describe_counter!(
+        "changegate_step_preempted_total",
+        "Workflow steps whose write found the request already moved by another worker (an expected race: nothing was written twice), by step."
+    );
+    for kind in STEP_KINDS {
+        metrics::counter!("changegate_step_preempted_total", "step" => kind).increment(0);
+    }
 }
 
 /// Where an operation whose binding is in `status` lands when its step fails

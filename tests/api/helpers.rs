@@ -365,8 +365,8 @@ pub fn plain_client() -> reqwest::ClientBuilder {
     reqwest::Client::builder().no_proxy()
 }
 
-/// Log lines at info and above, captured while [`Logs::capture`]'s guard
-/// lives, on the test's thread (where a current-thread test runs the app too).
+/// Log lines (at info and above, or the level given), captured while
+/// [`Logs::capture`]'s guard lives, on the test's thread (where a current-thread test runs the app too).
 #[derive(Clone, Default)]
 pub struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
@@ -383,14 +383,25 @@ impl std::io::Write for Logs {
 impl Logs {
     /// Starts capturing; stops when the guard is dropped.
     pub fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        Self::capture_at(tracing::Level::INFO)
+    }
+
+    /// Starts capturing lines at `level` and above; stops when the guard
+    /// is dropped.
+    pub fn capture_at(level: tracing::Level) -> (Self, tracing::subscriber::DefaultGuard) {
         let logs = Self::default();
         let writer = logs.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
+            .with_max_level(level)
             .with_writer(move || writer.clone())
             .finish();
         (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    /// Every line captured.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines_with(&[])
     }
 
     /// The lines holding every one of `words`.

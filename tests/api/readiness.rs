@@ -6,7 +6,7 @@ use std::time::Duration;
 use changegate::app::Application;
 use changegate::config::LiveConfig;
 
-use crate::helpers::{MySqlScratch, settings_from, spawn_app};
+use crate::helpers::{Logs, MySqlScratch, settings_from, spawn_app};
 
 #[tokio::test]
 async fn starts_not_ready_without_its_database_and_becomes_ready_once_it_exists() {
@@ -39,6 +39,24 @@ async fn an_unreachable_mysql_server_is_not_ready_rather_than_fatal() {
     app.stop()
         .await
         .expect("stops while the database retry loop runs");
+}
+
+/// Probes while the service starts are answered 503 and logged once, at
+/// info, when readiness changes: an orchestrator probing every second must
+/// not write an error line per probe. (The database's own failure is one
+/// warning of its connection loop.)
+#[tokio::test]
+async fn probes_while_not_ready_log_one_info_line_not_one_error_per_probe() {
+    let (logs, _capture) = Logs::capture();
+    let app = spawn_app("mysql://root@127.0.0.1:1/changegate", "").await;
+    for _ in 0..5 {
+        assert_eq!(app.get("/readyz").await.status(), 503);
+    }
+    app.stop().await.expect("stops");
+    let changes = logs.lines_with(&["INFO", "not ready: /readyz answers 503"]);
+    assert_eq!(changes.len(), 1, "{:?}", logs.lines());
+    assert!(logs.lines_with(&["ERROR"]).is_empty(), "{:?}", logs.lines());
+    assert!(logs.lines_with(&["/readyz", "WARN"]).is_empty(), "{:?}", logs.lines());
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use changegate::db::Db;
 use changegate::db::webhook_claims;
-use changegate::db::webhook_deliveries::{Ending, list_for_endpoint};
+use changegate::db::webhook_deliveries::{self, Ending, list_for_endpoint};
 use changegate::db::webhook_endpoints::get_endpoint;
 use changegate::webhooks::relay;
 use changegate::webhooks::worker::Deliverer;
@@ -246,6 +246,7 @@ async fn a_dead_instances_claim_runs_out_and_another_instance_delivers_it() {
         // The dead instance's late answer matches nothing.
         let late = webhook_claims::record(
             db,
+            "dead-instance.0",
             &[webhook_claims::Attempt {
                 id: row.id,
                 claimed_version: row.version + 1,
@@ -258,6 +259,64 @@ async fn a_dead_instances_claim_runs_out_and_another_instance_delivers_it() {
         .unwrap();
         assert_eq!(late, 0);
         assert_eq!(count_status(db, "delivered").await, 1);
+    }
+}
+
+/// Recording is sent again after a lost lock race, and maybe after a
+/// commit whose answer was lost: a second recording of the same answers
+/// matches nothing and changes nothing, and neither does one by a round
+/// other than the claim's.
+#[tokio::test]
+async fn recording_an_answer_again_or_from_another_round_changes_nothing() {
+    for test_db in each_backend().await {
+        let db = &test_db.db;
+        let receiver = Receiver::start().await;
+        add_endpoint(db, &receiver.url, "").await;
+        add_events(db, 1).await;
+        relay_all(db, false).await;
+        let due = webhook_claims::list_due(db, 10).await.unwrap();
+        let row = &due[0];
+        let token = "instance.7";
+        let won =
+            webhook_claims::claim(db, &[(row.id, row.version)], token, Duration::from_secs(60))
+                .await
+                .unwrap();
+        assert_eq!(won, 1);
+        let answer = |ending: Ending, status: Option<u16>| webhook_claims::Attempt {
+            id: row.id,
+            claimed_version: row.version + 1,
+            ending,
+            http_status: status,
+            error: None,
+        };
+        let by_another_round =
+            webhook_claims::record(db, "instance.8", &[answer(Ending::Failed, None)])
+                .await
+                .unwrap();
+        assert_eq!(by_another_round, 0, "{}", test_db.name);
+        assert_eq!(count_status(db, "sending").await, 1, "{}", test_db.name);
+        let first = webhook_claims::record(db, token, &[answer(Ending::Delivered, Some(204))])
+            .await
+            .unwrap();
+        assert_eq!(first, 1, "{}", test_db.name);
+        let recorded = webhook_deliveries::get_delivery(db, row.id)
+            .await
+            .unwrap()
+            .expect("the delivery");
+        let again = webhook_claims::record(db, token, &[answer(Ending::Failed, Some(500))])
+            .await
+            .unwrap();
+        assert_eq!(again, 0, "{}", test_db.name);
+        let after = webhook_deliveries::get_delivery(db, row.id)
+            .await
+            .unwrap()
+            .expect("the delivery");
+        assert_eq!(
+            after, recorded,
+            "{}: the replay changed nothing",
+            test_db.name
+        );
+        assert_eq!(count_status(db, "delivered").await, 1, "{}", test_db.name);
     }
 }
 

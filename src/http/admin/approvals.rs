@@ -134,7 +134,7 @@ async fn attempt_decision(
     })
     .await?;
     if to != BindingStatus::Rejected && state.executor.try_submit(id.clone()).is_err() {
-        tracing::warn!(operation_id = %id, "approved, but the worker pool is busy; the resume job will pick it up");
+        tracing::debug!(operation_id = %id, "approved, but the worker pool is busy; the resume job will pick it up");
     }
     Ok(Json(Decided {
         code: "OK",

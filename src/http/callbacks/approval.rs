@@ -100,8 +100,9 @@ pub async fn approval_callback(
     };
     if to != BindingStatus::Rejected && state.executor.try_submit(operation_id.clone()).is_err() {
         // The decision is recorded; the workers pick the operation up from
-        // the database once they have room (durable execution).
-        tracing::warn!(%operation_id, "approved, but the worker pool is busy");
+        // the database once they have room (durable execution): nothing
+        // for an operator to do.
+        tracing::debug!(%operation_id, "approved, but the worker pool is busy");
     }
     Ok(Answer::Ok.json())
 }

@@ -245,3 +245,44 @@ fn a_write_that_loses_every_race_gives_up_with_the_conflict_and_counts_it() {
     assert_eq!(counters.retries("busy"), RETRIES as u64);
     assert_eq!(counters.exhausted(), 1);
 }
+
+/// InnoDB reports a deadlock or lock-wait timeout on a table's AUTO-INC
+/// lock as 1467 (`Failed to read auto-increment value from storage
+/// engine`): the server's own error, raised by `SIGNAL` here, is retried
+/// like a deadlock and counted under its own reason.
+#[test]
+fn an_auto_increment_lock_failure_is_retried_like_a_deadlock() {
+    let (attempts, counters) = with_counters(async || {
+        let test_db = mysql_db().await?;
+        let Db::MySql(pool) = &test_db.db else {
+            unreachable!("a MariaDB test database");
+        };
+        let mut attempts = 0;
+        db::retrying(|| {
+            attempts += 1;
+            let first = attempts == 1;
+            async move {
+                if first {
+                    sqlx::raw_sql(
+                        "SIGNAL SQLSTATE 'HY000' SET MYSQL_ERRNO = 1467, \
+                         MESSAGE_TEXT = 'Failed to read auto-increment value from storage engine'",
+                    )
+                    .execute(pool)
+                    .await?;
+                }
+                sqlx::query_scalar::<_, i64>("SELECT 1")
+                    .fetch_one(pool)
+                    .await
+            }
+        })
+        .await
+        .expect("retried past the lock failure");
+        Some(attempts)
+    });
+    let Some(attempts) = attempts else {
+        return;
+    };
+    assert_eq!(attempts, 2, "one failure, then the write again");
+    assert_eq!(counters.retries("autoinc_lock"), 1);
+    assert_eq!(counters.exhausted(), 0);
+}
