@@ -7,17 +7,20 @@
 //!    duplicate-key errors: a normal answer, tried again next round;
 //! 2. a plain (non-locking) read of the oldest waiting requests, created
 //!    before the database's now, so enqueues never wait (I3);
-//! 3. the members' operations and bindings, locked in that order and moved
+//! 3. the batch's number, the next of its project's (the counter row stays
+//!    locked until commit);
+//! 4. the members' operations and bindings, locked in that order and moved
 //!    to their batch step (the lock order of every store write);
-//! 4. the guarded claim UPDATE, whose affected rows must equal the rows read
+//! 5. the guarded claim UPDATE, whose affected rows must equal the rows read
 //!    (I2), else everything rolls back;
-//! 5. membership history, in multi-row inserts;
-//! 6. nothing to claim → roll back, so no empty batch holds the slot.
+//! 6. membership history, in multi-row inserts;
+//! 7. nothing to claim → roll back, so no empty batch holds the slot, and
+//!    no number is used up.
 //!
 //! No lock is held beyond this transaction: a batch runs for minutes, its
 //! slot is data (the batch's status), not a lock.
 
-use crate::db::batch_queue::{claim, oldest_waiting, waiting_group};
+use crate::db::batch_queue::{claim, next_batch_number, oldest_waiting, waiting_group};
 use crate::db::batches::{append_membership, describe_batch, insert_batch};
 use crate::db::{Db, is_retryable_conflict, is_unique_violation, retrying};
 use crate::domain::{BindingStatus, StepStatus};
@@ -30,6 +33,8 @@ pub enum Claimed {
     Batch {
         /// Its id.
         id: i64,
+        /// Its number among its project's batches.
+        number: i64,
         /// Its operations.
         members: Vec<String>,
     },
@@ -50,11 +55,24 @@ pub async fn claim_batch(db: &Db, partition_key: &str, max: u32) -> Result<Claim
 async fn claim_once(db: &Db, partition_key: &str, max: u32) -> Result<Claimed, StoreError> {
     let mut tx = StoreTx::begin(db).await?;
     match claim_in(&mut tx, partition_key, max).await {
-        Ok(Claimed::Batch { id, members }) => {
+        Ok(Claimed::Batch {
+            id,
+            number,
+            members,
+        }) => {
             tx.commit().await?;
-            tracing::info!(batch = id, members = members.len(), "merge batch claimed");
+            tracing::info!(
+                batch = id,
+                number,
+                members = members.len(),
+                "merge batch claimed"
+            );
             super::metrics::record_claimed(members.len());
-            Ok(Claimed::Batch { id, members })
+            Ok(Claimed::Batch {
+                id,
+                number,
+                members,
+            })
         }
         Ok(other) => {
             tx.rollback().await?;
@@ -94,10 +112,20 @@ pub async fn claim_in(
     .await?;
     let ids: Vec<i64> = waiting.iter().map(|w| w.id).collect();
     let members: Vec<String> = waiting.into_iter().map(|w| w.operation_id).collect();
+    // Numbered per GitLab project, not per partition: a batch's members are
+    // all of one project (the group above), its MR and branch live in that
+    // project's repository, and the partition is "" for every project
+    // unless `batch.partition_by_project` is on, which a reload may switch.
+    // The slot is taken before the project is known (from the first waiting
+    // request), so `insert_batch` leaves it blank and `describe_batch` sets
+    // it with the number, in this transaction. No other transaction locks a
+    // counter row, and claims take it before their members, so it adds no
+    // lock cycle.
+    let number = next_batch_number(tx.db(), &first.project).await?;
     // The members' operations and bindings are locked (by the move) before
     // their waiting rows (by the claim), as a single transition that takes
     // a request out of the waiting set locks them.
-    let message = format!("in merge batch #{batch_id}");
+    let message = format!("in merge batch #{number}");
     let change = Change {
         step: StepStatus::MrCreating,
         message: Some(&message),
@@ -115,10 +143,18 @@ pub async fn claim_in(
     if claim(tx.db(), batch_id, &ids).await? != ids.len() as u64 {
         return Ok(Claimed::Raced);
     }
-    describe_batch(tx.db(), batch_id, &first.project, &first.split_group).await?;
+    describe_batch(
+        tx.db(),
+        batch_id,
+        &first.project,
+        &first.split_group,
+        number,
+    )
+    .await?;
     append_membership(tx.db(), batch_id, &members, "CLAIMED", None).await?;
     Ok(Claimed::Batch {
         id: batch_id,
+        number,
         members,
     })
 }

@@ -35,7 +35,7 @@ impl MergeQueue {
         if live_members(db, batch.id).await?.is_empty() {
             let message = format!(
                 "every request of merge batch #{} was withdrawn; its MR is closed",
-                batch.id
+                batch.shown_number()
             );
             self.fail(db, batch, StepStatus::ManualAbandoned, &message, &[])
                 .await?;
@@ -50,7 +50,6 @@ impl MergeQueue {
         };
         let gitlab = &self.workflow.gitlab;
         let project = batch.project.as_str();
-        let branch = batch_branch(batch.id);
         let target = settings.gitlab.target_branch.as_str();
         let files: Vec<FileAction> = operations_by_ids(db, &departed)
             .await?
@@ -59,6 +58,13 @@ impl MergeQueue {
             .collect();
         let read: Vec<&FileAction> = files.iter().collect();
         let blobs = async {
+            // The MR says which branch it merges: an instance of an earlier
+            // release may have opened it, on a branch named by the batch's id.
+            let branch = gitlab
+                .merge_request(token, project, iid)
+                .await?
+                .source_branch
+                .unwrap_or_else(|| batch_branch(batch));
             let on_target = self
                 .workflow
                 .blobs_of(token, project, target, &read)
@@ -67,9 +73,9 @@ impl MergeQueue {
                 .workflow
                 .blobs_of(token, project, &branch, &read)
                 .await?;
-            Ok::<_, GitLabError>((on_target, on_branch))
+            Ok::<_, GitLabError>((branch, on_target, on_branch))
         };
-        let (on_target, on_branch) = match blobs.await {
+        let (branch, on_target, on_branch) = match blobs.await {
             Ok(blobs) => blobs,
             Err(err) => {
                 tracing::debug!(
@@ -115,7 +121,7 @@ impl MergeQueue {
             let message = format!(
                 "changegate: take {} withdrawn requests out of merge batch #{}",
                 departed.len(),
-                batch.id
+                batch.shown_number()
             );
             // A lost answer is read back next round: the files are compared again.
             if let Err(err) = gitlab
@@ -132,7 +138,7 @@ impl MergeQueue {
         }
         let message = format!(
             "merge batch #{}: {} withdrawn requests taken out of MR !{iid}; its pipeline runs again",
-            batch.id,
+            batch.shown_number(),
             departed.len()
         );
         let detail = format!("!{iid}");

@@ -85,7 +85,7 @@ impl MergeQueue {
             // Merged and not-landed members move apart: lock them together.
             lock_members(tx, &all).await?;
             note_members(tx, &all, &noted).await?;
-            let message = format!("merged in batch #{}", batch.id);
+            let message = format!("merged in batch #{}", batch.shown_number());
             let change = Change {
                 step: StepStatus::HandleMerged,
                 message: Some(&message),
@@ -176,8 +176,11 @@ impl MergeQueue {
             return Ok(false);
         };
         let gitlab = &self.workflow.gitlab;
-        let closed = match batch.mr_iid {
-            None => true,
+        // What to delete once the MR is closed or was never opened: a closed
+        // MR names its branch (an instance of an earlier release may have
+        // opened it, on a branch named by the batch's id).
+        let left_behind = match batch.mr_iid {
+            None => Some(batch_branch(batch)),
             Some(iid) => {
                 let mut mr = gitlab.merge_request(token, &batch.project, iid).await.ok();
                 if mr.as_ref().is_some_and(|mr| mr.state == "opened") {
@@ -191,20 +194,21 @@ impl MergeQueue {
                         self.succeed(db, batch, Some(&mr), &[]).await?;
                         return Ok(true);
                     }
-                    Some(mr) => mr.state == "closed",
-                    None => false,
+                    Some(mr) if mr.state == "closed" => {
+                        Some(mr.source_branch.unwrap_or_else(|| batch_branch(batch)))
+                    }
+                    _ => None,
                 }
             }
         };
-        if closed {
-            let branch = batch_branch(batch.id);
-            if let Err(err) = gitlab.delete_branch(token, &batch.project, &branch).await {
-                tracing::warn!(
-                    batch = batch.id,
-                    branch,
-                    "deleting the batch branch failed: {err}"
-                );
-            }
+        if let Some(branch) = left_behind
+            && let Err(err) = gitlab.delete_branch(token, &batch.project, &branch).await
+        {
+            tracing::warn!(
+                batch = batch.id,
+                branch,
+                "deleting the batch branch failed: {err}"
+            );
         }
         Ok(false)
     }
@@ -259,13 +263,15 @@ impl MergeQueue {
                 } else {
                     format!("{}/", batch.split_group)
                 };
+                // Groups name the failed batch by id: a key of the waiting
+                // set, and what the console links; views show its number.
                 let (group_a, group_b) = (
                     format!("{parent}{}a", batch.id),
                     format!("{parent}{}b", batch.id),
                 );
                 let retry = format!(
                     "batch #{} failed ({message}); retried in a smaller batch",
-                    batch.id
+                    batch.shown_number()
                 );
                 let change = Change {
                     step: StepStatus::HandleBatchRetry,

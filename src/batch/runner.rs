@@ -167,7 +167,8 @@ impl MergeQueue {
                             phase: Some("MERGING"),
                             ..BatchChange::default()
                         };
-                        let message = format!("merge batch #{}: pipeline passed", batch.id);
+                        let message =
+                            format!("merge batch #{}: pipeline passed", batch.shown_number());
                         let noted = head_pipeline_run(&mr);
                         let to = (BindingStatus::Merging, StepStatus::HandleStarted);
                         self.advance(db, &batch, &change, noted.as_slice(), to, &message)
@@ -262,7 +263,7 @@ impl MergeQueue {
     async fn open(&self, db: &Db, settings: &Settings, batch: &BatchRow) -> Result<(), StoreError> {
         let ids = live_members(db, batch.id).await?;
         let operations = operations_by_ids(db, &ids).await?;
-        let header = format!("Merge batch #{}.\n\n", batch.id);
+        let header = format!("Merge batch #{}.\n\n", batch.shown_number());
         let trailers: Vec<String> = operations
             .iter()
             .map(|o| format!("Changegate-Operation: {}", o.operation_id))
@@ -282,10 +283,10 @@ impl MergeQueue {
             return self.shed(db, batch, &overflow).await;
         }
         let change = ChangeSet {
-            branch: batch_branch(batch.id),
+            branch: batch_branch(batch),
             title: format!(
                 "changegate: merge batch #{} ({} changes)",
-                batch.id,
+                batch.shown_number(),
                 operations.len()
             ),
             description: format!("{header}{}", trailers.join("\n")),
@@ -304,7 +305,11 @@ impl MergeQueue {
                     mr: Some((mr.iid, url)),
                     ..BatchChange::default()
                 };
-                let message = format!("merge batch #{} opened MR !{}", batch.id, mr.iid);
+                let message = format!(
+                    "merge batch #{} opened MR !{}",
+                    batch.shown_number(),
+                    mr.iid
+                );
                 write_tx!(db, |tx| {
                     if update_batch(tx.db(), batch.id, batch.version, &opened).await? != 1 {
                         return Ok(());
@@ -340,7 +345,7 @@ impl MergeQueue {
     async fn shed(&self, db: &Db, batch: &BatchRow, overflow: &[String]) -> Result<(), StoreError> {
         let message = format!(
             "merge batch #{}: {} requests do not fit in one MR description and wait for the next round",
-            batch.id,
+            batch.shown_number(),
             overflow.len()
         );
         let written = write_tx!(db, |tx| {
@@ -392,7 +397,7 @@ impl MergeQueue {
     ) -> Result<(), StoreError> {
         let message = format!(
             "merge batch #{}: the target branch already holds this file as requested: nothing to merge",
-            batch.id
+            batch.shown_number()
         );
         let written = write_tx!(db, |tx| {
             let done = BatchChange {
@@ -445,7 +450,56 @@ pub enum ClaimError {
     Store(#[from] StoreError),
 }
 
-/// The source branch of a batch's MR.
-pub(super) fn batch_branch(batch_id: i64) -> String {
-    format!("changegate/batch-{batch_id}")
+/// The source branch a batch's MR is opened from, derived from what is
+/// stored, so that every round of the batch, on any instance and after any
+/// crash, looks for the same branch and adopts what an earlier round made.
+/// A numbered batch's branch has its own prefix: an earlier release named
+/// branches by batch id (`changegate/batch-<id>`), and such a branch may
+/// still exist (its deletion failed, or it was being opened during the
+/// upgrade); a batch whose number equalled that id would adopt it, and its
+/// open MR. A batch without a number was claimed by that earlier release,
+/// and keeps the branch it named by id. Once the MR is open, its own
+/// `source_branch` says which branch it is.
+pub(super) fn batch_branch(batch: &BatchRow) -> String {
+    match batch.number {
+        Some(number) => format!("changegate/merge-batch-{number}"),
+        None => format!("changegate/batch-{}", batch.id),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(id: i64, number: Option<i64>) -> BatchRow {
+        BatchRow {
+            id,
+            number,
+            status: "RUNNING".to_owned(),
+            partition_key: String::new(),
+            project: "config/repo".to_owned(),
+            split_group: String::new(),
+            phase: "OPENING".to_owned(),
+            mr_iid: None,
+            mr_url: None,
+            merge_sha: None,
+            merge_commit_sha: None,
+            polls: 0,
+            message: None,
+            obstacle: None,
+            version: 1,
+            created_at: chrono::NaiveDateTime::default(),
+            updated_at: chrono::NaiveDateTime::default(),
+        }
+    }
+
+    #[test]
+    fn a_batch_branch_is_named_by_its_number_and_an_earlier_releases_by_its_id() {
+        assert_eq!(
+            batch_branch(&batch(30, Some(7))),
+            "changegate/merge-batch-7"
+        );
+        assert_eq!(batch_branch(&batch(30, None)), "changegate/batch-30");
+        assert_eq!(batch(30, None).shown_number(), 30);
+    }
 }

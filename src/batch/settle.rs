@@ -76,12 +76,12 @@ impl MergeQueue {
         let max_attempts = self.config.current().batch.max_attempts;
         let retry = format!(
             "batch #{} was settled ({reason}); waiting for the next round",
-            batch.id
+            batch.shown_number()
         );
         let last_error = batch.obstacle.as_deref().unwrap_or(reason);
         let failed_message = format!(
             "batch #{} was settled ({reason}), the {max_attempts}th batch of this request without an end; last error: {last_error}",
-            batch.id
+            batch.shown_number()
         );
         // A claim racing for the slot may make InnoDB pick this transaction
         // as a deadlock victim: it is then written again, whole.

@@ -25,6 +25,7 @@ impl MergeQueue {
             "batch round",
             otel.name = format!("batch round {}", batch.phase),
             batch.id = batch.id,
+            batch.number = batch.shown_number(),
             mr.iid = batch.mr_iid,
             phase = %batch.phase,
         );

@@ -55,6 +55,7 @@ mod tests {
             "main",
             "release/2026.12",
             "changegate/batch-17",
+            "changegate/merge-batch-17",
             "changegate/3f2b6c1e-8f0a-4c1d-9d55-2b1f7a0e9c42",
             "feature_x-1",
             "ünïcode",

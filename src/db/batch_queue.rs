@@ -1,7 +1,7 @@
 //! The merge queue's waiting set in `merge_batch_request` (SPEC §7): how an
 //! approved request joins it, how a round claims a group of it into a
-//! batch, and how members leave it or go back to it. Each query names the
-//! index it uses.
+//! batch (and numbers the batch), and how members leave it or go back to
+//! it. Each query names the index it uses.
 
 use sqlx::AssertSqlSafe;
 
@@ -131,6 +131,40 @@ pub async fn claim(tx: &mut DbTx, batch_id: i64, ids: &[i64]) -> Result<u64, sql
         })?;
     }
     Ok(claimed)
+}
+
+/// The next number of `project`'s batches, counted in its row of
+/// `merge_batch_counter` in the caller's (the claim's) transaction: a claim
+/// that rolls back takes its increment with it, so numbers have no gaps.
+/// The upsert is a locking write, so it counts on the latest committed
+/// value whatever the transaction's snapshot, and concurrent claimers of
+/// one project wait for each other on that row until commit (on Galera the
+/// second to commit fails certification and is tried again whole). The
+/// unique `(project, number)` index makes a duplicate an error all the same.
+/// Served by the counter's primary key.
+pub async fn next_batch_number(tx: &mut DbTx, project: &str) -> Result<i64, sqlx::Error> {
+    let upsert = match tx.backend() {
+        super::Backend::MySql => {
+            "INSERT INTO merge_batch_counter (project, last_number) VALUES (?, 1) \
+             ON DUPLICATE KEY UPDATE last_number = last_number + 1"
+        }
+        super::Backend::Sqlite => {
+            "INSERT INTO merge_batch_counter (project, last_number) VALUES (?, 1) \
+             ON CONFLICT (project) DO UPDATE SET last_number = last_number + 1"
+        }
+    };
+    let read = "SELECT last_number FROM merge_batch_counter WHERE project = ?";
+    with_tx!(tx, |conn| {
+        sqlx::query(upsert)
+            .bind(project)
+            .execute(&mut *conn)
+            .await?;
+        // A transaction reads its own write, so this is the value just set.
+        sqlx::query_scalar(read)
+            .bind(project)
+            .fetch_one(&mut *conn)
+            .await
+    })
 }
 
 /// Puts `operation_id`, a member of a batch that is over, back in the

@@ -15,8 +15,13 @@ use crate::{with_pool, with_tx};
 /// A batch.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct BatchRow {
-    /// Its id.
+    /// Its id: internal, for links and references between rows.
     pub id: i64,
+    /// Its number among its project's batches, 1, 2, 3, … without gaps:
+    /// what people see (see [`BatchRow::shown_number`]). `None` only for a
+    /// batch a release before migration 0020 claimed after that migration
+    /// ran, while it was being replaced.
+    pub number: Option<i64>,
     /// `RUNNING`, `SUCCEEDED`, `FAILED` or `BLOCKED`.
     pub status: String,
     /// The partition whose slot it holds.
@@ -49,8 +54,33 @@ pub struct BatchRow {
     pub updated_at: NaiveDateTime,
 }
 
-const COLUMNS: &str = "id, status, partition_key, project, split_group, phase, mr_iid, mr_url, \
+const COLUMNS: &str = "id, number, status, partition_key, project, split_group, phase, mr_iid, mr_url, \
     merge_sha, merge_commit_sha, polls, message, obstacle, version, created_at, updated_at";
+
+impl BatchRow {
+    /// The number titles, branches and messages call the batch by: its
+    /// number, or for a batch an earlier release claimed without one, its
+    /// id, which that release named it by (in its MR's title and branch).
+    pub fn shown_number(&self) -> i64 {
+        shown_number(self.id, self.number)
+    }
+}
+
+/// [`BatchRow::shown_number`] of the batch `id` numbered `number`.
+pub fn shown_number(id: i64, number: Option<i64>) -> i64 {
+    number.unwrap_or(id)
+}
+
+/// The merge batch an operation is (or was last) in, as its views name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InBatch {
+    /// The batch's id, for links.
+    pub id: i64,
+    /// Its [`BatchRow::shown_number`].
+    pub number: i64,
+    /// What keeps it from progressing, if anything.
+    pub obstacle: Option<String>,
+}
 
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
@@ -87,18 +117,21 @@ impl LastInsertId for sqlx::mysql::MySqlQueryResult {
     }
 }
 
-/// Sets what the claim learned from its first member.
+/// Sets what the claim learned from its first member: the project (whose
+/// numbers the batch takes `number` from) and the split group.
 pub async fn describe_batch(
     tx: &mut DbTx,
     batch_id: i64,
     project: &str,
     split_group: &str,
+    number: i64,
 ) -> Result<(), sqlx::Error> {
-    let sql = "UPDATE merge_batch SET project = ?, split_group = ? WHERE id = ?";
+    let sql = "UPDATE merge_batch SET project = ?, split_group = ?, number = ? WHERE id = ?";
     with_tx!(tx, |conn| {
         sqlx::query(sql)
             .bind(project)
             .bind(split_group)
+            .bind(number)
             .bind(batch_id)
             .execute(conn)
             .await
@@ -182,6 +215,33 @@ pub async fn get_batch(db: &Db, batch_id: i64) -> Result<Option<BatchRow>, sqlx:
             .fetch_optional(pool)
             .await
     })
+}
+
+/// The [`BatchRow::shown_number`] of each of `batch_ids` that exists, one
+/// query per chunk (primary key).
+pub async fn shown_numbers(
+    db: &Db,
+    batch_ids: &[i64],
+) -> Result<std::collections::HashMap<i64, i64>, sqlx::Error> {
+    let mut found = std::collections::HashMap::new();
+    for chunk in batch_ids.chunks(IN_LIST_CHUNK) {
+        let sql = format!(
+            "SELECT id, number FROM merge_batch WHERE id IN ({})",
+            placeholders(chunk.len())
+        );
+        let rows: Vec<(i64, Option<i64>)> = with_pool!(db, reader, |pool| {
+            let mut query = sqlx::query_as(AssertSqlSafe(sql));
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            query.fetch_all(pool).await
+        })?;
+        found.extend(
+            rows.into_iter()
+                .map(|(id, number)| (id, shown_number(id, number))),
+        );
+    }
+    Ok(found)
 }
 
 /// Batches newest first, below `before_id` when given (primary key).
@@ -447,25 +507,33 @@ pub async fn set_frozen(
 pub async fn batches_of(
     db: &Db,
     operation_ids: &[&str],
-) -> Result<std::collections::HashMap<String, (i64, Option<String>)>, sqlx::Error> {
+) -> Result<std::collections::HashMap<String, InBatch>, sqlx::Error> {
     let mut found = std::collections::HashMap::new();
     for chunk in operation_ids.chunks(IN_LIST_CHUNK) {
         let sql = format!(
-            "SELECT r.operation_id, r.batch_id, b.obstacle FROM merge_batch_request r \
+            "SELECT r.operation_id, r.batch_id, b.number, b.obstacle FROM merge_batch_request r \
              JOIN merge_batch b ON b.id = r.batch_id WHERE r.operation_id IN ({})",
             placeholders(chunk.len())
         );
-        let rows: Vec<(String, i64, Option<String>)> = with_pool!(db, reader, |pool| {
-            let mut query = sqlx::query_as(AssertSqlSafe(sql));
-            for id in chunk {
-                query = query.bind(*id);
-            }
-            query.fetch_all(pool).await
-        })?;
-        found.extend(
-            rows.into_iter()
-                .map(|(operation, batch, obstacle)| (operation, (batch, obstacle))),
-        );
+        let rows: Vec<(String, i64, Option<i64>, Option<String>)> =
+            with_pool!(db, reader, |pool| {
+                let mut query = sqlx::query_as(AssertSqlSafe(sql));
+                for id in chunk {
+                    query = query.bind(*id);
+                }
+                query.fetch_all(pool).await
+            })?;
+        found.extend(rows.into_iter().map(|(operation, id, number, obstacle)| {
+            let number = shown_number(id, number);
+            (
+                operation,
+                InBatch {
+                    id,
+                    number,
+                    obstacle,
+                },
+            )
+        }));
     }
     Ok(found)
 }

@@ -70,8 +70,8 @@ pub async fn read_operation_snapshot(
         return Ok(None);
     };
     let history = list_history_in(&mut tx, operation_id).await?;
-    let batch_members = match page.batch_id {
-        Some(batch_id) => Some(count_batch_members(&mut tx, batch_id).await?),
+    let batch_members = match &page.batch {
+        Some(batch) => Some(count_batch_members(&mut tx, batch.id).await?),
         None => None,
     };
     let relation = relation_of(

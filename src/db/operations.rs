@@ -3,6 +3,7 @@
 use chrono::NaiveDateTime;
 use sqlx::AssertSqlSafe;
 
+use super::batches::{InBatch, shown_number};
 use super::outage::OutageClock;
 use super::statement::{SqlValue, Statement};
 use super::{Backend, Db, DbTx, dialect};
@@ -255,10 +256,8 @@ pub struct OperationPage {
     pub status: Option<BindingStatus>,
     /// That binding's requester.
     pub binding_owner: Option<String>,
-    /// The merge batch it is in, if any.
-    pub batch_id: Option<i64>,
-    /// What keeps that batch from progressing, if anything.
-    pub batch_obstacle: Option<String>,
+    /// The merge batch it is (or was last) in, if any.
+    pub batch: Option<InBatch>,
     /// The operation that holds its relation now, when that is another one.
     pub superseded_by: Option<String>,
 }
@@ -302,7 +301,7 @@ pub async fn get_operation_page_in(
 /// operation's merge batch.
 fn page_select() -> String {
     with_status_select(
-        ", r.batch_id AS batch_id, mb.obstacle AS batch_obstacle",
+        ", r.batch_id AS batch_id, mb.number AS batch_number, mb.obstacle AS batch_obstacle",
         " LEFT JOIN merge_batch_request r ON r.operation_id = o.operation_id \
          LEFT JOIN merge_batch mb ON mb.id = r.batch_id",
     )
@@ -363,6 +362,8 @@ pub(super) struct WithStatus {
     #[sqlx(default)]
     batch_id: Option<i64>,
     #[sqlx(default)]
+    batch_number: Option<i64>,
+    #[sqlx(default)]
     batch_obstacle: Option<String>,
 }
 
@@ -382,16 +383,18 @@ impl WithStatus {
 
     fn into_page(self) -> OperationPage {
         let binding_owner = self.binding_owner.clone();
-        let batch_id = self.batch_id;
-        let batch_obstacle = self.batch_obstacle.clone();
+        let batch = self.batch_id.map(|id| InBatch {
+            id,
+            number: shown_number(id, self.batch_number),
+            obstacle: self.batch_obstacle.clone(),
+        });
         let superseded_by = self.superseded_by();
         let (operation, status) = self.split();
         OperationPage {
             operation,
             status,
             binding_owner,
-            batch_id,
-            batch_obstacle,
+            batch,
             superseded_by,
         }
     }

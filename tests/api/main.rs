@@ -9,6 +9,7 @@
 mod admin;
 mod audit;
 mod backup;
+mod batch_numbers;
 mod batches;
 mod callbacks;
 mod cli;

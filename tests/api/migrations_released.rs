@@ -83,6 +83,10 @@ const RELEASED: &[(&str, &str)] = &[
         "5e1779129e57f2c95c136afabdf42f56228bd96b561641e528b57218a1a6ddb5",
     ),
     (
+        "migrations/mysql/0020_batch_numbers.sql",
+        "db7ef00e159edc942e61fcb9baaa31bd53d48be10d6fb79cc1337b8fc4093078",
+    ),
+    (
         "migrations/sqlite/0001_state_store.sql",
         "d2492dcb3a0c0e9057ce11b3ab8401f9855ccded6feeff2c84a0eb737109325d",
     ),
@@ -157,6 +161,10 @@ const RELEASED: &[(&str, &str)] = &[
     (
         "migrations/sqlite/0019_timeline_events.sql",
         "242612b317a7b68d486ce276efe9e423d6afab8232f5b477f9153596bf60c670",
+    ),
+    (
+        "migrations/sqlite/0020_batch_numbers.sql",
+        "bbafa0070af07ff8ed50d6e7e8a52c5538ed01611d5a6044bc3434fc90ec9cde",
     ),
 ];
 

@@ -32,6 +32,9 @@ pub struct MergeRequest {
     pub sha: Option<String>,
     /// Web address.
     pub web_url: Option<String>,
+    /// The branch it merges.
+    #[serde(default)]
+    pub source_branch: Option<String>,
     /// Mergeability (15.6+); unknown values mean "not yet".
     #[serde(default)]
     pub detailed_merge_status: Option<String>,

@@ -8,17 +8,15 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use serde::{Deserialize, Serialize};
-use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 
 use super::attempt::Attempt;
+use super::batch_views::{BatchView, batch_view, batch_views};
 use super::bodies::{FreezeBody, OptionalReason, RequiredReason, audited};
 use super::ok::OkCode;
 use crate::batch::{ClaimError, Claimed, NotNow, Settled};
 use crate::db::Db;
 use crate::db::audit::append_audit;
-use crate::db::batches::{
-    BatchRow, get_batch, list_batches, members, membership_history, set_frozen,
-};
+use crate::db::batches::{get_batch, list_batches, members, membership_history, set_frozen};
 use crate::http::api::status::rfc3339;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AppJson, AppQuery, AuthUser, Database};
@@ -40,87 +38,6 @@ pub struct BatchQuery {
     /// Page size, 1 to 200 (default 50).
     #[param(minimum = 1, maximum = 200)]
     limit: Option<u32>,
-}
-
-/// One batch.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct BatchView {
-    id: i64,
-    #[schema(schema_with = batch_status_schema)]
-    status: String,
-    #[schema(schema_with = batch_phase_schema)]
-    phase: String,
-    /// The GitLab project of its MR.
-    project: String,
-    /// The half of a failed batch it retries, as a path (`3a`, `3a/5b`);
-    /// empty for a first try.
-    split_group: String,
-    /// Its MR, once opened.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    merge_request: Option<BatchMergeRequest>,
-    /// The head that was merged.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    merge_sha: Option<String>,
-    /// Why it ended as it did, or what it is waiting for.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    message: Option<String>,
-    #[schema(value_type = String, format = DateTime)]
-    created_at: String,
-    #[schema(value_type = String, format = DateTime)]
-    updated_at: String,
-}
-
-/// The Merge Request of a batch; `url` is null when GitLab gave none.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct BatchMergeRequest {
-    iid: i64,
-    url: Option<String>,
-}
-
-/// The statuses a batch row can hold (the active-slot column names
-/// RUNNING and BLOCKED).
-fn batch_status_schema() -> Object {
-    strings(
-        "`RUNNING`, `SUCCEEDED`, `FAILED` or `BLOCKED`",
-        &["RUNNING", "SUCCEEDED", "FAILED", "BLOCKED"],
-    )
-}
-
-/// The phases the runner moves a batch through.
-fn batch_phase_schema() -> Object {
-    strings(
-        "`OPENING`, `PIPELINE` or `MERGING` (meaningful while RUNNING)",
-        &["OPENING", "PIPELINE", "MERGING"],
-    )
-}
-
-fn strings(description: &str, values: &[&str]) -> Object {
-    ObjectBuilder::new()
-        .schema_type(Type::String)
-        .description(Some(description))
-        .enum_values(Some(values.iter().copied()))
-        .build()
-}
-
-impl From<BatchRow> for BatchView {
-    fn from(row: BatchRow) -> Self {
-        Self {
-            id: row.id,
-            status: row.status,
-            phase: row.phase,
-            project: row.project,
-            split_group: row.split_group,
-            merge_request: row.mr_iid.map(|iid| BatchMergeRequest {
-                iid,
-                url: row.mr_url,
-            }),
-            merge_sha: row.merge_sha,
-            message: row.message,
-            created_at: rfc3339(row.created_at),
-            updated_at: rfc3339(row.updated_at),
-        }
-    }
 }
 
 /// One page of batches, newest first.
@@ -175,6 +92,8 @@ pub struct MergeRound {
 #[serde(rename_all = "camelCase")]
 pub struct ClaimedBatch {
     batch_id: i64,
+    /// Its number among its project's batches (as a batch view's `number`).
+    batch_number: i64,
     /// How many requests it took.
     members: usize,
 }
@@ -210,7 +129,7 @@ pub async fn list(
     let page = PageRequest::parse(query.cursor.as_deref(), query.limit, DEFAULT_PAGE, MAX_PAGE)?;
     let mut rows = list_batches(&db, page.before, page.fetch_limit()).await?;
     let next_cursor = page.finish(&mut rows, |b| b.id);
-    let items = rows.into_iter().map(BatchView::from).collect();
+    let items = batch_views(&db, rows).await?;
     Ok(Json(BatchPage { items, next_cursor }))
 }
 
@@ -237,7 +156,7 @@ pub async fn get_one(
         })
         .collect();
     Ok(Json(BatchDetail {
-        batch: BatchView::from(batch),
+        batch: batch_view(&db, batch).await?,
         members,
         history,
     }))
@@ -289,8 +208,13 @@ async fn attempt_round(
     let claimed = outcomes
         .iter()
         .filter_map(|outcome| match outcome {
-            Claimed::Batch { id, members } => Some(ClaimedBatch {
+            Claimed::Batch {
+                id,
+                number,
+                members,
+            } => Some(ClaimedBatch {
                 batch_id: *id,
+                batch_number: *number,
                 members: members.len(),
             }),
             _ => None,
@@ -368,7 +292,7 @@ async fn attempt_settle(
     let batch = get_batch(db, batch_id).await?.ok_or(ApiError::NotFound)?;
     Ok(Json(SettledBatch {
         code: OkCode::Ok,
-        batch: BatchView::from(batch),
+        batch: batch_view(db, batch).await?,
     }))
 }
 

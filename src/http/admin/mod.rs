@@ -4,6 +4,7 @@
 pub mod approvals;
 mod attempt;
 pub mod audit;
+mod batch_views;
 pub mod batches;
 mod bodies;
 pub mod config;

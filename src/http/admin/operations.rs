@@ -181,9 +181,9 @@ pub async fn list(
             let status = row
                 .status
                 .or_else(|| last.get(&operation.operation_id)?.parse().ok());
-            let (batch_id, obstacle) = batches.remove(&operation.operation_id).unzip();
+            let batch = batches.remove(&operation.operation_id);
             OperationView::of(operation, status)
-                .in_batch(batch_id, obstacle.flatten())
+                .in_batch(batch)
                 .superseded_by(row.superseded_by)
                 .with_actions(actions, withheld)
         })

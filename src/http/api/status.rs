@@ -6,6 +6,7 @@ use chrono::NaiveDateTime;
 use serde::Serialize;
 
 use crate::db::Db;
+use crate::db::batches::InBatch;
 use crate::db::history::last_status;
 use crate::db::operations::{OperationRow, get_operation_page, get_operation_with_status};
 use crate::domain::{
@@ -31,9 +32,14 @@ pub struct OperationView {
     message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     merge_request: Option<MergeRequestView>,
-    /// The merge batch it is (or was last) in, when it went through the merge queue.
+    /// The merge batch it is (or was last) in, when it went through the
+    /// merge queue: its id, as `GET /admin/v1/batches/{batchId}` takes it.
     #[serde(skip_serializing_if = "Option::is_none")]
     batch_id: Option<i64>,
+    /// That batch's number among its project's batches (1, 2, 3, … without
+    /// gaps), as its MR title and the messages name it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    batch_number: Option<i64>,
     #[schema(value_type = String, format = DateTime)]
     created_at: String,
     #[schema(value_type = String, format = DateTime)]
@@ -232,7 +238,7 @@ pub async fn get_operation_status(
     let status = status_of(&db, &page.operation, page.status).await?;
     Ok(Json(
         OperationView::of(page.operation, status)
-            .in_batch(page.batch_id, page.batch_obstacle)
+            .in_batch(page.batch)
             .superseded_by(page.superseded_by),
     ))
 }
@@ -240,10 +246,14 @@ pub async fn get_operation_status(
 impl OperationView {
     /// The same view, naming the merge batch the operation is in; what
     /// keeps that batch from progressing, if anything, is the message.
-    pub fn in_batch(self, batch_id: Option<i64>, obstacle: Option<String>) -> Self {
+    pub fn in_batch(self, batch: Option<InBatch>) -> Self {
+        let Some(batch) = batch else {
+            return self;
+        };
         Self {
-            batch_id,
-            message: obstacle.unwrap_or(self.message),
+            batch_id: Some(batch.id),
+            batch_number: Some(batch.number),
+            message: batch.obstacle.unwrap_or(self.message),
             ..self
         }
     }
@@ -293,6 +303,7 @@ impl OperationView {
                 url: operation.mr_url,
             }),
             batch_id: None,
+            batch_number: None,
             created_at: rfc3339(operation.created_at),
             updated_at: rfc3339(operation.updated_at),
             superseded_by: None,

@@ -164,7 +164,7 @@ pub async fn get_timeline(
         })
         .collect();
     let operation = OperationView::of(page.operation, status)
-        .in_batch(page.batch_id, page.batch_obstacle)
+        .in_batch(page.batch)
         .superseded_by(page.superseded_by);
     Ok(Json(Timeline {
         operation,

@@ -117,7 +117,7 @@ async fn approved_requests_are_merged_together_in_one_mr() {
     assert!(iids.iter().all(|iid| *iid == iids[0]), "one MR: {iids:?}");
     let mr = w.gitlab.merge_request(w.project, 1).unwrap();
     assert_eq!(mr.state, MrState::Merged);
-    assert!(mr.source_branch.starts_with("changegate/batch-"), "{mr:?}");
+    assert_eq!(mr.source_branch, "changegate/merge-batch-1", "{mr:?}");
     let files = w.gitlab.files(w.project, "main").unwrap();
     for n in 0..10 {
         assert!(files.contains_key(&format!("bindings/team.access/member{n}.json")));
@@ -286,6 +286,45 @@ async fn one_poisoned_request_is_bisected_out_and_the_other_fifteen_merge() {
     );
     let files = w.gitlab.files(w.project, "main").unwrap();
     assert!(!files.values().any(|content| content.contains("POISON")));
+
+    // The operators' view numbers the nine batches 1 to 9, and names the
+    // failed batches each half comes from by their numbers too.
+    let listed: Value = w
+        .app
+        .get_as("admin", "/admin/v1/batches?limit=200")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let batches = listed["items"].as_array().unwrap();
+    let mut numbers: Vec<i64> = batches
+        .iter()
+        .map(|b| b["number"].as_i64().unwrap())
+        .collect();
+    numbers.sort_unstable();
+    assert_eq!(numbers, (1..=9).collect::<Vec<_>>(), "{listed}");
+    let number_of = |id: &Value| {
+        batches
+            .iter()
+            .find(|b| &b["id"] == id)
+            .map(|b| &b["number"])
+    };
+    for batch in batches {
+        let group = batch["splitGroup"].as_str().unwrap();
+        let path = batch["splitFrom"].as_array().unwrap();
+        assert_eq!(
+            path.len(),
+            group.split('/').filter(|s| !s.is_empty()).count(),
+            "{batch}"
+        );
+        for step in path {
+            assert_eq!(
+                number_of(&step["batchId"]),
+                Some(&step["number"]),
+                "{batch}"
+            );
+        }
+    }
 
     // 16 → 8 + 8 → … → 1 + 1: each failed half is split until the poisoned
     // request fails alone, and each clean half merges.

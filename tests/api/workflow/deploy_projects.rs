@@ -13,11 +13,11 @@ use crate::callbacks::post_signed;
 use crate::helpers::each_backend;
 
 /// `b.flags` lives in `team/b`; the other targets in `config/repo`, the default.
-const SECOND_PROJECT: &str = "[targets.\"b.flags\"]\nproject = \"team/b\"\n";
+pub(super) const SECOND_PROJECT: &str = "[targets.\"b.flags\"]\nproject = \"team/b\"\n";
 
 /// Creates `team/b` in the GitLab simulator, with the world's bot and
 /// reviewers as its developers.
-fn second_project(w: &World) {
+pub(super) fn second_project(w: &World) {
     let project = w.gitlab.create_project("team/b");
     for user in &w.users {
         w.gitlab
@@ -27,7 +27,7 @@ fn second_project(w: &World) {
 }
 
 /// Alice applies for `target`; the operation id.
-async fn apply_for(w: &World, target: &str) -> String {
+pub(super) async fn apply_for(w: &World, target: &str) -> String {
     let body = json!({ "targetKey": target, "reason": "testing" });
     let answer: Value = w
         .app

@@ -267,7 +267,7 @@ async fn a_batch_that_never_finishes_fails_its_members_after_max_attempts_and_le
             );
             assert_eq!(
                 w.gitlab
-                    .branch_head(w.project, &format!("changegate/batch-{batch}")),
+                    .branch_head(w.project, &format!("changegate/merge-batch-{batch}")),
                 None,
                 "{}: the branch of batch #{batch} is deleted",
                 test_db.name

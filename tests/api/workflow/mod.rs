@@ -243,6 +243,7 @@ async fn with_the_builtin_provider_the_request_waits_for_an_operator() {
     assert_eq!(view["message"], "waiting for an operator's decision");
 }
 
+mod batch_numbers;
 mod batched;
 mod deploy_projects;
 pub(crate) mod end_to_end;

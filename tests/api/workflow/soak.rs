@@ -245,7 +245,7 @@ pub(crate) async fn assert_each_effect_once(
     }
     let branches: Vec<String> = batches
         .iter()
-        .map(|batch| format!("changegate/batch-{}", batch["id"]))
+        .map(|batch| format!("changegate/merge-batch-{}", batch["number"]))
         .collect();
     for (batch, branch) in batches.iter().zip(&branches) {
         assert_eq!(batch["status"], "SUCCEEDED", "{backend}: {batch}");

@@ -62,7 +62,7 @@ async fn branch_until(
 ) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let files = w.gitlab.files(w.project, "changegate/batch-1");
+        let files = w.gitlab.files(w.project, "changegate/merge-batch-1");
         if check(files.as_ref()) {
             return;
         }
