@@ -32,7 +32,10 @@ export interface Operation {
   next: Next;
   message: string;
   mergeRequest?: { iid: number; url?: string };
+  /** The merge batch it is (or was last) in: its id, for links. */
   batchId?: number;
+  /** That batch's number among its project's batches, as its MR title and the messages name it. */
+  batchNumber?: number;
   createdAt: string;
   updatedAt: string;
   /** The newer request for the same subject and target that took the binding over. */
@@ -129,19 +132,31 @@ export interface ActionResult {
 
 /** One batch of the merge queue (`GET /admin/v1/batches`). */
 export interface Batch {
+  /** For links and routes. */
   id: number;
+  /** Its number among its project's batches (1, 2, 3, … without gaps): what people call it. */
+  number: number;
   /** RUNNING, SUCCEEDED, FAILED or BLOCKED. */
   status: string;
   /** OPENING, PIPELINE or MERGING: meaningful while RUNNING. */
   phase: string;
   project: string;
-  /** The half of a failed batch it retries, as a path (`3a`, `3a/5b`); empty for a first try. */
+  /** The half of a failed batch it retries, as a path of batch ids (`3a`, `3a/5b`); empty for a first try. */
   splitGroup: string;
+  /** The same path, each failed batch with its number, first try first. */
+  splitFrom: SplitStep[];
   mergeRequest?: { iid: number; url?: string | null };
   mergeSha?: string;
   message?: string;
   createdAt: string;
   updatedAt: string;
+}
+
+/** Half `half` of the failed batch `batchId`. */
+export interface SplitStep {
+  batchId: number;
+  number: number;
+  half: string;
 }
 
 /** One change of a batch's membership. */
@@ -163,7 +178,7 @@ export interface BatchDetail {
 /** `POST /admin/v1/batches/run`. */
 export interface RoundResult {
   code: string;
-  claimed: { batchId: number; members: number }[];
+  claimed: { batchId: number; batchNumber: number; members: number }[];
   slotOccupied: number;
   raced: number;
 }

@@ -57,11 +57,16 @@ async function pipelineScript(outcomes) {
   assert.equal(response.ok, true, `pipeline_script: ${response.status}`);
 }
 
-/** The batch a request was last claimed into, from its timeline. */
-async function lastBatchOf(operationId, user) {
-  const { items } = await asRequester("GET", `/api/v1/operations/${operationId}/timeline`, undefined, user);
-  const batches = items.map((entry) => /in merge batch #(\d+)/.exec(entry.message)?.[1]).filter(Boolean);
-  return batches[batches.length - 1];
+/**
+ * The batch a request is in, once claimed: its id (what links name) and its
+ * number (what people read), which the claim's timeline entry names too.
+ */
+async function batchOf(operationId, user) {
+  const { operation, items } = await asRequester("GET", `/api/v1/operations/${operationId}/timeline`, undefined, user);
+  if (operation.batchId === undefined) return undefined;
+  const claims = items.filter((entry) => /^in merge batch #\d+$/.test(entry.message));
+  assert.equal(claims[claims.length - 1]?.message, `in merge batch #${operation.batchNumber}`);
+  return { id: operation.batchId, number: operation.batchNumber };
 }
 
 test("an operator finds the batch that merged a request, with its MR and member", async () => {
@@ -73,7 +78,7 @@ test("an operator finds the batch that merged a request, with its MR and member"
 
   // The approval simulator decides after ~3 s, then a round (every 5 s)
   // claims the request into a batch: its timeline names the batch.
-  const batchId = await eventually("the request to join a batch", () => lastBatchOf(operationId, REQUESTER));
+  const batch = await eventually("the request to join a batch", () => batchOf(operationId, REQUESTER));
 
   const page = await pageAs(browser, "admin");
   await page.goto(`${BASE_URL}/ops`);
@@ -81,7 +86,7 @@ test("an operator finds the batch that merged a request, with its MR and member"
   await page.waitForURL(/\/ops\/merge-queue$/);
 
   // The list is read when the tab opens: open it again until the batch merged.
-  const row = page.locator(`#batches tr[data-batch="${batchId}"]`);
+  const row = page.locator(`#batches tr[data-batch="${batch.id}"]`);
   await eventually("the batch to succeed in the list", async () => {
     await page.click("#tab-merge-queue");
     await page.locator("#batches tbody tr").or(page.getByText("No batches yet.")).first().waitFor();
@@ -102,9 +107,13 @@ test("an operator finds the batch that merged a request, with its MR and member"
     assert.equal(await mrLink.innerText(), `!${operation.mergeRequest.iid}`);
   }
 
-  // Its detail: the member, linking to the request's page, and how it got there.
-  await row.locator(`a[data-batch-link="${batchId}"]`).click();
-  await page.waitForURL(new RegExp(`/ops/merge-queue\\?batch=${batchId}$`));
+  // Its detail, linked by id and named by number: the member, linking to
+  // the request's page, and how it got there.
+  const link = row.locator(`a[data-batch-link="${batch.id}"]`);
+  assert.equal(await link.innerText(), `#${batch.number}`);
+  await link.click();
+  await page.waitForURL(new RegExp(`/ops/merge-queue\\?batch=${batch.id}$`));
+  assert.match(await page.locator("#batch h2").first().innerText(), new RegExp(`^Batch #${batch.number} `));
   await page.locator("#batch-status .badge").filter({ hasText: "SUCCEEDED" }).waitFor();
   assert.match(await page.locator("#batch-mr").innerText(), /^!\d+$/);
   const member = page.locator(`#batch-members li[data-operation="${operationId}"] a`);
@@ -146,10 +155,10 @@ test("an operator settles a batch stuck on its pipeline, with a reason, and its 
     reason: "e2e: stuck in the queue",
   }, STUCK_REQUESTER);
   const operationId = submitted.operationId;
-  const batchId = await eventually("the request to join a batch", () => lastBatchOf(operationId, STUCK_REQUESTER));
+  const batch = await eventually("the request to join a batch", () => batchOf(operationId, STUCK_REQUESTER));
 
   const page = await pageAs(browser, "admin");
-  await page.goto(`${BASE_URL}/ops/merge-queue?batch=${batchId}`);
+  await page.goto(`${BASE_URL}/ops/merge-queue?batch=${batch.id}`);
   // The view refreshes itself while the batch runs.
   await page.locator("#batch-status").filter({ hasText: "RUNNING PIPELINE" }).waitFor({ timeout: 30_000 });
   await page.locator(`#batch-members li[data-operation="${operationId}"]`).waitFor();
@@ -163,7 +172,7 @@ test("an operator settles a batch stuck on its pipeline, with a reason, and its 
   await page.click("#confirm-ok");
   const result = page.locator("#confirm-result.success");
   await result.waitFor();
-  assert.equal(await result.innerText(), `OK: batch #${batchId} is now FAILED.`);
+  assert.equal(await result.innerText(), `OK: batch #${batch.number} is now FAILED.`);
   await screenshot(page, "merge-queue-5-settled");
   await page.click("#confirm-cancel");
 
@@ -174,10 +183,11 @@ test("an operator settles a batch stuck on its pipeline, with a reason, and its 
 
   // The request waits for the next round, whose pipeline passes.
   const retried = await eventually("the request to join another batch", async () => {
-    const last = await lastBatchOf(operationId, STUCK_REQUESTER);
-    return last !== batchId && last;
+    const now = await batchOf(operationId, STUCK_REQUESTER);
+    return now && now.id !== batch.id && now;
   });
-  await page.goto(`${BASE_URL}/ops/merge-queue?batch=${retried}`);
+  assert.ok(retried.number > batch.number, `a later batch of the project: #${retried.number}`);
+  await page.goto(`${BASE_URL}/ops/merge-queue?batch=${retried.id}`);
   await page.locator("#batch-status .badge").filter({ hasText: "SUCCEEDED" }).waitFor({ timeout: 60_000 });
   await page.locator(`#batch-members li[data-operation="${operationId}"]`).waitFor();
   await screenshot(page, "merge-queue-6-merged-later");

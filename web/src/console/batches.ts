@@ -1,12 +1,14 @@
 // The merge queue: batches newest first; one batch with its members, its
 // membership history and its place in the split tree; an operator runs a
 // claim round now or settles a stuck batch. One batch is `?batch=ID`, so
-// its view can be shared and reloaded like the operations filters.
+// its view can be shared and reloaded like the operations filters; what
+// people read is its number (per project, as in its MR title), the id
+// stays in the links.
 
 import { call, get, query } from "../api";
 import { confirmAction } from "../confirm";
 import { age, h, replace, when } from "../dom";
-import type { Batch, BatchDetail, MembershipEvent, Page, RoundResult } from "../types";
+import type { Batch, BatchDetail, MembershipEvent, Page, RoundResult, SplitStep } from "../types";
 import { adminError } from "./common";
 
 const TAB = "/ops/merge-queue";
@@ -26,8 +28,8 @@ function batchBadge(status: string): HTMLElement {
   return h("span", { class: `badge ${tone}` }, status);
 }
 
-function batchLink(id: number): HTMLAnchorElement {
-  return h("a", { href: `${TAB}?batch=${id}`, "data-batch-link": id }, `#${id}`);
+function batchLink(id: number, number: number): HTMLAnchorElement {
+  return h("a", { href: `${TAB}?batch=${id}`, "data-batch-link": id }, `#${number}`);
 }
 
 /** The MR, linked only when GitLab's URL is plainly a web address. */
@@ -39,20 +41,17 @@ function mrLink(batch: Batch): HTMLElement | null {
     : h("span", { class: "mr-link" }, `!${mr.iid}`);
 }
 
-/** `3a/5b` → [{batch: 3, half: "a"}, {batch: 5, half: "b"}]; unknown segments are left out. */
-function splitPath(group: string): { batch: number; half: string }[] {
-  return group.split("/").flatMap((segment) => {
-    const match = /^(\d+)([a-z])$/.exec(segment);
-    return match ? [{ batch: Number(match[1]), half: match[2] }] : [];
-  });
+/** Where a batch comes from, in words: "half b of #5, from half a of #3". */
+function splitOrigin(batch: Batch): (Node | string)[] {
+  if (!batch.splitGroup) return ["first try"];
+  if (!batch.splitFrom.length) return [batch.splitGroup];
+  return [...batch.splitFrom].reverse()
+    .flatMap((step, i) => [i ? ", from " : "", `half ${step.half} of `, batchLink(step.batchId, step.number)]);
 }
 
-/** Where a batch comes from, in words: "half b of #5, from half a of #3". */
-function splitOrigin(group: string): (Node | string)[] {
-  const path = splitPath(group).reverse();
-  if (!group) return ["first try"];
-  if (!path.length) return [group];
-  return path.flatMap((step, i) => [i ? ", from " : "", `half ${step.half} of `, batchLink(step.batch)]);
+/** The first try of a batch's split tree: the root of its path, or itself. */
+function firstTry(batch: Batch): Pick<SplitStep, "batchId" | "number"> {
+  return batch.splitFrom[0] ?? { batchId: batch.id, number: batch.number };
 }
 
 /** The split group of one half of a batch. */
@@ -62,13 +61,13 @@ function halfGroup(batch: Batch, half: string): string {
 
 function settleAction(batch: Batch, done: () => void): void {
   confirmAction({
-    title: `Settle batch #${batch.id}`,
-    text: `Give batch #${batch.id}'s slot back. If its MR merged meanwhile the batch succeeds; otherwise it fails and its requests wait for the next round.`,
+    title: `Settle batch #${batch.number}`,
+    text: `Give batch #${batch.number}'s slot back. If its MR merged meanwhile the batch succeeds; otherwise it fails and its requests wait for the next round.`,
     confirmLabel: "Settle",
     reasonRequired: true,
     act: async (reason) => {
       const body = await call<{ code: string; batch: Batch }>("POST", `/admin/v1/batches/${batch.id}/settle`, { reason });
-      return `${body.code}: batch #${body.batch.id} is now ${body.batch.status}.`;
+      return `${body.code}: batch #${body.batch.number} is now ${body.batch.status}.`;
     },
     done,
   });
@@ -81,7 +80,7 @@ function settleButton(batch: Batch, done: () => void): HTMLButtonElement | null 
 
 /** A round's answer in words. */
 function describeRound(round: RoundResult): string {
-  const parts = round.claimed.map((c) => `claimed batch #${c.batchId} with ${c.members} request${c.members === 1 ? "" : "s"}`);
+  const parts = round.claimed.map((c) => `claimed batch #${c.batchNumber} with ${c.members} request${c.members === 1 ? "" : "s"}`);
   if (round.slotOccupied) parts.push(`${round.slotOccupied} slot${round.slotOccupied === 1 ? "" : "s"} still held by a running batch`);
   if (round.raced) parts.push(`${round.raced} raced with another round`);
   return `${round.code}: ${parts.length ? parts.join("; ") : "nothing was waiting"}.`;
@@ -157,9 +156,9 @@ function batchList(root: HTMLElement): void {
     return h(
       "tr",
       { "data-batch": batch.id, "data-status": batch.status },
-      h("td", {}, batchLink(batch.id)),
+      h("td", {}, batchLink(batch.id, batch.number)),
       h("td", {}, batchBadge(batch.status), batch.status === "RUNNING" ? h("span", { class: "phase" }, ` ${batch.phase}`) : null),
-      h("td", { title: batch.splitGroup || null }, splitOrigin(batch.splitGroup)),
+      h("td", {}, splitOrigin(batch)),
       h("td", {}, mrLink(batch)),
       h("td", { title: when(batch.updatedAt) }, age(batch.updatedAt)),
       h("td", { class: "message" }, batch.message),
@@ -197,7 +196,7 @@ function batchView(root: HTMLElement, id: string): () => void {
   async function loadTree(detail: BatchDetail): Promise<Batch[] | null> {
     const split = detail.history.some((e) => e.event === "SPLIT");
     if (!detail.batch.splitGroup && !split) return null;
-    const rootId = splitPath(detail.batch.splitGroup)[0]?.batch ?? detail.batch.id;
+    const rootId = firstTry(detail.batch).batchId;
     const found: Batch[] = [];
     let cursor: string | null = null;
     try {
@@ -218,12 +217,12 @@ function batchView(root: HTMLElement, id: string): () => void {
     const { batch, members, history } = detail;
     replace(
       body,
-      h("h2", {}, `Batch #${batch.id} `, batchBadge(batch.status)),
+      h("h2", {}, `Batch #${batch.number} `, batchBadge(batch.status)),
       h("dl", { class: "facts" },
         h("dt", {}, "Status"), h("dd", { id: "batch-status" }, batchBadge(batch.status),
           batch.status === "RUNNING" ? ` ${batch.phase}` : null),
         h("dt", {}, "Project"), h("dd", {}, batch.project),
-        h("dt", {}, "Split"), h("dd", { id: "batch-split" }, splitOrigin(batch.splitGroup)),
+        h("dt", {}, "Split"), h("dd", { id: "batch-split" }, splitOrigin(batch)),
         h("dt", {}, "Merge request"), h("dd", { id: "batch-mr" }, mrLink(batch) ?? "none yet"),
         batch.mergeSha ? [h("dt", {}, "Merged head"), h("dd", {}, h("code", {}, batch.mergeSha))] : null,
         batch.message ? [h("dt", {}, "Message"), h("dd", {}, batch.message)] : null,
@@ -245,7 +244,7 @@ function batchView(root: HTMLElement, id: string): () => void {
               h("td", {}, when(entry.at)),
               h("td", {}, operationLink(entry.operationId)),
               h("td", {}, entry.event),
-              h("td", {}, entry.detail ?? "")))))
+              h("td", {}, historyDetail(entry))))))
         : h("p", { class: "hint" }, "Nothing recorded."),
     );
   }
@@ -260,6 +259,12 @@ function batchView(root: HTMLElement, id: string): () => void {
     stopped = true;
     window.clearTimeout(timer);
   };
+}
+
+/** A history entry's detail; a split names the half, not its group's batch ids. */
+function historyDetail(entry: MembershipEvent): string {
+  if (entry.event === "SPLIT" && entry.detail) return `half ${entry.detail.slice(-1)}`;
+  return entry.detail ?? "";
 }
 
 function operationLink(operationId: string): HTMLAnchorElement {
@@ -284,8 +289,8 @@ function splitTree(current: Batch, history: MembershipEvent[], batches: Batch[])
     if (e.event !== "SPLIT" || !e.detail) continue;
     splitInto.set(e.detail, [...(splitInto.get(e.detail) ?? []), e.operationId]);
   }
-  const rootId = splitPath(current.splitGroup)[0]?.batch ?? current.id;
-  const rootBatch = batches.find((b) => b.id === rootId);
+  const root = firstTry(current);
+  const rootBatch = batches.find((b) => b.id === root.batchId);
 
   function node(batch: Batch): HTMLLIElement {
     const halves = ["a", "b"].flatMap((half) => {
@@ -294,14 +299,14 @@ function splitTree(current: Batch, history: MembershipEvent[], batches: Batch[])
       const moved = batch.id === current.id ? splitInto.get(group) : undefined;
       if (!retries.length && !moved) return [];
       return [h("li", { "data-group": group },
-        h("span", { class: "group" }, `half ${half} (${group})`),
+        h("span", { class: "group" }, `half ${half}`),
         moved ? [": ", ...moved.flatMap((op, i) => [i ? ", " : "", operationLink(op)])] : null,
         retries.length
           ? h("ul", {}, retries.map(node))
           : h("span", { class: "hint" }, " waiting for a round"))];
     });
     return h("li", { "data-batch": batch.id, class: batch.id === current.id ? "current" : null },
-      batch.id === current.id ? h("strong", {}, `#${batch.id}`) : batchLink(batch.id), " ", batchBadge(batch.status),
+      batch.id === current.id ? h("strong", {}, `#${batch.number}`) : batchLink(batch.id, batch.number), " ", batchBadge(batch.status),
       batch.id === current.id ? h("span", { class: "hint" }, " this batch") : null,
       halves.length ? h("ul", {}, halves) : null);
   }
@@ -311,5 +316,5 @@ function splitTree(current: Batch, history: MembershipEvent[], batches: Batch[])
     h("p", { class: "hint" }, "A batch whose pipeline fails or cannot rebase is retried in two halves, until the failing request is found."),
     rootBatch
       ? h("ul", { class: "tree" }, node(rootBatch))
-      : h("p", { class: "hint" }, `The first try, batch #${rootId}, is not listed any more.`));
+      : h("p", { class: "hint" }, `The first try, batch #${root.number}, is not listed any more.`));
 }

@@ -89,8 +89,8 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
     const mr = op.mergeRequest;
     // The URL comes from GitLab: link only what is plainly a web address.
     const mrLink = mr ? gitlabLink(mr.url, `!${mr.iid}`, { id: "mr-link" }) : null;
-    const batch = op.batchId !== undefined
-      ? h("span", { id: "batch" }, `#${op.batchId}`, batchMembers && batchMembers > 1 ? `, with ${batchMembers - 1} other request${batchMembers > 2 ? "s" : ""}` : ", on its own")
+    const batch = op.batchNumber !== undefined
+      ? h("span", { id: "batch" }, `#${op.batchNumber}`, batchMembers && batchMembers > 1 ? `, with ${batchMembers - 1} other request${batchMembers > 2 ? "s" : ""}` : ", on its own")
       : null;
     replace(
       body,
