@@ -175,7 +175,7 @@ async fn run(members: usize) -> Run {
         .expect("claim answer");
     assert_eq!(
         claimed["claimed"],
-        json!([{ "batchId": 1, "members": members }]),
+        json!([{ "batchId": 1, "batchNumber": 1, "members": members }]),
         "one batch of every member"
     );
     wait_for(&db, "VALIDATED", members).await;

@@ -6,13 +6,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use changegate_sim::gitlab::{AccessLevel, GitLabSim, GitLabSimHandle, GitLabSimOptions};
+use changegate_sim::gitlab::{GitLabSimHandle, GitLabSimOptions};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{Logs, TestApp, TestDb, mysql_db, sqlite_db};
 use crate::requests::requester_app_with;
 use crate::webhooks::SEALING_KEY;
+use crate::workflow::end_to_end::gitlab_with_bot_and_reviewers;
 
 const APPLIES: usize = 240;
 
@@ -181,7 +182,7 @@ async fn a_healthy_burst_of_concurrent_applies_logs_no_warning_or_error() {
             gitlab.base_url()
         )
     };
-    let gitlab = gitlab_with_bot_and_reviewers().await;
+    let (gitlab, ..) = gitlab_with_bot_and_reviewers(GitLabSimOptions::default()).await;
     let sqlite = sqlite_db().await;
     contend_with(
         std::slice::from_ref(&sqlite.url),
@@ -190,7 +191,7 @@ async fn a_healthy_burst_of_concurrent_applies_logs_no_warning_or_error() {
     )
     .await;
     if let Some(test_db) = mysql_db().await {
-        let gitlab = gitlab_with_bot_and_reviewers().await;
+        let (gitlab, ..) = gitlab_with_bot_and_reviewers(GitLabSimOptions::default()).await;
         let urls = vec![test_db.url.clone(); 3];
         contend_with(&urls, test_db.name, &healthy(&gitlab)).await;
     }
@@ -201,22 +202,4 @@ async fn a_healthy_burst_of_concurrent_applies_logs_no_warning_or_error() {
         lines.len(),
         lines.join("\n")
     );
-}
-
-/// A GitLab simulator with the project and the bot and reviewer accounts
-/// the healthy configuration names.
-async fn gitlab_with_bot_and_reviewers() -> GitLabSimHandle {
-    let gitlab = GitLabSim::start(GitLabSimOptions::default()).await.unwrap();
-    let project = gitlab.create_project("config/repo");
-    for (name, token) in [
-        ("change-bot", "bot-token"),
-        ("rev-alice", "alice-token"),
-        ("rev-bob", "bob-token"),
-    ] {
-        let user = gitlab.add_user(name, token);
-        gitlab
-            .add_member(project, user, AccessLevel::Developer)
-            .unwrap();
-    }
-    gitlab
 }

@@ -14,12 +14,11 @@ use changegate_sim::approval::{
 };
 use changegate_sim::callback::{DeliverySettings, generate_secret};
 use changegate_sim::deploy::{DeploySim, DeploySimHandle, DeploySimOptions};
-use changegate_sim::gitlab::{
-    AccessLevel, Endpoint, GitLabSim, GitLabSimHandle, GitLabSimOptions, ProjectId,
-};
+use changegate_sim::gitlab::{Endpoint, GitLabSimHandle, GitLabSimOptions, ProjectId};
 use serde_json::{Value, json};
 
 use crate::helpers::{REQUESTER_CONFIG, changegate_command, each_backend};
+use crate::workflow::end_to_end::gitlab_with_bot_and_reviewers;
 
 /// Callbacks keep trying while the service is down (a real approval system
 /// or deploy pipeline retries too).
@@ -40,23 +39,11 @@ pub(crate) struct Outside {
 
 pub(crate) async fn outside(policy: DecisionPolicy) -> Outside {
     // Pipelines take a moment, as real ones do: the kill lands while they run.
-    let gitlab = GitLabSim::start(GitLabSimOptions {
+    let (gitlab, project, _) = gitlab_with_bot_and_reviewers(GitLabSimOptions {
         pipeline_duration: Duration::from_secs(1),
         ..GitLabSimOptions::default()
     })
-    .await
-    .unwrap();
-    let project = gitlab.create_project("config/repo");
-    for (name, token) in [
-        ("change-bot", "bot-token"),
-        ("rev-alice", "alice-token"),
-        ("rev-bob", "bob-token"),
-    ] {
-        let user = gitlab.add_user(name, token);
-        gitlab
-            .add_member(project, user, AccessLevel::Developer)
-            .unwrap();
-    }
+    .await;
     let approval = ApprovalSim::start(ApprovalSimOptions {
         secret: generate_secret(),
         policy,

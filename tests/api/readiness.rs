@@ -56,7 +56,11 @@ async fn probes_while_not_ready_log_one_info_line_not_one_error_per_probe() {
     let changes = logs.lines_with(&["INFO", "not ready: /readyz answers 503"]);
     assert_eq!(changes.len(), 1, "{:?}", logs.lines());
     assert!(logs.lines_with(&["ERROR"]).is_empty(), "{:?}", logs.lines());
-    assert!(logs.lines_with(&["/readyz", "WARN"]).is_empty(), "{:?}", logs.lines());
+    assert!(
+        logs.lines_with(&["/readyz", "WARN"]).is_empty(),
+        "{:?}",
+        logs.lines()
+    );
 }
 
 #[tokio::test]

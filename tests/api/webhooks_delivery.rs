@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use changegate::db::Db;
-use changegate::db::webhook_claims;
+use changegate::db::webhook_claims::{self, Due};
 use changegate::db::webhook_deliveries::{self, Ending, list_for_endpoint};
 use changegate::db::webhook_endpoints::get_endpoint;
 use changegate::webhooks::relay;
@@ -216,26 +216,28 @@ async fn silent_mode_records_deliveries_as_silent_and_ending_it_sends_only_new_e
     }
 }
 
+/// One event's delivery to a new endpoint at a receiver, claimed as
+/// `token` for `lease`; the row as it was before the claim.
+async fn one_claimed_delivery(db: &Db, token: &str, lease: Duration) -> (Receiver, Due) {
+    let receiver = Receiver::start().await;
+    add_endpoint(db, &receiver.url, "").await;
+    add_events(db, 1).await;
+    relay_all(db, false).await;
+    let row = webhook_claims::list_due(db, 10).await.unwrap().remove(0);
+    let won = webhook_claims::claim(db, &[(row.id, row.version)], token, lease)
+        .await
+        .unwrap();
+    assert_eq!(won, 1);
+    (receiver, row)
+}
+
 #[tokio::test]
 async fn a_dead_instances_claim_runs_out_and_another_instance_delivers_it() {
     for test_db in each_backend().await {
         let db = &test_db.db;
-        let receiver = Receiver::start().await;
-        add_endpoint(db, &receiver.url, "").await;
-        add_events(db, 1).await;
-        relay_all(db, false).await;
         // An instance claims the delivery and dies before sending it.
-        let due = webhook_claims::list_due(db, 10).await.unwrap();
-        let row = &due[0];
-        let won = webhook_claims::claim(
-            db,
-            &[(row.id, row.version)],
-            "dead-instance.0",
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap();
-        assert_eq!(won, 1);
+        let (receiver, row) =
+            one_claimed_delivery(db, "dead-instance.0", Duration::from_secs(2)).await;
         let other = deliverer(db, &hooks_config(""));
         // Well inside the lease, also on a loaded machine.
         rounds_for(&other, Duration::from_millis(50)).await;
@@ -270,18 +272,8 @@ async fn a_dead_instances_claim_runs_out_and_another_instance_delivers_it() {
 async fn recording_an_answer_again_or_from_another_round_changes_nothing() {
     for test_db in each_backend().await {
         let db = &test_db.db;
-        let receiver = Receiver::start().await;
-        add_endpoint(db, &receiver.url, "").await;
-        add_events(db, 1).await;
-        relay_all(db, false).await;
-        let due = webhook_claims::list_due(db, 10).await.unwrap();
-        let row = &due[0];
         let token = "instance.7";
-        let won =
-            webhook_claims::claim(db, &[(row.id, row.version)], token, Duration::from_secs(60))
-                .await
-                .unwrap();
-        assert_eq!(won, 1);
+        let (_receiver, row) = one_claimed_delivery(db, token, Duration::from_secs(60)).await;
         let answer = |ending: Ending, status: Option<u16>| webhook_claims::Attempt {
             id: row.id,
             claimed_version: row.version + 1,

@@ -80,9 +80,13 @@ pub async fn world(db_url: &str, extra: &str) -> World {
     .await
 }
 
-/// A world as `options` say.
-pub async fn world_with(db_url: &str, options: WorldOptions) -> World {
-    let gitlab = GitLabSim::start(options.gitlab).await.unwrap();
+/// A GitLab simulator as `options` say, with the project `config/repo` and
+/// its members: the bot (`bot-token`), then the two reviewers
+/// (`alice-token`, `bob-token`).
+pub async fn gitlab_with_bot_and_reviewers(
+    options: GitLabSimOptions,
+) -> (GitLabSimHandle, ProjectId, Vec<UserId>) {
+    let gitlab = GitLabSim::start(options).await.unwrap();
     let project = gitlab.create_project("config/repo");
     let mut users = Vec::new();
     for (name, token) in [
@@ -96,6 +100,12 @@ pub async fn world_with(db_url: &str, options: WorldOptions) -> World {
             .unwrap();
         users.push(user);
     }
+    (gitlab, project, users)
+}
+
+/// A world as `options` say.
+pub async fn world_with(db_url: &str, options: WorldOptions) -> World {
+    let (gitlab, project, users) = gitlab_with_bot_and_reviewers(options.gitlab).await;
     let approval = ApprovalSim::start(ApprovalSimOptions {
         secret: generate_secret(),
         policy: options.policy,
