@@ -17,6 +17,10 @@ use crate::workflow::end_to_end::gitlab_with_bot_and_reviewers;
 
 const APPLIES: usize = 240;
 
+/// Requesters applying at once in the healthy burst: many, as a busy team's
+/// are, not every request of the test in the same instant.
+const HEALTHY_CALLERS: usize = 32;
+
 /// Fast merge rounds, no rate limit: as much interleaving as can be had.
 const BUSY: &str = "[rate_limit]\napply = 0\n[batch]\ninterval = \"100ms\"\n";
 
@@ -98,11 +102,12 @@ async fn contend(test_db: &TestDb, instances: usize) {
 /// [`contend`] with one instance on each of `urls` (nodes of one database):
 /// each request is applied for on one instance and decided on the next.
 pub async fn contend_on(urls: &[String], backend: &str) {
-    contend_with(urls, backend, "").await;
+    contend_with(urls, backend, "", APPLIES).await;
 }
 
-/// [`contend_on`] with `extra` configuration sections.
-async fn contend_with(urls: &[String], backend: &str, extra: &str) {
+/// [`contend_on`] with `extra` configuration sections, and at most
+/// `callers` requesters applying at once.
+async fn contend_with(urls: &[String], backend: &str, extra: &str, callers: usize) {
     let instances = urls.len();
     let mut apps = Vec::new();
     for url in urls {
@@ -115,10 +120,14 @@ async fn contend_with(urls: &[String], backend: &str, extra: &str) {
         let (apps, done) = (apps.clone(), done.clone());
         async move { batch_rounds(&apps, done).await }
     });
+    let callers = std::sync::Arc::new(tokio::sync::Semaphore::new(callers));
     let tasks: Vec<_> = (0..APPLIES)
         .map(|n| {
-            let apps = apps.clone();
-            tokio::spawn(async move { apply_then_decide(&apps, n).await })
+            let (apps, callers) = (apps.clone(), callers.clone());
+            tokio::spawn(async move {
+                let _turn = callers.acquire().await.expect("never closed");
+                apply_then_decide(&apps, n).await
+            })
         })
         .collect();
     let mut answers = Answers::new();
@@ -166,35 +175,51 @@ async fn first_applies_and_decisions_on_three_instances_never_see_contention() {
     }
 }
 
-/// The same burst, with every system it calls healthy (GitLab answering,
-/// the webhook key given), writes not one WARN or ERROR line: the races it
+/// The same burst from [`HEALTHY_CALLERS`] requesters at a time, with
+/// every system it calls healthy (GitLab answering, the webhook key given),
+/// writes not one WARN or ERROR line: the races it
 /// runs into (steps preempted by another worker, claims lost, retried
 /// deadlocks, lock waits) are expected and counted, and an operator paging
-/// on those levels must not be woken by them. On a current-thread runtime,
-/// so the capture sees every instance's tasks.
-#[tokio::test(flavor = "current_thread")]
-async fn a_healthy_burst_of_concurrent_applies_logs_no_warning_or_error() {
-    let (logs, _capture) = Logs::capture_at(tracing::Level::WARN);
-    let healthy = |gitlab: &GitLabSimHandle| {
-        format!(
-            "[gitlab]\nbase_url = {:?}\nproject = \"config/repo\"\nbot_token = \"bot-token\"\n\
-             reviewer_tokens = [\"alice-token\", \"bob-token\"]\n[webhooks]\n{SEALING_KEY}",
-            gitlab.base_url()
-        )
-    };
-    let (gitlab, ..) = gitlab_with_bot_and_reviewers(GitLabSimOptions::default()).await;
-    let sqlite = sqlite_db().await;
-    contend_with(
-        std::slice::from_ref(&sqlite.url),
-        sqlite.name,
-        &healthy(&gitlab),
-    )
-    .await;
-    if let Some(test_db) = mysql_db().await {
+/// on those levels must not be woken by them. On a runtime of its own whose
+/// every thread logs to the capture, so the capture sees every instance's
+/// tasks and nothing of the tests running beside it.
+#[test]
+fn a_healthy_burst_of_concurrent_applies_logs_no_warning_or_error() {
+    let (logs, dispatch) = Logs::dispatch_at(tracing::Level::WARN);
+    let _capture = tracing::dispatcher::set_default(&dispatch);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .on_thread_start(move || {
+            // For the thread's whole life, which ends with the runtime's.
+            std::mem::forget(tracing::dispatcher::set_default(&dispatch));
+        })
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let healthy = |gitlab: &GitLabSimHandle| {
+            format!(
+                "[gitlab]\nbase_url = {:?}\nproject = \"config/repo\"\nbot_token = \"bot-token\"\n\
+                 reviewer_tokens = [\"alice-token\", \"bob-token\"]\n[webhooks]\n{SEALING_KEY}",
+                gitlab.base_url()
+            )
+        };
         let (gitlab, ..) = gitlab_with_bot_and_reviewers(GitLabSimOptions::default()).await;
-        let urls = vec![test_db.url.clone(); 3];
-        contend_with(&urls, test_db.name, &healthy(&gitlab)).await;
-    }
+        let sqlite = sqlite_db().await;
+        contend_with(
+            std::slice::from_ref(&sqlite.url),
+            sqlite.name,
+            &healthy(&gitlab),
+            HEALTHY_CALLERS,
+        )
+        .await;
+        if let Some(test_db) = mysql_db().await {
+            let (gitlab, ..) = gitlab_with_bot_and_reviewers(GitLabSimOptions::default()).await;
+            let urls = vec![test_db.url.clone(); 3];
+            contend_with(&urls, test_db.name, &healthy(&gitlab), HEALTHY_CALLERS).await;
+        }
+    });
+    drop(runtime);
     let lines = logs.lines();
     assert!(
         lines.is_empty(),

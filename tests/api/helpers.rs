@@ -389,6 +389,13 @@ impl Logs {
     /// Starts capturing lines at `level` and above; stops when the guard
     /// is dropped.
     pub fn capture_at(level: tracing::Level) -> (Self, tracing::subscriber::DefaultGuard) {
+        let (logs, dispatch) = Self::dispatch_at(level);
+        (logs, tracing::dispatcher::set_default(&dispatch))
+    }
+
+    /// A subscriber capturing lines at `level` and above, to be made the
+    /// default of threads of one's own (a runtime's workers).
+    pub fn dispatch_at(level: tracing::Level) -> (Self, tracing::Dispatch) {
         let logs = Self::default();
         let writer = logs.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -396,7 +403,7 @@ impl Logs {
             .with_max_level(level)
             .with_writer(move || writer.clone())
             .finish();
-        (logs, tracing::subscriber::set_default(subscriber))
+        (logs, tracing::Dispatch::new(subscriber))
     }
 
     /// Every line captured.
