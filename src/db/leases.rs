@@ -3,12 +3,19 @@
 //! compare-and-swap on an absent or expired lease, so of several instances
 //! (or a restarted one) exactly one runs a step at a time, and a crashed
 //! owner's lease simply runs out.
+//!
+//! Each lease write is one guarded statement, sent again whole when it
+//! loses a lock race ([`retrying`]): instances taking and giving back
+//! leases of neighbouring rows deadlock now and then on InnoDB's index
+//! locks, and the victim's statement did nothing. Sent again after it did
+//! apply, it changes nothing: a take by the holder only extends its lease,
+//! and a release finds the lease no longer held.
 
 use std::time::Duration;
 
 use sqlx::AssertSqlSafe;
 
-use super::{Db, DbTx, dialect};
+use super::{Db, DbTx, dialect, retrying};
 use crate::{with_pool, with_tx};
 
 fn millis(duration: Duration) -> i64 {
@@ -54,16 +61,19 @@ pub(crate) async fn take_row_lease(
         dialect::now_plus_ms(backend),
         dialect::now_ms(backend)
     );
-    with_pool!(db, writer, |pool| {
-        sqlx::query(AssertSqlSafe(sql))
-            .bind(owner)
-            .bind(millis(lease))
-            .bind(key)
-            .bind(owner)
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected() == 1)
+    retrying(|| async {
+        with_pool!(db, writer, |pool| {
+            sqlx::query(AssertSqlSafe(sql.clone()))
+                .bind(owner)
+                .bind(millis(lease))
+                .bind(key)
+                .bind(owner)
+                .execute(pool)
+                .await
+                .map(|done| done.rows_affected() == 1)
+        })
     })
+    .await
 }
 
 /// Extends the lease `owner` holds; `false` when it no longer holds it.
@@ -77,15 +87,18 @@ pub async fn renew_lease(
         "UPDATE operation SET lease_until = {} WHERE operation_id = ? AND lease_owner = ?",
         dialect::now_plus_ms(db.backend())
     );
-    with_pool!(db, writer, |pool| {
-        sqlx::query(AssertSqlSafe(sql))
-            .bind(millis(lease))
-            .bind(operation_id)
-            .bind(owner)
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected() == 1)
+    retrying(|| async {
+        with_pool!(db, writer, |pool| {
+            sqlx::query(AssertSqlSafe(sql.clone()))
+                .bind(millis(lease))
+                .bind(operation_id)
+                .bind(owner)
+                .execute(pool)
+                .await
+                .map(|done| done.rows_affected() == 1)
+        })
     })
+    .await
 }
 
 /// Gives the lease back. With `poll_again_in`, and only if the operation is
@@ -111,21 +124,24 @@ pub async fn release_lease(
             dialect::now_plus_ms(db.backend())
         ),
     };
-    with_pool!(db, writer, |pool| {
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        if let Some(pause) = poll_again_in {
-            query = query
-                .bind(seen_version)
-                .bind(millis(pause))
-                .bind(seen_version);
-        }
-        query
-            .bind(operation_id)
-            .bind(owner)
-            .execute(pool)
-            .await
-            .map(|_| ())
+    retrying(|| async {
+        with_pool!(db, writer, |pool| {
+            let mut query = sqlx::query(AssertSqlSafe(sql.clone()));
+            if let Some(pause) = poll_again_in {
+                query = query
+                    .bind(seen_version)
+                    .bind(millis(pause))
+                    .bind(seen_version);
+            }
+            query
+                .bind(operation_id)
+                .bind(owner)
+                .execute(pool)
+                .await
+                .map(|_| ())
+        })
     })
+    .await
 }
 
 /// Up to `limit` operations due by the database clock whose lease is free,
