@@ -4,12 +4,39 @@
 
 use std::time::Duration;
 
+use changegate::db::Db;
 use changegate::db::operations::get_operation;
 use changegate_sim::gitlab::{Endpoint, Fault, FaultKind};
 
 use super::end_to_end::{WorldOptions, world_with};
 use super::*;
 use crate::helpers::{each_backend, spawn_app};
+
+/// Waits until no worker holds `id`'s step lease.
+async fn lease_given_back(db: &Db, id: &str) {
+    let sql = "SELECT COUNT(*) FROM operation WHERE operation_id = ? AND lease_owner IS NULL";
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let free: i64 = match db {
+            Db::Sqlite(sqlite) => {
+                sqlx::query_scalar(sql)
+                    .bind(id)
+                    .fetch_one(&sqlite.reader)
+                    .await
+            }
+            Db::MySql(pool) => sqlx::query_scalar(sql).bind(id).fetch_one(pool).await,
+        }
+        .unwrap();
+        if free == 1 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the step lease of {id} is given back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
 
 #[tokio::test]
 async fn a_retry_after_of_two_minutes_holds_no_worker_and_is_kept_across_a_restart() {
@@ -45,6 +72,9 @@ async fn a_retry_after_of_two_minutes_holds_no_worker_and_is_kept_across_a_resta
             "{}: {waiting}",
             test_db.name
         );
+        // The message is written by the step; the due time it waits for
+        // is final once the worker gives the lease back.
+        lease_given_back(&test_db.db, &id).await;
         let operation = get_operation(&test_db.db, &id).await.unwrap().unwrap();
         let due_in = operation.due_at.unwrap() - operation.created_at;
         assert!(
