@@ -20,7 +20,11 @@ async fn an_accepted_application_is_recorded_and_handed_to_the_workers() {
             steps: Some(steps.clone()),
             ..Parts::default()
         };
-        let app = spawn_app_with(&test_db.url, REQUESTER_CONFIG, parts).await;
+        // The dispatcher hands a due operation to the workers again on
+        // its next round (these steps leave it due): here it waits, so the
+        // one hand-off seen is the submission's.
+        let config = format!("{REQUESTER_CONFIG}[executor]\npoll_interval = \"1h\"\n");
+        let app = spawn_app_with(&test_db.url, &config, parts).await;
         app.wait_until_ready().await;
 
         let response = app
