@@ -8,7 +8,7 @@
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use changegate::batch::{Claimed, claim_batch, claim_in};
 use changegate::db::batch_queue::enqueue;
@@ -18,6 +18,7 @@ use changegate::store::StoreTx;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::SqliteConnectOptions;
 
+use crate::batches::claim_until_empty;
 use crate::helpers::{MySqlScratch, database_settings, each_backend};
 
 const PROJECT: &str = "config/repo";
@@ -134,19 +135,7 @@ async fn batch_numbers_have_no_gaps_after_claims_that_roll_back_or_race() {
                 other.clone()
             };
             let partition = if n % 4 < 2 { "" } else { PROJECT };
-            claimers.spawn(async move {
-                let mut outcomes = Vec::new();
-                let deadline = Instant::now() + Duration::from_secs(30);
-                while Instant::now() < deadline {
-                    let outcome = claim_batch(&db, partition, 7).await.unwrap();
-                    let empty = outcome == Claimed::Empty;
-                    outcomes.push(outcome);
-                    if empty {
-                        break;
-                    }
-                }
-                outcomes
-            });
+            claimers.spawn(async move { claim_until_empty(&db, partition).await });
         }
         let outcomes: Vec<Claimed> = claimers.join_all().await.into_iter().flatten().collect();
         done.store(true, Ordering::Relaxed);

@@ -139,19 +139,7 @@ async fn twenty_racing_claimers_keep_one_active_batch_and_claim_every_request_on
         let mut claimers = tokio::task::JoinSet::new();
         for _ in 0..20 {
             let db = db.clone();
-            claimers.spawn(async move {
-                let mut outcomes = Vec::new();
-                let deadline = Instant::now() + Duration::from_secs(30);
-                while Instant::now() < deadline {
-                    let outcome = claim_batch(&db, "", 7).await.unwrap();
-                    let empty = outcome == Claimed::Empty;
-                    outcomes.push(outcome);
-                    if empty {
-                        break;
-                    }
-                }
-                outcomes
-            });
+            claimers.spawn(async move { claim_until_empty(&db, "").await });
         }
         let outcomes: Vec<Claimed> = claimers.join_all().await.into_iter().flatten().collect();
         done.store(true, Ordering::Relaxed);
@@ -460,4 +448,20 @@ async fn a_batch_whose_mr_merged_meanwhile_settles_as_merged() {
         Settled::NotRunning,
         "settled once"
     );
+}
+
+/// Claims batches of at most 7 in `partition` until a claim finds the
+/// queue empty (or 30 s pass); every outcome, in order.
+pub(crate) async fn claim_until_empty(db: &Db, partition: &str) -> Vec<Claimed> {
+    let mut outcomes = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let outcome = claim_batch(db, partition, 7).await.unwrap();
+        let empty = outcome == Claimed::Empty;
+        outcomes.push(outcome);
+        if empty {
+            break;
+        }
+    }
+    outcomes
 }
