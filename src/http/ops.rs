@@ -56,8 +56,8 @@ async fn readyz(State(state): State<AppState>) -> ApiResult<Json<Value>> {
 /// where they are known) instead of once per probe.
 #[derive(Debug, Default)]
 pub struct ReadinessLog {
-    /// Why the last probe was not ready; `None` before the first probe or
-    /// while ready.
+    /// The last probe's answer: `None` before the first probe, then
+    /// `Some(None)` while ready or `Some(Some(why))` while not.
     last: Mutex<Option<Option<String>>>,
 }
 
