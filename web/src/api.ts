@@ -1,12 +1,20 @@
 // Every call to changegate goes through here: one error shape (SPEC §2:
 // `{code, message, requestId}`, with `operationId` naming the change request
-// in the way of an `IN_PROGRESS`) and, in the demo only, the chosen identity.
+// in the way of an `IN_PROGRESS`, and `fields` every failing field of an
+// `INVALID_ARGUMENT`) and, in the demo only, the chosen identity.
+
+/** One failing field of a 400: `field` is its path, like `params.max_connections`. */
+export interface FieldError {
+  field: string;
+  message: string;
+}
 
 export interface ErrorBody {
   code: string;
   message: string;
   requestId?: string;
   operationId?: string;
+  fields?: FieldError[];
 }
 
 /** A non-2xx answer. */
@@ -17,6 +25,8 @@ export class ApiError extends Error {
     message: string,
     readonly requestId?: string,
     readonly operationId?: string,
+    /** Every failing field, as the body lists them (empty when it lists none). */
+    readonly fields: FieldError[] = [],
   ) {
     super(message);
   }
@@ -25,6 +35,13 @@ export class ApiError extends Error {
   get field(): { name: string; message: string } | null {
     const match = /^field `([^`]+)`: (.*)$/s.exec(this.message);
     return this.status === 400 && match ? { name: match[1], message: match[2] } : null;
+  }
+
+  /** Every field a 400 names: the body's `fields`, or else the one its message names. */
+  get fieldErrors(): FieldError[] {
+    if (this.fields.length) return this.fields;
+    const one = this.field;
+    return one ? [{ field: one.name, message: one.message }] : [];
   }
 
   /**
@@ -79,9 +96,19 @@ export async function call<T>(
       error?.message ?? `changegate answered ${response.status}`,
       error?.requestId,
       error?.operationId,
+      fieldErrors(error?.fields),
     );
   }
   return parsed as T;
+}
+
+/** The well-formed entries of a body's `fields`; anything else is dropped. */
+function fieldErrors(fields: unknown): FieldError[] {
+  if (!Array.isArray(fields)) return [];
+  return fields.filter(
+    (f): f is FieldError =>
+      typeof f === "object" && f !== null && typeof f.field === "string" && typeof f.message === "string",
+  );
 }
 
 /** GET and return the body. */

@@ -3,8 +3,37 @@
 export interface Target {
   key: string;
   description: string;
+  /** The parameter names: the keys of `paramsSchema.properties`. */
   params: string[];
+  /** What the parameters may be; the apply form is generated from it. */
+  paramsSchema?: JsonSchema;
   selfOnly: boolean;
+}
+
+/** A JSON value, as a schema's `enum` and `default` hold them. */
+export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
+
+/**
+ * The part of JSON Schema (draft 2020-12) that targets use for their
+ * parameters: an object of scalar properties. Other keywords may come along
+ * and are ignored here; the server checks every submission anyway.
+ */
+export interface JsonSchema {
+  type?: "object" | "string" | "integer" | "number" | "boolean";
+  properties?: Record<string, JsonSchema>;
+  required?: string[];
+  additionalProperties?: boolean;
+  enum?: JsonValue[];
+  minimum?: number;
+  maximum?: number;
+  exclusiveMinimum?: number;
+  exclusiveMaximum?: number;
+  minLength?: number;
+  maxLength?: number;
+  pattern?: string;
+  default?: JsonValue;
+  description?: string;
+  title?: string;
 }
 
 /** `GET /api/v1/access`: `window` is null when there is no time restriction. */

@@ -1,8 +1,9 @@
-// Apply for a change: pick a target, see what file it would write, say why.
+// Apply for a change: pick a target, fill in its parameters, see what file it would write, say why.
 
-import { ApiError, call, get, newKey, query } from "../api";
+import { ApiError, call, get, newKey, query, type FieldError } from "../api";
 import { h, replace } from "../dom";
 import { navigate } from "../nav";
+import { namesOnly, paramsForm, type ParamsForm } from "../schema_form";
 import type { Access, Preview, Submitted, Target } from "../types";
 
 export function applyPage(root: HTMLElement): () => void {
@@ -24,6 +25,7 @@ export function applyPage(root: HTMLElement): () => void {
   const preview = h("div", { id: "preview", class: "preview" }, "Pick a target to see the file it would write.");
   const description = h("p", { class: "hint", id: "target-description" });
   let targets: Target[] = [];
+  let paramFields: ParamsForm = paramsForm(namesOnly([]), fieldError);
 
   const form: HTMLFormElement = h(
     "form",
@@ -63,15 +65,9 @@ export function applyPage(root: HTMLElement): () => void {
     const t = selected();
     description.textContent = t?.description ?? "";
     subjectRow.hidden = !t || t.selfOnly;
-    replace(
-      params,
-      (t?.params ?? []).map((name) =>
-        h("div", { class: "field" },
-          h("label", { for: `param-${name}` }, `Parameter ${name}`),
-          h("input", { id: `param-${name}`, "data-param": name }),
-          fieldError(`params.${name}`)),
-      ),
-    );
+    // A server without parameter schemas still names the parameters: strings.
+    paramFields = paramsForm(t?.paramsSchema ?? namesOnly(t?.params ?? []), fieldError);
+    replace(params, paramFields.fields);
     schedulePreview();
   }
 
@@ -115,13 +111,16 @@ export function applyPage(root: HTMLElement): () => void {
   async function send(event: Event): Promise<void> {
     event.preventDefault();
     clearErrors();
+    // What the schema already rules out is not sent: the messages stand beside the fields.
+    const invalid = paramFields.check();
+    if (invalid) {
+      invalid.focus();
+      return;
+    }
     const body: Record<string, unknown> = { targetKey: target.value, reason: reason.value };
     const t = selected();
     if (t && !t.selfOnly && subject.value.trim()) body.subjectId = subject.value.trim();
-    const paramInputs = params.querySelectorAll<HTMLInputElement>("input[data-param]");
-    if (paramInputs.length) {
-      body.params = Object.fromEntries(Array.from(paramInputs, (input) => [input.dataset.param, input.value]));
-    }
+    if (!paramFields.empty) body.params = paramFields.values();
     if (expires.value) body.expiresAt = new Date(expires.value).toISOString();
     lock(true);
     try {
@@ -151,10 +150,25 @@ export function applyPage(root: HTMLElement): () => void {
 
   function showError(error: unknown): void {
     if (!(error instanceof ApiError)) throw error;
-    const field = error.field;
-    const slot = field && form.querySelector<HTMLElement>(`.field-error[data-field="${CSS.escape(field.name)}"]`);
-    if (field && slot) {
-      slot.textContent = field.message;
+    // Every failing field beside its field; one the form has no slot for in the result area.
+    const fields = error.fieldErrors;
+    const unplaced: FieldError[] = [];
+    for (const field of fields) {
+      const slot = form.querySelector<HTMLElement>(`.field-error[data-field="${CSS.escape(field.field)}"]`);
+      if (!slot) {
+        unplaced.push(field);
+        continue;
+      }
+      slot.textContent = slot.textContent ? `${slot.textContent}; ${field.message}` : field.message;
+    }
+    // Focus stays on the button: moving it to a field here, with messages
+    // just added above, made Chromium scroll on the next mousedown, and the
+    // next click on Apply landed beside the button.
+    if (fields.length && !unplaced.length) return;
+    if (unplaced.length) {
+      const listed = unplaced.map((field) => `field \`${field.field}\`: ${field.message}`).join("; ");
+      const reference = error.requestId ? ` (support reference ${error.requestId})` : "";
+      replace(result, h("p", { class: "error", id: "submit-error" }, listed, reference));
       return;
     }
     const kind = error.status === 429 ? "rate-limited" : "error";
