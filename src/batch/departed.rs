@@ -5,6 +5,8 @@
 //! (`REMOVED`); the pipeline then runs for the new head, and only that head
 //! is merged. When no member is left, the MR is closed instead.
 
+use std::collections::BTreeSet;
+
 use crate::clients::gitlab::{FileAction, GitLabError};
 use crate::config::Settings;
 use crate::db::Db;
@@ -12,8 +14,9 @@ use crate::db::batches::{BatchChange, BatchRow, append_membership, live_members,
 use crate::db::departed::{departed_members, leave_batch};
 use crate::db::operations::operations_by_ids;
 use crate::domain::StepStatus;
+use crate::files::layout::FileChange;
 use crate::store::StoreError;
-use crate::workflow::{bot, file_action};
+use crate::workflow::{bot, file_change, shared_action};
 use crate::write_tx;
 
 use super::runner::{MergeQueue, batch_branch};
@@ -51,13 +54,32 @@ impl MergeQueue {
         let gitlab = &self.workflow.gitlab;
         let project = batch.project.as_str();
         let target = settings.gitlab.target_branch.as_str();
-        let files: Vec<FileAction> = operations_by_ids(db, &departed)
+        let departed_changes: Vec<FileChange> = operations_by_ids(db, &departed)
             .await?
             .iter()
-            .map(|operation| file_action(settings, operation))
+            .filter_map(|operation| file_change(settings, operation).ok())
             .collect();
-        let read: Vec<&FileAction> = files.iter().collect();
-        let blobs = async {
+        // The members that stay keep their edits of the shared files the
+        // departed ones edited too.
+        let shared: BTreeSet<&str> = departed_changes
+            .iter()
+            .filter(|change| matches!(change, FileChange::Key { .. }))
+            .map(FileChange::path)
+            .collect();
+        let staying: Vec<FileChange> = if shared.is_empty() {
+            Vec::new()
+        } else {
+            operations_by_ids(db, &live_members(db, batch.id).await?)
+                .await?
+                .iter()
+                .filter_map(|operation| file_change(settings, operation).ok())
+                .filter(|change| {
+                    matches!(change, FileChange::Key { .. }) && shared.contains(change.path())
+                })
+                .collect()
+        };
+        let read: Vec<&FileChange> = departed_changes.iter().collect();
+        let held = async {
             // The MR says which branch it merges: an instance of an earlier
             // release may have opened it, on a branch named by the batch's id.
             let branch = gitlab
@@ -65,18 +87,12 @@ impl MergeQueue {
                 .await?
                 .source_branch
                 .unwrap_or_else(|| batch_branch(batch));
-            let on_target = self
-                .workflow
-                .blobs_of(token, project, target, &read)
-                .await?;
-            let on_branch = self
-                .workflow
-                .blobs_of(token, project, &branch, &read)
-                .await?;
+            let on_target = self.workflow.held(token, project, target, &read).await?;
+            let on_branch = self.workflow.held(token, project, &branch, &read).await?;
             Ok::<_, GitLabError>((branch, on_target, on_branch))
         };
-        let (branch, on_target, on_branch) = match blobs.await {
-            Ok(blobs) => blobs,
+        let (branch, on_target, on_branch) = match held.await {
+            Ok(held) => held,
             Err(err) => {
                 tracing::debug!(
                     batch = batch.id,
@@ -87,9 +103,11 @@ impl MergeQueue {
             }
         };
         let mut restore = Vec::new();
-        for file in &files {
-            let path = &file.file_path;
-            match (on_target.get(path), on_branch.get(path)) {
+        for change in &departed_changes {
+            let FileChange::Whole { path, .. } = change else {
+                continue;
+            };
+            match (on_target.blob(path), on_branch.blob(path)) {
                 (target_blob, branch_blob) if target_blob == branch_blob => {}
                 (None, Some(_)) => restore.push(FileAction {
                     action: "delete",
@@ -116,6 +134,29 @@ impl MergeQueue {
                 }
                 (None, None) => {}
             }
+        }
+        for path in shared {
+            let edits: Vec<&FileChange> = staying.iter().filter(|c| c.path() == path).collect();
+            let wanted = match shared_action(path, on_target.text(path), &edits) {
+                Ok(Some(action)) => action.content,
+                Ok(None) => on_target.text(path).map(str::to_owned),
+                // The staying edits were written once already: a target
+                // that cannot take them now fails the batch's merge, not this.
+                Err(_) => on_target.text(path).map(str::to_owned),
+            };
+            let now = on_branch.text(path);
+            if wanted.as_deref() == now {
+                continue;
+            }
+            restore.push(FileAction {
+                action: match (&wanted, now) {
+                    (None, _) => "delete",
+                    (Some(_), Some(_)) => "update",
+                    (Some(_), None) => "create",
+                },
+                file_path: path.to_owned(),
+                content: wanted,
+            });
         }
         if !restore.is_empty() {
             let message = format!(

@@ -1,7 +1,7 @@
 //! How many members fit in one batch: in its MR's description (every
 //! member's trailer whole) and in its one commit (below GitLab's throttle).
 
-use crate::clients::gitlab::FileAction;
+use crate::files::layout::FileChange;
 
 /// The most file bytes one batch commit carries. GitLab's commits API
 /// refuses a request over 300 MiB and lets a user make only three commits
@@ -11,17 +11,18 @@ use crate::clients::gitlab::FileAction;
 /// with room for the JSON around the contents.
 pub(super) const MAX_COMMIT_BYTES: usize = 16 << 20;
 
-/// How many of `actions`, in order, fit in one commit of at most `limit`
-/// bytes of paths and contents.
-pub(super) fn actions_that_fit(actions: &[FileAction], limit: usize) -> usize {
+/// How many of `changes`, in order, fit in one commit of at most `limit`
+/// bytes of paths and contents. A shared file's edits are counted by
+/// their values: the file itself is written once, whatever its size.
+pub(super) fn changes_that_fit(changes: &[FileChange], limit: usize) -> usize {
     let mut used = 0;
-    for (fitted, action) in actions.iter().enumerate() {
-        used += action.file_path.len() + action.content.as_ref().map_or(0, String::len);
+    for (fitted, change) in changes.iter().enumerate() {
+        used += change.weight();
         if used > limit {
             return fitted;
         }
     }
-    actions.len()
+    changes.len()
 }
 
 /// How many of `trailers` (one per line) fit after a header of
@@ -40,7 +41,7 @@ pub(super) fn members_that_fit(header_len: usize, trailers: &[String], limit: us
 
 #[cfg(test)]
 mod tests {
-    use super::{FileAction, actions_that_fit, members_that_fit};
+    use super::{FileChange, changes_that_fit, members_that_fit};
 
     #[test]
     fn only_whole_trailers_that_fit_the_description_are_kept() {
@@ -54,24 +55,19 @@ mod tests {
 
     #[test]
     fn only_files_that_fit_one_commit_are_kept() {
-        let action = |content: Option<&str>| FileAction {
-            action: if content.is_some() {
-                "create"
-            } else {
-                "delete"
-            },
-            file_path: "a/b.json".to_owned(),
+        let change = |content: Option<&str>| FileChange::Whole {
+            path: "a/b.json".to_owned(),
             content: content.map(str::to_owned),
         };
         // Each create is 8 bytes of path and 10 of content; a delete only its path.
-        let actions = [
-            action(Some("0123456789")),
-            action(None),
-            action(Some("0123456789")),
+        let changes = [
+            change(Some("0123456789")),
+            change(None),
+            change(Some("0123456789")),
         ];
-        assert_eq!(actions_that_fit(&actions, 18), 1);
-        assert_eq!(actions_that_fit(&actions, 26), 2);
-        assert_eq!(actions_that_fit(&actions, 44), 3);
-        assert_eq!(actions_that_fit(&actions, 17), 0);
+        assert_eq!(changes_that_fit(&changes, 18), 1);
+        assert_eq!(changes_that_fit(&changes, 26), 2);
+        assert_eq!(changes_that_fit(&changes, 44), 3);
+        assert_eq!(changes_that_fit(&changes, 17), 0);
     }
 }

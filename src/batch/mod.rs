@@ -11,6 +11,7 @@ mod outcome;
 mod runner;
 mod settle;
 mod traced;
+mod unwritable;
 mod writes;
 
 pub use claim::{Claimed, claim_batch, claim_in};

@@ -1,7 +1,7 @@
 //! How a batch ends: merged (every member MERGED together) or failed (its
 //! members split in halves for later rounds, or failed on their own).
 
-use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest};
+use crate::clients::gitlab::{GitLabError, MergeRequest};
 use crate::config::projects::{ProjectKey, Projects};
 use crate::db::Db;
 use crate::db::batch_queue::release_members;
@@ -13,8 +13,9 @@ use crate::db::callbacks::deployed_since;
 use crate::db::operations::operations_by_ids;
 use crate::db::timeline_events::TimelineEvent;
 use crate::domain::{BindingStatus, StepStatus};
+use crate::files::layout::FileChange;
 use crate::store::{Change, StoreError, StoreTx, lock_members, move_members};
-use crate::workflow::{bot, file_action, merged_events};
+use crate::workflow::{bot, file_change, merged_events};
 use crate::write_tx;
 
 use super::metrics::Ended;
@@ -41,11 +42,16 @@ impl MergeQueue {
         let sha = merged.and_then(|mr| mr.sha.as_deref());
         let all = live_members(db, batch.id).await?;
         let settings = self.config.current();
-        let changes: Vec<(String, FileAction)> = operations_by_ids(db, &all)
-            .await?
-            .iter()
-            .map(|o| (o.operation_id.clone(), file_action(&settings, o)))
-            .collect();
+        // A member the configuration can no longer render cannot be shown
+        // to have landed: it is not counted as merged.
+        let mut unrendered = Vec::new();
+        let mut changes: Vec<(String, FileChange)> = Vec::with_capacity(all.len());
+        for operation in operations_by_ids(db, &all).await? {
+            match file_change(&settings, &operation) {
+                Ok(change) => changes.push((operation.operation_id, change)),
+                Err(_) => unrendered.push(operation.operation_id),
+            }
+        }
         let landed_at = merged.and_then(MergeRequest::landed_at);
         let not_landed = match landed_at {
             Some(at) => {
@@ -58,7 +64,11 @@ impl MergeQueue {
             )),
         };
         let not_landed: Vec<String> = match not_landed {
-            Ok(ids) => ids.into_iter().map(str::to_owned).collect(),
+            Ok(ids) => ids
+                .into_iter()
+                .map(str::to_owned)
+                .chain(unrendered)
+                .collect(),
             // Checked again next round: merged is merged.
             Err(err) => {
                 tracing::warn!(batch = batch.id, "cannot check the merged files yet: {err}");

@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use crate::clients::gitlab::FileAction;
 use crate::config::{LiveConfig, Settings};
 use crate::db::batch_queue::{release_members, waiting_partitions};
 use crate::db::batches::{
@@ -19,13 +18,14 @@ use crate::db::{Db, DbSlot};
 use crate::domain::{BindingStatus, IN_MERGE_QUEUE, StepStatus};
 use crate::store::{Change, MergeRequestRef, StoreError, move_members};
 use crate::workflow::{
-    ChangeSet, MAX_DESCRIPTION_BYTES, Opened, Round, Workflow, bot, file_action, head_pipeline_run,
-    rebasing_event,
+    ChangeSet, MAX_DESCRIPTION_BYTES, OpenFailure, Opened, Round, Workflow, bot, file_change,
+    file_path_of, head_pipeline_run, rebasing_event,
 };
 
 use super::claim::{Claimed, claim_batch};
-use super::fit::{MAX_COMMIT_BYTES, actions_that_fit, members_that_fit};
+use super::fit::{MAX_COMMIT_BYTES, changes_that_fit, members_that_fit};
 use super::metrics::Ended;
+use super::unwritable::Unwritten;
 use crate::write_tx;
 
 pub(super) const ACTOR: &str = "merge-queue";
@@ -268,12 +268,22 @@ impl MergeQueue {
             .iter()
             .map(|o| format!("Changegate-Operation: {}", o.operation_id))
             .collect();
-        let actions: Vec<FileAction> = operations
-            .iter()
-            .map(|o| file_action(settings, o))
-            .collect();
+        let mut changes = Vec::with_capacity(operations.len());
+        let mut unwritten = Vec::new();
+        for operation in &operations {
+            match file_change(settings, operation) {
+                Ok(change) => changes.push(change),
+                Err(reason) => unwritten.push(Unwritten {
+                    operation_id: operation.operation_id.clone(),
+                    message: format!("the file cannot be rendered: {reason}"),
+                }),
+            }
+        }
+        if !unwritten.is_empty() {
+            return self.fail_unwritten(db, batch, ids.len(), &unwritten).await;
+        }
         let fit = members_that_fit(header.len(), &trailers, MAX_DESCRIPTION_BYTES)
-            .min(actions_that_fit(&actions, MAX_COMMIT_BYTES))
+            .min(changes_that_fit(&changes, MAX_COMMIT_BYTES))
             .max(1);
         if fit < trailers.len() {
             let overflow: Vec<String> = operations[fit..]
@@ -290,7 +300,7 @@ impl MergeQueue {
                 operations.len()
             ),
             description: format!("{header}{}", trailers.join("\n")),
-            actions,
+            changes,
         };
         match self
             .workflow
@@ -333,7 +343,20 @@ impl MergeQueue {
                 })
                 .await
             }
-            Err(err) => {
+            // Only the members editing that file fail; the others go on
+            // in the next round.
+            Err(OpenFailure::Unwritable(unwritable)) => {
+                let unwritten: Vec<Unwritten> = operations
+                    .iter()
+                    .filter(|o| file_path_of(settings, o) == unwritable.path)
+                    .map(|o| Unwritten {
+                        operation_id: o.operation_id.clone(),
+                        message: unwritable.message.clone(),
+                    })
+                    .collect();
+                self.fail_unwritten(db, batch, ids.len(), &unwritten).await
+            }
+            Err(OpenFailure::GitLab(err)) => {
                 self.interrupted(db, batch, &err, StepStatus::CreateRefused)
                     .await
             }

@@ -152,10 +152,10 @@ pub fn effective(settings: &Settings) -> EffectiveConfig {
             let value = json!({
                 "description": target.description,
                 "project": if target.project.is_empty() { &s.gitlab.project } else { &target.project },
-                "path": target.path,
+                "layout": target.layout.summary(),
                 "ruleCodes": target.rule_codes,
                 "selfOnly": target.self_only,
-                "params": target.params,
+                "paramsSchema": target.params.schema(),
             });
             (key.clone(), value)
         })

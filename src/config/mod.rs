@@ -14,6 +14,7 @@ mod sections;
 mod settings;
 pub mod source;
 mod static_settings;
+mod targets;
 mod telemetry;
 mod tls;
 mod watch;
@@ -27,12 +28,13 @@ pub use retention::RetentionSettings;
 pub use secrets::SecretFiles;
 pub use sections::{
     AuthzProvider, AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings,
-    JwtSettings, PollSchedule, TargetSettings, WebSettings, WebhookSettings,
+    JwtSettings, PollSchedule, WebSettings, WebhookSettings,
 };
 pub use settings::{
     AccessSettings, ApprovalProvider, ApprovalSettings, BatchSettings, DatabaseSettings,
     GitLabSettings, LogFormat, LogSettings, ServerSettings, Settings,
 };
+pub use targets::TargetSettings;
 pub use telemetry::TelemetrySettings;
 pub use tls::TlsSettings;
 pub use watch::watch;
@@ -110,6 +112,9 @@ pub fn load(
         })?,
         None => toml::Table::new(),
     };
+    if let Some(directory) = path.and_then(Path::parent) {
+        targets::anchor_schema_files(&mut table, directory);
+    }
     source::apply_env_overrides(&mut table, std::env::vars());
     let (settings, problems) = Settings::from_table(&table, previous);
     if problems.iter().any(|p| p.severity == Severity::Error) {

@@ -1,5 +1,5 @@
-//! Settings of the request edge: identity, authorisation, the target catalog,
-//! idempotency and the worker pool.
+//! Settings of the request edge: identity, authorisation, idempotency and
+//! the worker pool.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -74,24 +74,6 @@ pub enum AuthzProvider {
     Static,
     /// An HTTP permission service.
     Http,
-}
-
-/// One entry of the target catalog, `[targets."<key>"]`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TargetSettings {
-    /// `description`, shown in the SPA.
-    pub description: String,
-    /// `project`: GitLab project id or path; empty means `gitlab.project`.
-    pub project: String,
-    /// `path`: file path template with `{target}` and `{subject}`.
-    pub path: String,
-    /// `rule_codes`: any of these lets a caller apply for this target.
-    pub rule_codes: Vec<String>,
-    /// `self_only` (default true): the subject must be the requester's own
-    /// identity, unless the requester is an operator.
-    pub self_only: bool,
-    /// `params`: the parameter names a request may set; empty means none.
-    pub params: Vec<String>,
 }
 
 /// `[idempotency]`
@@ -239,15 +221,6 @@ const JWT_KEYS: &[&str] = &[
     "audience",
     "leeway",
 ];
-const TARGET_KEYS: &[&str] = &[
-    "description",
-    "project",
-    "path",
-    "rule_codes",
-    "self_only",
-    "params",
-];
-
 fn optional(text: String) -> Option<String> {
     (!text.is_empty()).then_some(text)
 }
@@ -374,37 +347,6 @@ pub(super) fn authz(r: &mut Reader<'_>) -> AuthzSettings {
         rules,
         grants,
     }
-}
-
-pub(super) fn targets(r: &mut Reader<'_>) -> BTreeMap<String, TargetSettings> {
-    let mut catalog = BTreeMap::new();
-    let Some(Value::Table(table)) = r.at(&["targets"]) else {
-        return catalog;
-    };
-    for (key, value) in table {
-        let name = format!("targets.{key}");
-        r.check_keys(&name, value, Some(TARGET_KEYS));
-        let path = r.string_at(
-            &["targets", key, "path"],
-            "bindings/{target}/{subject}.json",
-        );
-        if !path.contains("{subject}") {
-            r.error(
-                &format!("{name}.path"),
-                "must contain {subject}, one file per binding",
-            );
-        }
-        let target = TargetSettings {
-            description: r.string_at(&["targets", key, "description"], ""),
-            project: r.string_at(&["targets", key, "project"], ""),
-            path,
-            rule_codes: r.string_list_at(&["targets", key, "rule_codes"]),
-            self_only: r.bool_at(&["targets", key, "self_only"], true),
-            params: r.string_list_at(&["targets", key, "params"]),
-        };
-        catalog.insert(key.clone(), target);
-    }
-    catalog
 }
 
 pub(super) fn idempotency(r: &mut Reader<'_>) -> IdempotencySettings {

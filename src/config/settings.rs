@@ -19,8 +19,9 @@ use super::schema::SCHEMA;
 use super::secrets::{self, SecretFiles};
 use super::sections::{
     AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings, PollSchedule,
-    ReconcileSettings, TargetSettings, WebSettings, WebhookSettings,
+    ReconcileSettings, WebSettings, WebhookSettings,
 };
+use super::targets::{self, TargetSettings};
 use super::telemetry::{self, TelemetrySettings};
 use super::tls::{self, TlsSettings};
 use super::{Problem, sections};
@@ -372,7 +373,7 @@ impl Settings {
 
         let identity = sections::identity(&mut r, &mut secret_files);
         let authz = sections::authz(&mut r);
-        let targets = sections::targets(&mut r);
+        let targets = targets::targets(&mut r);
         let idempotency = sections::idempotency(&mut r);
         let executor = sections::executor(&mut r);
         let polling = sections::poll_schedule(&mut r);

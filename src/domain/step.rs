@@ -83,6 +83,7 @@ steps! {
     GitlabUnreachable = 10015, "GITLAB_UNREACHABLE", "GitLab could not be reached for longer than changegate waits, or its certificate is not accepted.";
     GitlabAccessDenied = 10016, "GITLAB_ACCESS_DENIED", "GitLab refused changegate's token, or the token lacks a right the step needs.";
     GitlabProjectNotFound = 10017, "GITLAB_PROJECT_NOT_FOUND", "The GitLab project does not exist, or changegate's token cannot see it.";
+    CreateUnrenderable = 10018, "CREATE_UNRENDERABLE", "The file could not be written as the target says (its template failed, the output did not parse, or the shared file could not be edited); nothing was sent to GitLab.";
     HandleStarted = 10101, "HANDLE_STARTED", "Reviewer bots are approving.";
     HandleApproved = 10102, "HANDLE_APPROVED", "Both reviewer bots approved.";
     HandleMerging = 10103, "HANDLE_MERGING", "Merging the MR.";
@@ -124,6 +125,7 @@ pub const DETERMINISTIC_FAILURES: &[StepStatus] = &[
     StepStatus::GitlabUnreachable,
     StepStatus::GitlabAccessDenied,
     StepStatus::GitlabProjectNotFound,
+    StepStatus::CreateUnrenderable,
     StepStatus::HandleRebaseConflict,
     StepStatus::HandleApproveFailed,
     StepStatus::HandleMergeRefused,

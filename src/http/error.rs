@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::domain::BindingStatus;
+use crate::files::params::FieldError;
 
 use super::request_id;
 use crate::db::{Conflict, Contended};
@@ -21,6 +22,10 @@ pub enum ApiError {
     /// Malformed input; the message names the field.
     #[error("{0}")]
     InvalidArgument(String),
+    /// Parameters that break the target's schema: every failing field,
+    /// each named; the message is the first.
+    #[error("{}", .0.first().map(ToString::to_string).unwrap_or_default())]
+    InvalidFields(Vec<FieldError>),
     /// No readable identity.
     #[error("authentication required")]
     Unauthenticated,
@@ -99,6 +104,10 @@ pub struct ErrorBody<'a> {
     /// `IN_PROGRESS`: the change request in the way.
     #[serde(skip_serializing_if = "Option::is_none")]
     operation_id: Option<String>,
+    /// `INVALID_ARGUMENT` for parameters: every field that breaks the
+    /// target's schema, each with what is wrong.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fields: Option<&'a [FieldError]>,
 }
 
 /// What to tell someone whose request `operation_id`, at `status`, holds
@@ -122,7 +131,9 @@ impl ApiError {
     /// The HTTP status and the stable code.
     pub fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
-            Self::InvalidArgument(_) => (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT"),
+            Self::InvalidArgument(_) | Self::InvalidFields(_) => {
+                (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT")
+            }
             Self::Unauthenticated => (StatusCode::UNAUTHORIZED, "UNAUTHENTICATED"),
             Self::BadSignature => (StatusCode::UNAUTHORIZED, "INVALID_SIGNATURE"),
             Self::Forbidden => (StatusCode::FORBIDDEN, "FORBIDDEN"),
@@ -219,11 +230,16 @@ impl IntoResponse for ApiError {
             Self::InProgress { operation_id, .. } => Some(operation_id.clone()),
             _ => None,
         };
+        let fields = match &self {
+            Self::InvalidFields(fields) => Some(fields.as_slice()),
+            _ => None,
+        };
         let body = ErrorBody {
             code,
             message: &message,
             request_id: request_id::current().unwrap_or_default(),
             operation_id,
+            fields,
         };
         let mut response = (status, Json(body)).into_response();
         if unavailable {

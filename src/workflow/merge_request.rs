@@ -5,11 +5,12 @@
 
 use secrecy::SecretString;
 
+use super::landed::Unwritable;
 use super::merge_state::{merge_state, passed_for_head};
-use super::open::{ChangeSet, Opened};
+use super::open::{ChangeSet, OpenFailure, Opened};
 use super::review::ApproveFailure;
 use super::{Workflow, events};
-use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest};
+use crate::clients::gitlab::{GitLabError, MergeRequest};
 use crate::config::Settings;
 use crate::config::projects::{ProjectKey, Projects};
 
@@ -18,8 +19,10 @@ use crate::db::callbacks::deployed_since;
 use crate::db::operations::{OperationRow, record_merge_request};
 use crate::db::outage::OutageClock;
 use crate::db::timeline_events::TimelineEvent;
-use crate::domain::render::{BindingFile, canonical_json, file_path};
+use crate::domain::render::canonical_json;
 use crate::domain::{BindingStatus, OperationKind, StepStatus};
+use crate::files::layout::{FileChange, Layout};
+use crate::files::template::TemplateContext;
 use crate::store::{self, Change, StoreError};
 
 pub(super) const ACTOR: &str = "workflow";
@@ -53,41 +56,52 @@ fn commit_title(operation: &OperationRow) -> String {
     )
 }
 
-/// The file an operation writes (apply) or deletes (close); the content is
-/// deterministic, so writing it twice writes the same bytes.
-pub(crate) fn file_action(settings: &Settings, operation: &OperationRow) -> FileAction {
-    let template = settings
-        .targets
-        .get(&operation.target_key)
-        .map_or("bindings/{target}/{subject}.json", |t| t.path.as_str());
-    let path = file_path(template, &operation.target_key, &operation.subject_id);
-    match operation.kind {
+/// What an operation does to the repository: its binding's file written
+/// (apply) or deleted (close), or its key of a shared file set or removed,
+/// as its target's layout says. Deterministic: run twice, it says the same
+/// bytes. An apply whose file cannot be rendered says why.
+pub(crate) fn file_change(
+    settings: &Settings,
+    operation: &OperationRow,
+) -> Result<FileChange, String> {
+    with_layout(settings, operation, |layout| match operation.kind {
         OperationKind::Apply => {
             let params =
                 serde_json::from_str(&operation.params).unwrap_or_else(|_| serde_json::json!({}));
-            let content = BindingFile {
+            let expires_at = operation.expires_at.map(|at| {
+                at.and_utc()
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+            });
+            layout.write(&TemplateContext {
                 subject: &operation.subject_id,
                 target: &operation.target_key,
                 params: &canonical_json(&params),
-                expires_at: operation.expires_at.map(|at| {
-                    at.and_utc()
-                        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-                }),
+                expires_at: expires_at.as_deref(),
                 operation_id: &operation.operation_id,
                 requested_by: &operation.requested_by,
-            }
-            .render();
-            FileAction {
-                action: "create",
-                file_path: path,
-                content: Some(content),
-            }
+            })
         }
-        OperationKind::Close => FileAction {
-            action: "delete",
-            file_path: path,
-            content: None,
-        },
+        OperationKind::Close => Ok(layout.remove(&operation.target_key, &operation.subject_id)),
+    })
+}
+
+/// The file the operation's binding lives in.
+pub(crate) fn file_path_of(settings: &Settings, operation: &OperationRow) -> String {
+    with_layout(settings, operation, |layout| {
+        layout.path(&operation.target_key, &operation.subject_id)
+    })
+}
+
+/// `then` with the operation's target's layout; a target gone from the
+/// catalog falls back to the default layout (its own is no longer known).
+fn with_layout<T>(
+    settings: &Settings,
+    operation: &OperationRow,
+    then: impl FnOnce(&Layout) -> T,
+) -> T {
+    match settings.targets.get(&operation.target_key) {
+        Some(target) => then(&target.layout),
+        None => then(&Layout::default_file()),
     }
 }
 
@@ -179,7 +193,12 @@ impl Workflow {
                     )
                     .await;
             }
-            Err(err) => {
+            Err(OpenFailure::Unwritable(unwritable)) => Outcome {
+                status: Some(BindingStatus::CreateFailed),
+                step: StepStatus::CreateUnrenderable,
+                message: Some(unwritable.message),
+            },
+            Err(OpenFailure::GitLab(err)) => {
                 return self
                     .interrupted(
                         db,
@@ -198,7 +217,13 @@ impl Workflow {
         &self,
         settings: &Settings,
         operation: &OperationRow,
-    ) -> Result<Opened, GitLabError> {
+    ) -> Result<Opened, OpenFailure> {
+        let change = file_change(settings, operation).map_err(|reason| {
+            OpenFailure::Unwritable(Unwritable {
+                path: file_path_of(settings, operation),
+                message: format!("the file cannot be rendered: {reason}"),
+            })
+        })?;
         let change = ChangeSet {
             branch: branch_of(operation),
             title: commit_title(operation),
@@ -206,7 +231,7 @@ impl Workflow {
                 "{}\n\nChangegate-Operation: {}",
                 operation.reason, operation.operation_id
             ),
-            actions: vec![file_action(settings, operation)],
+            changes: vec![change],
         };
         self.open_change(settings, project_of(settings, operation), &change)
             .await
@@ -317,10 +342,10 @@ impl Workflow {
         let at = mr
             .landed_at()
             .ok_or_else(|| GitLabError::Decode(format!("merged MR !{} names no commit", mr.iid)))?;
-        let change = [(
-            operation.operation_id.clone(),
-            file_action(settings, operation),
-        )];
+        // Rendered when the MR was opened; a configuration changed since
+        // that can no longer render it cannot say what landed either.
+        let rendered = file_change(settings, operation).map_err(GitLabError::Decode)?;
+        let change = [(operation.operation_id.clone(), rendered)];
         Ok(self
             .not_landed(settings, project, at, &change)
             .await?

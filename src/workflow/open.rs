@@ -6,9 +6,11 @@ use reqwest::StatusCode;
 use secrecy::SecretString;
 
 use super::Workflow;
+use super::landed::Unwritable;
 use super::merge_request::bot;
-use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest, git_blob_id};
+use crate::clients::gitlab::{FileAction, GitLabError, MergeRequest};
 use crate::config::Settings;
+use crate::files::layout::FileChange;
 
 /// What one MR writes: a branch, one commit of file actions, and the MR's
 /// title and description (whose `Changegate-Operation:` trailers name the
@@ -20,8 +22,30 @@ pub(crate) struct ChangeSet {
     pub title: String,
     /// The MR's description.
     pub description: String,
-    /// The files written or deleted.
-    pub actions: Vec<FileAction>,
+    /// What it does to the repository's files.
+    pub changes: Vec<FileChange>,
+}
+
+/// Why a change could not be opened.
+#[derive(Debug)]
+pub(crate) enum OpenFailure {
+    /// A GitLab call failed.
+    GitLab(GitLabError),
+    /// A shared file on the branch cannot take the change's edits: nothing
+    /// was committed.
+    Unwritable(Unwritable),
+}
+
+impl From<GitLabError> for OpenFailure {
+    fn from(err: GitLabError) -> Self {
+        Self::GitLab(err)
+    }
+}
+
+impl From<Unwritable> for OpenFailure {
+    fn from(err: Unwritable) -> Self {
+        Self::Unwritable(err)
+    }
 }
 
 /// What opening a change came to.
@@ -72,7 +96,7 @@ impl Workflow {
         settings: &Settings,
         project: &str,
         change: &ChangeSet,
-    ) -> Result<Opened, GitLabError> {
+    ) -> Result<Opened, OpenFailure> {
         let token = bot(settings)?;
         let (branch, base) = (&change.branch, &settings.gitlab.target_branch);
         // An MR from an earlier run of this step is the one to use.
@@ -86,7 +110,7 @@ impl Workflow {
             return Ok(Opened::MergeRequest(Box::new(mr)));
         }
         let needed = self
-            .still_missing(token, project, base, &change.actions)
+            .still_missing(token, project, base, &change.changes)
             .await?;
         if needed.is_empty() {
             return Ok(Opened::AlreadyInPlace);
@@ -102,19 +126,19 @@ impl Workflow {
             Err(GitLabError::Status { status, message })
                 if status == StatusCode::BAD_REQUEST && message.contains("already exists") =>
             {
-                self.still_missing(token, project, branch, &change.actions)
+                self.still_missing(token, project, branch, &change.changes)
                     .await?
             }
             // No clear answer: the branch GitLab may have made is used,
             // with whatever it already holds.
             Err(err) if err.outcome_unknown() => {
                 if !self.gitlab.branch_exists(token, project, branch).await? {
-                    return Err(err);
+                    return Err(err.into());
                 }
-                self.still_missing(token, project, branch, &change.actions)
+                self.still_missing(token, project, branch, &change.changes)
                     .await?
             }
-            Err(err) => return Err(err),
+            Err(err) => return Err(err.into()),
         };
         if !actions.is_empty() {
             self.commit_missing(token, project, change, &actions)
@@ -154,10 +178,10 @@ impl Workflow {
                         );
                         Ok(Opened::MergeRequest(Box::new(mr)))
                     }
-                    None => Err(err),
+                    None => Err(err.into()),
                 }
             }
-            other => other.map(|mr| Opened::MergeRequest(Box::new(mr))),
+            other => Ok(Opened::MergeRequest(Box::new(other?))),
         }
     }
 
@@ -180,7 +204,7 @@ impl Workflow {
         project: &str,
         change: &ChangeSet,
         actions: &[FileAction],
-    ) -> Result<(), GitLabError> {
+    ) -> Result<(), OpenFailure> {
         let branch = &change.branch;
         match self
             .gitlab
@@ -190,7 +214,7 @@ impl Workflow {
             Ok(_) => Ok(()),
             Err(err) if err.outcome_unknown() || is_file_state_refusal(&err) => {
                 let missing = self
-                    .still_missing(token, project, branch, &change.actions)
+                    .still_missing(token, project, branch, &change.changes)
                     .await?;
                 if !missing.is_empty() {
                     self.gitlab
@@ -200,42 +224,22 @@ impl Workflow {
                 Ok(())
             }
             // Anything else GitLab refuses is a failure, with its message.
-            Err(err) => Err(err),
+            Err(err) => Err(err.into()),
         }
     }
 
     /// The actions that make `branch` hold what `wanted` says, from what it
-    /// holds now (one tree listing per directory, compared by blob id): a
-    /// file already exactly as rendered needs nothing, one that
-    /// is there with other content is updated, one that is missing is
-    /// created, and a deletion of a missing file is dropped.
+    /// holds now ([`super::landed::Held::missing`]).
     async fn still_missing(
         &self,
         token: &SecretString,
         project: &str,
         branch: &str,
-        wanted: &[FileAction],
-    ) -> Result<Vec<FileAction>, GitLabError> {
-        let actions: Vec<&FileAction> = wanted.iter().collect();
-        let blobs = self.blobs_of(token, project, branch, &actions).await?;
-        let mut missing = Vec::new();
-        for action in wanted {
-            let now = blobs.get(&action.file_path);
-            let needed = match (&action.content, now) {
-                (Some(content), Some(now)) if git_blob_id(content) == *now => None,
-                (Some(_), Some(_)) => Some("update"),
-                (Some(_), None) => Some("create"),
-                (None, Some(_)) => Some("delete"),
-                (None, None) => None,
-            };
-            if let Some(verb) = needed {
-                missing.push(FileAction {
-                    action: verb,
-                    ..action.clone()
-                });
-            }
-        }
-        Ok(missing)
+        wanted: &[FileChange],
+    ) -> Result<Vec<FileAction>, OpenFailure> {
+        let read: Vec<&FileChange> = wanted.iter().collect();
+        let held = self.held(token, project, branch, &read).await?;
+        Ok(held.missing(wanted)?)
     }
 }
 

@@ -9,7 +9,10 @@ use serde_json::json;
 use super::submission::may_use_target;
 use crate::db::bindings::get_binding;
 use crate::domain::OperationId;
-use crate::domain::render::{BindingFile, file_path, valid_subject};
+use crate::domain::render::valid_subject;
+use crate::files::document::set_key;
+use crate::files::layout::FileChange;
+use crate::files::template::TemplateContext;
 use crate::http::error::ApiResult;
 use crate::http::extract::AuthUser;
 use crate::http::layers::authz::Authorized;
@@ -21,8 +24,16 @@ use crate::state::AppState;
 pub struct TargetView {
     key: String,
     description: String,
-    /// Parameter names the target accepts.
+    /// Parameter names the target accepts (the schema's properties).
     params: Vec<String>,
+    /// What a request's parameters must be: a JSON Schema (draft 2020-12)
+    /// for an object, to build a form from. A target that only names its
+    /// parameters has a string property for each.
+    #[schema(value_type = Object)]
+    params_schema: serde_json::Value,
+    /// The format of the file its bindings are written in.
+    #[schema(examples("json", "yaml", "toml"))]
+    format: &'static str,
     /// Whether the subject must be the caller.
     self_only: bool,
 }
@@ -65,7 +76,9 @@ pub async fn list_targets(
             .map(|(key, t)| TargetView {
                 key: key.clone(),
                 description: t.description.clone(),
-                params: t.params.clone(),
+                params: t.params.names(),
+                params_schema: t.params.schema().clone(),
+                format: t.layout.format().as_str(),
                 self_only: t.self_only,
             })
             .collect(),
@@ -157,18 +170,29 @@ async fn build_preview(
         Some(db) => get_binding(db, &subject, &target_key).await.ok()?,
         None => None,
     };
-    let params = json!({});
-    let content = BindingFile {
+    // The file as the schema's defaults would write it: of a shared file,
+    // only the entry its key would get.
+    let params = target
+        .params
+        .check(&json!({}))
+        .unwrap_or_else(|_| json!({}));
+    let binding = TemplateContext {
         subject: &subject,
         target: &target_key,
         params: &params,
         expires_at: None,
         operation_id: &OperationId::new().as_string(),
         requested_by: identity.as_str(),
-    }
-    .render();
+    };
+    let content = match target.layout.write(&binding).ok()? {
+        FileChange::Whole { content, .. } => content.unwrap_or_default(),
+        // The entry as the file's format writes it, alone.
+        FileChange::Key {
+            key, value, format, ..
+        } => set_key(format, None, &key, &value.unwrap_or_default()).ok()?,
+    };
     Some(Preview {
-        path: file_path(&target.path, &target_key, &subject),
+        path: target.layout.path(&target_key, &subject),
         action: if current.is_some() {
             PreviewAction::Update
         } else {

@@ -2,7 +2,7 @@
 //! mode, resolve idempotency, record the request, hand it to the workers.
 
 use axum::http::HeaderMap;
-use chrono::{DateTime, SubsecRound, Utc};
+use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tracing::Span;
@@ -17,6 +17,8 @@ use crate::db::idempotency::{IdempotencyRow, delete_expired_key, get_idempotency
 use crate::db::{Db, is_retryable_conflict};
 use crate::domain::render::{canonical_json, valid_subject};
 use crate::domain::{OperationId, OperationKind, next_action};
+use crate::files::params::FieldError;
+use crate::files::template::TemplateContext;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::layers::authz::Authorized;
 use crate::http::reason::{MAX_REQUEST_REASON_CHARS, checked_reason};
@@ -150,24 +152,23 @@ fn validate(
     if target.self_only && subject != caller.identity.as_str() && !caller.operator {
         return Err(ApiError::Forbidden);
     }
-    let params = canonical_json(&submission.params.unwrap_or_else(|| json!({})));
-    let Value::Object(fields) = &params else {
+    let submitted = canonical_json(&submission.params.unwrap_or_else(|| json!({})));
+    if !submitted.is_object() {
         return Err(invalid("field `params`: must be a JSON object"));
-    };
-    if let Some(unknown) = fields.keys().find(|key| !target.params.contains(key)) {
-        let allowed = if target.params.is_empty() {
-            "none".to_owned()
-        } else {
-            target.params.join(", ")
-        };
-        return Err(ApiError::InvalidArgument(format!(
-            "field `params.{}`: not a parameter of this target (allowed: {allowed})",
-            unknown.chars().take(64).collect::<String>()
-        )));
     }
-    if params.to_string().len() > MAX_PARAMS_BYTES {
+    if submitted.to_string().len() > MAX_PARAMS_BYTES {
         return Err(invalid("field `params`: larger than 8 KiB"));
     }
+    // What is stored, and rendered on every re-run, has the defaults the
+    // schema gave when the request was made.
+    let params = match submission.kind {
+        OperationKind::Apply => target
+            .params
+            .check(&submitted)
+            .map(|filled| canonical_json(&filled))
+            .map_err(ApiError::InvalidFields)?,
+        OperationKind::Close => submitted.clone(),
+    };
     let reason = checked_reason(&submission.reason, MAX_REQUEST_REASON_CHARS)?;
     if submission.expires_at.is_some_and(|at| at <= Utc::now()) {
         return Err(invalid("field `expiresAt`: must be in the future"));
@@ -206,10 +207,24 @@ fn validate(
         "operationId": client_id.map(|id| id.as_string()),
         "targetKey": submission.target_key,
         "subjectId": subject,
-        "params": params,
+        "params": submitted,
         "expiresAt": expires_at_utc.map(|at| at.to_rfc3339()),
         "reason": reason,
     }));
+    if submission.kind == OperationKind::Apply {
+        let expires_at = expires_at_utc.map(|at| at.to_rfc3339_opts(SecondsFormat::Millis, true));
+        writable(
+            target,
+            &TemplateContext {
+                subject: &subject,
+                target: &submission.target_key,
+                params: &params,
+                expires_at: expires_at.as_deref(),
+                operation_id: &operation_id.as_string(),
+                requested_by: caller.identity.as_str(),
+            },
+        )?;
+    }
     let ttl_ms = i64::try_from(settings.idempotency.ttl.as_millis()).unwrap_or(i64::MAX);
     Ok(NewRequest {
         operation_id,
@@ -229,6 +244,19 @@ fn validate(
         busy: false,
         expired: false,
         trace_parent: propagation::current_trace_parent(),
+    })
+}
+
+/// The request's file rendered once as the commit will render it: a
+/// template that fails, or output that does not parse as the target's
+/// format, refuses the request now, before approval, never a file GitLab
+/// would receive broken.
+pub fn writable(target: &TargetSettings, binding: &TemplateContext<'_>) -> ApiResult<()> {
+    target.layout.write(binding).map(drop).map_err(|reason| {
+        ApiError::InvalidFields(vec![FieldError {
+            field: "params".to_owned(),
+            message: format!("the file cannot be written with these parameters: {reason}"),
+        }])
     })
 }
 
