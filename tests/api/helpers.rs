@@ -34,8 +34,12 @@ pub struct TestDb {
 
 /// Connects with test-friendly timeouts.
 pub fn database_settings(url: &str) -> changegate::config::DatabaseSettings {
+    // The wait for a pooled connection is the acquire timeout too: on a
+    // loaded machine (the soak beside a build) 2 s ran out while racing
+    // tasks held SQLite's one writer, and the test failed on the wait,
+    // not on what it checks.
     let (settings, _) = settings_from(&format!(
-        "[database]\nurl = {url:?}\nconnect_timeout = \"2s\"\nretry_max_interval = \"200ms\"\n"
+        "[database]\nurl = {url:?}\nconnect_timeout = \"10s\"\nretry_max_interval = \"200ms\"\n"
     ));
     settings.database
 }

@@ -6,6 +6,7 @@ mod idempotency;
 mod layers;
 mod reads;
 mod submit;
+mod typed_params;
 
 use std::sync::{Arc, Mutex};
 

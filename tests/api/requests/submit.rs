@@ -266,7 +266,7 @@ async fn subjects_and_targets_are_checked_against_the_catalog_and_the_caller() {
         )
         .await;
     assert_eq!(unknown.status(), 400);
-    let with_params = json!({ "targetKey": "team.access", "subjectId": "svc-1", "params": {"level": 2}, "reason": "x" });
+    let with_params = json!({ "targetKey": "team.access", "subjectId": "svc-1", "params": {"level": "2"}, "reason": "x" });
     assert_eq!(
         app.post_as("alice", "/api/v1/applications", &with_params)
             .await

@@ -255,6 +255,7 @@ mod merge_methods;
 mod pipeline_retry;
 mod project_settings;
 mod rate_limits;
+mod repository_files;
 pub(crate) mod soak;
 mod timeline_events;
 mod withdrawn;
