@@ -283,3 +283,7 @@ pub(super) fn anchor_schema_files(table: &mut toml::Table, base: &Path) {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "targets_tests.rs"]
+mod tests;
