@@ -78,6 +78,41 @@ async fn the_openapi_document_describes_every_route() {
     );
 }
 
+/// Every `$ref` anywhere in `value`.
+fn references(value: &Value, found: &mut Vec<String>) {
+    match value {
+        Value::Object(fields) => {
+            if let Some(Value::String(target)) = fields.get("$ref") {
+                found.push(target.clone());
+            }
+            fields.values().for_each(|field| references(field, found));
+        }
+        Value::Array(items) => items.iter().for_each(|item| references(item, found)),
+        _ => {}
+    }
+}
+
+#[tokio::test]
+async fn every_reference_in_the_document_names_a_schema_it_holds() {
+    let db = sqlite_db().await;
+    let app = requester_app(&db.url, "").await;
+    let document = document(&app).await;
+    let mut found = Vec::new();
+    references(&document, &mut found);
+    assert!(found.len() > 50, "the document refers to its schemas");
+    let schemas = &document["components"]["schemas"];
+    let dangling: HashSet<&str> = found
+        .iter()
+        .map(|target| {
+            target
+                .strip_prefix("#/components/schemas/")
+                .unwrap_or_else(|| panic!("a reference outside the schemas: {target}"))
+        })
+        .filter(|name| !schemas[name].is_object())
+        .collect();
+    assert!(dangling.is_empty(), "references to no schema: {dangling:?}");
+}
+
 #[tokio::test]
 async fn every_operation_is_unique_described_and_lists_its_errors_with_the_error_schema() {
     let db = sqlite_db().await;

@@ -10,7 +10,7 @@ use utoipa::openapi::security::{
     ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
 };
 use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr, Response, ResponseBuilder};
-use utoipa::{Modify, PartialSchema};
+use utoipa::{Modify, PartialSchema, ToSchema};
 
 use crate::http::error::ErrorBody;
 use crate::http::layers::RouteSpec;
@@ -31,6 +31,10 @@ impl Modify for SharedComponents {
         components
             .schemas
             .insert(ERROR_SCHEMA.to_owned(), ErrorBody::schema());
+        // The schemas the error schema refers to (a field error).
+        let mut referred = Vec::new();
+        <ErrorBody as ToSchema>::schemas(&mut referred);
+        components.schemas.extend(referred);
         components.add_security_scheme(
             PROXY_USER,
             SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
