@@ -16,7 +16,7 @@ use crate::db::operations::operations_by_ids;
 use crate::domain::StepStatus;
 use crate::files::layout::FileChange;
 use crate::store::StoreError;
-use crate::workflow::{bot, file_change, shared_action};
+use crate::workflow::{bot, file_change, removal_of, shared_action};
 use crate::write_tx;
 
 use super::runner::{MergeQueue, batch_branch};
@@ -54,10 +54,14 @@ impl MergeQueue {
         let gitlab = &self.workflow.gitlab;
         let project = batch.project.as_str();
         let target = settings.gitlab.target_branch.as_str();
+        // Only where each departed member's file is matters, never what it
+        // would render: taken out is what the target holds (plus the staying
+        // members' edits of a shared file), so even a member the
+        // configuration can no longer render is taken out.
         let departed_changes: Vec<FileChange> = operations_by_ids(db, &departed)
             .await?
             .iter()
-            .filter_map(|operation| file_change(settings, operation).ok())
+            .map(|operation| removal_of(settings, operation))
             .collect();
         // The members that stay keep their edits of the shared files the
         // departed ones edited too.
@@ -140,9 +144,18 @@ impl MergeQueue {
             let wanted = match shared_action(path, on_target.text(path), &edits) {
                 Ok(Some(action)) => action.content,
                 Ok(None) => on_target.text(path).map(str::to_owned),
-                // The staying edits were written once already: a target
-                // that cannot take them now fails the batch's merge, not this.
-                Err(_) => on_target.text(path).map(str::to_owned),
+                // A withdrawn member must never merge: its edit goes even
+                // when the staying ones can no longer be applied to the
+                // target's file; the merge's landed check then reports
+                // those as not landed.
+                Err(err) => {
+                    tracing::warn!(
+                        batch = batch.id,
+                        "taking withdrawn requests out of {path} drops the staying ones' edits too: {}",
+                        err.message
+                    );
+                    on_target.text(path).map(str::to_owned)
+                }
             };
             let now = on_branch.text(path);
             if wanted.as_deref() == now {

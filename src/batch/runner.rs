@@ -13,9 +13,10 @@ use crate::db::batches::{
     BatchChange, BatchRow, acquire_batch_lease, append_membership, frozen_by_operator, get_batch,
     live_members, release_batch_lease, runnable, stuck, update_batch,
 };
-use crate::db::operations::operations_by_ids;
+use crate::db::operations::{OperationRow, operations_by_ids};
 use crate::db::{Db, DbSlot};
 use crate::domain::{BindingStatus, IN_MERGE_QUEUE, StepStatus};
+use crate::files::layout::FileChange;
 use crate::store::{Change, MergeRequestRef, StoreError, move_members};
 use crate::workflow::{
     ChangeSet, MAX_DESCRIPTION_BYTES, OpenFailure, Opened, Round, Workflow, bot, file_change,
@@ -343,12 +344,23 @@ impl MergeQueue {
                 })
                 .await
             }
-            // Only the members editing that file fail; the others go on
-            // in the next round.
+            // Only the members whose edit cannot be applied fail; the
+            // others go on in the next round.
             Err(OpenFailure::Unwritable(unwritable)) => {
-                let unwritten: Vec<Unwritten> = operations
-                    .iter()
-                    .filter(|o| file_path_of(settings, o) == unwritable.path)
+                let named = |o: &&OperationRow| match (&unwritable.key, file_change(settings, o)) {
+                    (Some(key), Ok(FileChange::Key { path, key: own, .. })) => {
+                        path == unwritable.path && own == *key
+                    }
+                    _ => file_path_of(settings, o) == unwritable.path,
+                };
+                let mut failing: Vec<&OperationRow> = operations.iter().filter(named).collect();
+                // None named (the configuration moved the file since): the
+                // batch cannot be written at all, so none of it is.
+                if failing.is_empty() {
+                    failing = operations.iter().collect();
+                }
+                let unwritten: Vec<Unwritten> = failing
+                    .into_iter()
                     .map(|o| Unwritten {
                         operation_id: o.operation_id.clone(),
                         message: unwritable.message.clone(),

@@ -69,7 +69,43 @@ pub(super) fn targets(r: &mut Reader<'_>) -> BTreeMap<String, TargetSettings> {
         };
         catalog.insert(key.clone(), target);
     }
+    overlapping_edits(r, &catalog);
     catalog
+}
+
+/// Two targets whose keys in one shared file can meet (one the same as or
+/// inside the other, `{subject}` matching any name) would overwrite or
+/// remove each other's entries: an error on the later one.
+fn overlapping_edits(r: &mut Reader<'_>, catalog: &BTreeMap<String, TargetSettings>) {
+    let edits: Vec<(&String, &String, &Vec<String>)> = catalog
+        .iter()
+        .filter_map(|(name, target)| match &target.layout {
+            Layout::SharedKey { file, key, .. } => Some((name, file, key)),
+            Layout::FilePerBinding { .. } => None,
+        })
+        .collect();
+    for (at, (name, file, key)) in edits.iter().enumerate() {
+        if let Some((other, ..)) = edits[..at]
+            .iter()
+            .find(|(_, other_file, other_key)| other_file == file && keys_meet(key, other_key))
+        {
+            r.error(
+                &format!("targets.{name}.edit.key"),
+                format!(
+                    "can meet targets.{other}'s key in {file}: one would overwrite or remove the other's entries"
+                ),
+            );
+        }
+    }
+}
+
+/// Whether two key templates can name the same entry, or one an entry
+/// inside the other's.
+fn keys_meet(a: &[String], b: &[String]) -> bool {
+    let placeholder = |segment: &str| segment.contains('{');
+    a.iter()
+        .zip(b)
+        .all(|(x, y)| x == y || placeholder(x) || placeholder(y))
 }
 
 /// The schema from `params_schema`, `params_schema_file` or `params`, at
@@ -237,15 +273,26 @@ fn shared_key(
     }
 }
 
-/// The layout tried with the schema's example parameters: a template that
+/// The layout tried with example parameters of the schema: a template that
 /// fails or writes a file that does not parse is a configuration error, not
 /// a request refused later.
 fn tried(r: &mut Reader<'_>, key: &str, params: &ParamsSchema, layout: &Layout) {
-    let example = params.example();
+    // The smallest request (defaults, and the required parameters only)
+    // and the fullest (every parameter): a template that names an optional
+    // parameter without a default must not fail when it is left out.
+    for example in [params.minimal(), params.example()] {
+        if !tried_with(r, key, layout, &example) {
+            return;
+        }
+    }
+}
+
+/// `layout` tried with `example`; false after reporting its failure.
+fn tried_with(r: &mut Reader<'_>, key: &str, layout: &Layout, example: &serde_json::Value) -> bool {
     let binding = TemplateContext {
         subject: "example",
         target: key,
-        params: &example,
+        params: example,
         expires_at: None,
         operation_id: "00000000-0000-4000-8000-000000000000",
         requested_by: "example",
@@ -260,9 +307,11 @@ fn tried(r: &mut Reader<'_>, key: &str, params: &ParamsSchema, layout: &Layout) 
         };
         r.error(
             &format!("targets.{key}.{at}"),
-            format!("with the schema's example parameters {example}: {message}"),
+            format!("with the example parameters {example}: {message}"),
         );
+        return false;
     }
+    true
 }
 
 /// Makes every relative `params_schema_file` relative to `base`, the

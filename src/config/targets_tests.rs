@@ -87,15 +87,48 @@ fn a_template_that_fails_or_writes_what_does_not_parse_is_an_error_at_load() {
     // The example value of a string parameter is bare text: `a: b: example`.
     assert_error(
         "[targets.t]\npath = \"v/{subject}.yaml\"\ntemplate = \"a: b: {{ params.x }}\\n\"\n\
-         [targets.t.params_schema]\ntype = \"object\"\nproperties.x = { type = \"string\" }\n",
+         [targets.t.params_schema]\ntype = \"object\"\nrequired = [\"x\"]\nproperties.x = { type = \"string\" }\n",
         "targets.t.template",
         "not valid yaml",
     );
     assert!(errors(
         "[targets.t]\npath = \"v/{subject}.yaml\"\ntemplate = \"a: {{ params.x | tojson }}\\n\"\n\
-         [targets.t.params_schema]\ntype = \"object\"\nproperties.x = { type = \"string\" }\n",
+         [targets.t.params_schema]\ntype = \"object\"\nrequired = [\"x\"]\nproperties.x = { type = \"string\" }\n",
     )
     .is_empty());
+}
+
+#[test]
+fn a_template_that_fails_without_an_optional_parameter_is_an_error_at_load() {
+    assert_error(
+        "[targets.t]\npath = \"v/{subject}.yaml\"\n\
+         template = \"{% if params.debug %}debug: true{% endif %}\\nname: x\\n\"\n\
+         [targets.t.params_schema]\ntype = \"object\"\nproperties.debug = { type = \"boolean\" }\n",
+        "targets.t.template",
+        "undefined",
+    );
+}
+
+#[test]
+fn two_targets_whose_keys_in_one_file_can_meet_are_an_error() {
+    for (a, b) in [
+        ("pools.{subject}", "pools.{subject}"),
+        ("pools.{subject}", "pools.{subject}.replica"),
+        ("pools.{subject}", "pools.reports"),
+    ] {
+        assert_error(
+            &format!(
+                "[targets.a]\nedit = {{ file = \"p.toml\", key = \"{a}\" }}\n\
+                 [targets.b]\nedit = {{ file = \"p.toml\", key = \"{b}\" }}\n"
+            ),
+            "targets.b.edit.key",
+            "can meet targets.a's key in p.toml",
+        );
+    }
+    let apart = "[targets.a]\nedit = { file = \"p.toml\", key = \"pools.{subject}\" }\n\
+                 [targets.b]\nedit = { file = \"p.toml\", key = \"caches.{subject}\" }\n\
+                 [targets.c]\nedit = { file = \"q.toml\", key = \"pools.{subject}\" }\n";
+    assert!(errors(apart).is_empty(), "{:?}", errors(apart));
 }
 
 #[test]

@@ -124,6 +124,31 @@ impl ParamsSchema {
         example_of(&self.schema)
     }
 
+    /// The smallest request the schema admits, for trying a template with:
+    /// the defaults, and a value of its kind for each required parameter
+    /// without one; optional parameters without a default are left out.
+    pub fn minimal(&self) -> Value {
+        let mut value = json!({});
+        fill_defaults(&self.schema, &mut value);
+        if let (
+            Some(Value::Array(required)),
+            Some(Value::Object(properties)),
+            Value::Object(fields),
+        ) = (
+            self.schema.get("required"),
+            self.schema.get("properties"),
+            &mut value,
+        ) {
+            for name in required.iter().filter_map(Value::as_str) {
+                if !fields.contains_key(name) {
+                    let example = properties.get(name).map_or(json!("example"), example_of);
+                    fields.insert(name.to_owned(), example);
+                }
+            }
+        }
+        value
+    }
+
     /// `params` with the schema's defaults filled in, when it passes the
     /// schema; else every failure, each naming its field.
     pub fn check(&self, params: &Value) -> Result<Value, Vec<FieldError>> {
@@ -444,6 +469,21 @@ mod tests {
                 "limits": { "burst": 5 }
             })
         );
+    }
+
+    #[test]
+    fn the_smallest_request_has_the_defaults_and_the_required_parameters_only() {
+        let schema = ParamsSchema::compile(json!({
+            "type": "object",
+            "required": ["team"],
+            "properties": {
+                "team": { "type": "string" },
+                "size": { "type": "integer", "default": 3 },
+                "debug": { "type": "boolean" }
+            }
+        }))
+        .expect("valid");
+        assert_eq!(schema.minimal(), json!({ "team": "example", "size": 3 }));
     }
 
     #[test]

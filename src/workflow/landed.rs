@@ -31,6 +31,8 @@ pub(crate) struct Held {
 pub(crate) struct Unwritable {
     /// The file.
     pub path: String,
+    /// The key whose edit failed; none: the whole file.
+    pub key: Option<Vec<String>>,
     /// Why, naming the file.
     pub message: String,
 }
@@ -121,17 +123,21 @@ pub(crate) fn shared_action(
     let Some(FileChange::Key { format, .. }) = changes.first() else {
         return Ok(None);
     };
-    let edits: Vec<(&[String], Option<&serde_json::Value>)> = changes
-        .iter()
-        .filter_map(|change| match change {
-            FileChange::Key { key, value, .. } => Some((key.as_slice(), value.as_ref())),
-            FileChange::Whole { .. } => None,
-        })
-        .collect();
-    let next = edited(*format, current, &edits).map_err(|reason| Unwritable {
-        path: path.to_owned(),
-        message: format!("{path} cannot be edited: {reason}"),
-    })?;
+    // One edit at a time, so a failure names the one edit (and request)
+    // that cannot be applied, not every request of the file.
+    let mut next = current.map(str::to_owned);
+    for change in changes {
+        let FileChange::Key { key, value, .. } = change else {
+            continue;
+        };
+        next = edited(*format, next.as_deref(), &[(key, value.as_ref())]).map_err(|reason| {
+            Unwritable {
+                path: path.to_owned(),
+                key: Some(key.clone()),
+                message: format!("{path} cannot be edited at {}: {reason}", key.join(".")),
+            }
+        })?;
+    }
     Ok(match (current, next) {
         (Some(now), Some(next)) if now == next => None,
         (Some(_), Some(next)) => Some(FileAction {

@@ -85,6 +85,14 @@ pub(crate) fn file_change(
     })
 }
 
+/// What removing the operation's binding does to the repository: its
+/// file deleted or its key removed. Needs no rendering, so it never fails.
+pub(crate) fn removal_of(settings: &Settings, operation: &OperationRow) -> FileChange {
+    with_layout(settings, operation, |layout| {
+        layout.remove(&operation.target_key, &operation.subject_id)
+    })
+}
+
 /// The file the operation's binding lives in.
 pub(crate) fn file_path_of(settings: &Settings, operation: &OperationRow) -> String {
     with_layout(settings, operation, |layout| {
@@ -221,6 +229,7 @@ impl Workflow {
         let change = file_change(settings, operation).map_err(|reason| {
             OpenFailure::Unwritable(Unwritable {
                 path: file_path_of(settings, operation),
+                key: None,
                 message: format!("the file cannot be rendered: {reason}"),
             })
         })?;
@@ -342,9 +351,12 @@ impl Workflow {
         let at = mr
             .landed_at()
             .ok_or_else(|| GitLabError::Decode(format!("merged MR !{} names no commit", mr.iid)))?;
-        // Rendered when the MR was opened; a configuration changed since
-        // that can no longer render it cannot say what landed either.
-        let rendered = file_change(settings, operation).map_err(GitLabError::Decode)?;
+        // Rendered again with the configuration as it is now (what was
+        // committed is not kept): a configuration that can no longer render
+        // it cannot show that it landed, as in a batch.
+        let Ok(rendered) = file_change(settings, operation) else {
+            return Ok(false);
+        };
         let change = [(operation.operation_id.clone(), rendered)];
         Ok(self
             .not_landed(settings, project, at, &change)

@@ -26,13 +26,23 @@ pub(crate) struct ChangeSet {
     pub changes: Vec<FileChange>,
 }
 
+impl ChangeSet {
+    /// Whether any change edits a key of a shared file (whose other
+    /// entries are other people's).
+    fn edits_shared_files(&self) -> bool {
+        self.changes
+            .iter()
+            .any(|change| matches!(change, FileChange::Key { .. }))
+    }
+}
+
 /// Why a change could not be opened.
 #[derive(Debug)]
 pub(crate) enum OpenFailure {
     /// A GitLab call failed.
     GitLab(GitLabError),
-    /// A shared file on the branch cannot take the change's edits: nothing
-    /// was committed.
+    /// A file cannot be written as the change says (its rendering failed,
+    /// or a shared file cannot take its edits): nothing was committed.
     Unwritable(Unwritable),
 }
 
@@ -120,6 +130,14 @@ impl Workflow {
             .create_branch(token, project, branch, base)
             .await
         {
+            // The branch starts at the target's head as it is now, which may
+            // have moved since it was read: a shared file is read again from
+            // the branch, so an entry someone wrote in between is kept, not
+            // written back over with the copy read before.
+            Ok(()) if change.edits_shared_files() => {
+                self.still_missing(token, project, branch, &change.changes)
+                    .await?
+            }
             Ok(()) => needed,
             // From an earlier run (GitLab: 400 "Branch already exists"),
             // which may have committed some or all of the files.

@@ -251,7 +251,7 @@ fn validate(
 /// template that fails, or output that does not parse as the target's
 /// format, refuses the request now, before approval, never a file GitLab
 /// would receive broken.
-pub fn writable(target: &TargetSettings, binding: &TemplateContext<'_>) -> ApiResult<()> {
+fn writable(target: &TargetSettings, binding: &TemplateContext<'_>) -> ApiResult<()> {
     target.layout.write(binding).map(drop).map_err(|reason| {
         ApiError::InvalidFields(vec![FieldError {
             field: "params".to_owned(),

@@ -4,7 +4,9 @@
 //! entries stay as people wrote them.
 
 use changegate::files::document::{FileFormat, parse, value_at};
-use changegate_sim::gitlab::{Endpoint, MrState};
+use std::time::Duration;
+
+use changegate_sim::gitlab::{Endpoint, Fault, FaultKind, MrState};
 use serde_json::{Value, json};
 
 use super::batched::{approve_all, manual_rounds, rounds_until_settled, view};
@@ -258,6 +260,71 @@ async fn an_edit_someone_else_makes_before_the_commit_is_kept_not_overwritten() 
         assert_eq!(
             pool(&w, "reports"),
             Some(json!({ "size": 14, "mode": "read" }))
+        );
+        assert_eq!(
+            pool(&w, "payments"),
+            Some(json!({ "size": 40, "mode": "read" }))
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_edit_that_lands_between_the_read_of_the_target_and_the_new_branch_is_kept() {
+    for test_db in each_backend().await {
+        let w = world_with(&test_db.url, options()).await;
+        w.gitlab
+            .push(
+                w.project,
+                w.users[0],
+                "main",
+                &[("config/pools.toml", Some(POOLS))],
+            )
+            .unwrap();
+        let id = apply(&w, "team.pools", "payments", json!({ "size": 40 })).await;
+        approve_all(&w, std::slice::from_ref(&id)).await;
+        // The round's read of the shared file on main is answered late;
+        // the hand edit lands after the read, before the branch is made.
+        w.gitlab.inject(Fault::new(
+            Endpoint::GetRawFile,
+            FaultKind::Slow(Duration::from_secs(2)),
+        ));
+        let edited = POOLS.replace("size = 12", "size = 14 # raised for the quarter's close");
+        let run_body = json!({});
+        let round = w.app.post_as("admin", "/admin/v1/batches/run", &run_body);
+        let hand_edit = async {
+            while !w
+                .gitlab
+                .requests()
+                .iter()
+                .any(|r| r.endpoint == Endpoint::GetRawFile)
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            w.gitlab
+                .push(
+                    w.project,
+                    w.users[0],
+                    "main",
+                    &[("config/pools.toml", Some(&edited))],
+                )
+                .unwrap();
+        };
+        let (ran, ()) = tokio::join!(round, hand_edit);
+        assert_eq!(ran.status(), 200);
+        let views = rounds_until_settled(&w, std::slice::from_ref(&id)).await;
+        assert_eq!(
+            views[0]["status"], "VALIDATED",
+            "{}: {}",
+            test_db.name, views[0]
+        );
+        let text = w
+            .gitlab
+            .file(w.project, "main", "config/pools.toml")
+            .unwrap();
+        assert!(
+            text.starts_with(&edited),
+            "{}: the hand edit is kept:\n{text}",
+            test_db.name
         );
         assert_eq!(
             pool(&w, "payments"),
