@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use changegate::batch::{Claimed, claim_batch};
+use changegate::batch::{Claimed, Room, claim_batch};
 use changegate::config::resolve::FlowOrder;
 use changegate::config::{Settings, source};
 use changegate::db::batch_queue::enqueue;
@@ -69,7 +69,11 @@ async fn measure(name: &str, url: &str) {
     for round in 0..ROUNDS {
         waiting(&db, round).await;
         let started = Instant::now();
-        let claimed = claim_batch(&db, "", MEMBERS as u32).await.expect("claim");
+        let room = Room {
+            members: MEMBERS as u32,
+            in_flight: 1,
+        };
+        let claimed = claim_batch(&db, "", room).await.expect("claim");
         times.push(started.elapsed());
         assert!(matches!(claimed, Claimed::Batch { ref members, .. } if members.len() == MEMBERS));
         let mut tx = db.begin().await.expect("begin");

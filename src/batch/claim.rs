@@ -1,10 +1,12 @@
 //! One claim: the waiting requests of a partition become one batch, in one
 //! short transaction (SPEC §7):
 //!
-//! 1. insert the batch, taking the partition's slot (I1); a duplicate key
-//!    means "occupied", and so does an InnoDB deadlock or lock-wait timeout
-//!    on that insert, which concurrent slot inserts produce instead of clean
-//!    duplicate-key errors: a normal answer, tried again next round;
+//! 1. insert the batch at the next place of the partition's train, when the
+//!    train has fewer than `batch.max_in_flight` batches (I1: with 1, the
+//!    partition's one active batch); a duplicate key on the place means
+//!    "occupied", and so does an InnoDB deadlock or lock-wait timeout on that
+//!    insert, which concurrent inserts produce instead of clean duplicate-key
+//!    errors: a normal answer, tried again next round;
 //! 2. a plain (non-locking) read of the oldest waiting requests, created
 //!    before the database's now, so enqueues never wait (I3);
 //! 3. the batch's number, the next of its project's (the counter row stays
@@ -21,7 +23,8 @@
 //! slot is data (the batch's status), not a lock.
 
 use crate::db::batch_queue::{claim, next_batch_number, oldest_waiting, waiting_group};
-use crate::db::batches::{append_membership, describe_batch, insert_batch};
+use crate::db::batches::{append_membership, describe_batch};
+use crate::db::train::{insert_car, places_taken};
 use crate::db::{Db, is_retryable_conflict, is_unique_violation, retrying};
 use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, StoreError, StoreTx, move_members};
@@ -38,7 +41,7 @@ pub enum Claimed {
         /// Its operations.
         members: Vec<String>,
     },
-    /// The partition has an active batch.
+    /// The partition's train is full, or its next place was just taken.
     SlotOccupied,
     /// Nothing was waiting.
     Empty,
@@ -46,15 +49,26 @@ pub enum Claimed {
     Raced,
 }
 
-/// Claims up to `max` waiting requests of `partition_key` into a new batch.
-/// A claim that lost a lock race is tried again whole.
-pub async fn claim_batch(db: &Db, partition_key: &str, max: u32) -> Result<Claimed, StoreError> {
-    retrying(|| claim_once(db, partition_key, max)).await
+/// How big a batch may be, and how many may be in flight at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Room {
+    /// At most this many members (`batch.max_requests`).
+    pub members: u32,
+    /// At most this many active batches in the partition's train
+    /// (`batch.max_in_flight`).
+    pub in_flight: u32,
 }
 
-async fn claim_once(db: &Db, partition_key: &str, max: u32) -> Result<Claimed, StoreError> {
+/// Claims up to `room.members` waiting requests of `partition_key` into a
+/// new batch at the back of its train. A claim that lost a lock race is
+/// tried again whole.
+pub async fn claim_batch(db: &Db, partition_key: &str, room: Room) -> Result<Claimed, StoreError> {
+    retrying(|| claim_once(db, partition_key, room)).await
+}
+
+async fn claim_once(db: &Db, partition_key: &str, room: Room) -> Result<Claimed, StoreError> {
     let mut tx = StoreTx::begin(db).await?;
-    match claim_in(&mut tx, partition_key, max).await {
+    match claim_in(&mut tx, partition_key, room).await {
         Ok(Claimed::Batch {
             id,
             number,
@@ -90,9 +104,13 @@ async fn claim_once(db: &Db, partition_key: &str, max: u32) -> Result<Claimed, S
 pub async fn claim_in(
     tx: &mut StoreTx,
     partition_key: &str,
-    max: u32,
+    room: Room,
 ) -> Result<Claimed, StoreError> {
-    let batch_id = match insert_batch(tx.db(), partition_key).await {
+    let (active, last) = places_taken(tx.db(), partition_key).await?;
+    if active >= i64::from(room.in_flight.max(1)) {
+        return Ok(Claimed::SlotOccupied);
+    }
+    let batch_id = match insert_car(tx.db(), partition_key, last + 1).await {
         Ok(id) => id,
         Err(err) if is_unique_violation(&err) || is_retryable_conflict(&err) => {
             return Ok(Claimed::SlotOccupied);
@@ -107,7 +125,7 @@ pub async fn claim_in(
         partition_key,
         &first.project,
         &first.split_group,
-        max.max(1),
+        room.members.max(1),
     )
     .await?;
     let ids: Vec<i64> = waiting.iter().map(|w| w.id).collect();

@@ -72,6 +72,7 @@ pub fn describe_metrics() {
         metrics::counter!("changegate_batches_finished_total", "outcome" => ended.label())
             .increment(0);
     }
+    super::train::describe_train_metrics();
     for round in ["claim", "drive"] {
         metrics::counter!("changegate_merge_queue_round_failures_total", "round" => round)
             .increment(0);

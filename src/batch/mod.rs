@@ -11,10 +11,12 @@ mod outcome;
 mod runner;
 mod settle;
 mod traced;
+mod train;
+mod turn;
 mod unwritable;
 mod writes;
 
-pub use claim::{Claimed, claim_batch, claim_in};
+pub use claim::{Claimed, Room, claim_batch, claim_in};
 pub use enqueue::{apply_decision, partition_of};
 pub use metrics::{count_round_failure, describe_metrics};
 pub use runner::{ClaimError, MergeQueue, NotNow};

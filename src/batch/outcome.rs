@@ -21,6 +21,7 @@ use crate::write_tx;
 use super::metrics::Ended;
 use super::noted::note_members;
 use super::runner::{ACTOR, IN_FLIGHT, MergeQueue, batch_branch};
+use super::train::{Behind, Rebuild};
 
 impl MergeQueue {
     /// Merged: the batch SUCCEEDED and every member is MERGED, together,
@@ -256,6 +257,11 @@ impl MergeQueue {
             StepStatus::CreatePipelineFailed | StepStatus::HandleRebaseConflict
         );
         let bisect = splittable && ids.len() > 1 && depth < settings.batch.max_split_depth as usize;
+        let behind = Behind::of(db, &batch).await?;
+        let behind_message = format!(
+            "merge batch #{} ahead failed: built again without it",
+            batch.shown_number()
+        );
         let written = write_tx!(db, |tx| {
             let failed = BatchChange {
                 status: Some("FAILED"),
@@ -265,6 +271,9 @@ impl MergeQueue {
             if update_batch(tx.db(), batch.id, batch.version, &failed).await? != 1 {
                 return Ok(false);
             }
+            behind
+                .send_back(tx, Rebuild::AheadFailed, &behind_message)
+                .await?;
             note_members(tx, &ids, noted).await?;
             if bisect {
                 let (first, second) = ids.split_at(ids.len() / 2);

@@ -23,9 +23,10 @@ use crate::workflow::{
     file_path_of, head_pipeline_run, rebasing_event,
 };
 
-use super::claim::{Claimed, claim_batch};
+use super::claim::{Claimed, Room, claim_batch};
 use super::fit::{MAX_COMMIT_BYTES, changes_that_fit, members_that_fit};
 use super::metrics::Ended;
+use super::train::{MergeMethods, Turn};
 use super::unwritable::Unwritten;
 use crate::write_tx;
 
@@ -43,6 +44,7 @@ pub struct MergeQueue {
     pub(super) config: LiveConfig,
     pub(super) workflow: Workflow,
     pub(super) owner: Arc<str>,
+    pub(super) methods: Arc<MergeMethods>,
 }
 
 /// Why a round may not start.
@@ -64,6 +66,7 @@ impl MergeQueue {
             config,
             workflow,
             owner: Arc::from(format!("merge-queue-{}", uuid::Uuid::new_v4())),
+            methods: Arc::default(),
         }
     }
 
@@ -91,10 +94,23 @@ impl MergeQueue {
         if settings.batch.freeze || frozen_by_operator(db).await.map_err(StoreError::from)? {
             return Err(ClaimError::NotNow(NotNow::Frozen));
         }
+        let room = Room {
+            members: settings.batch.max_requests,
+            in_flight: settings.batch.max_in_flight,
+        };
         let mut claimed = Vec::new();
         // The lock-free pre-check: no waiting request, no transaction.
         for partition in waiting_partitions(db).await.map_err(StoreError::from)? {
-            claimed.push(claim_batch(db, &partition, settings.batch.max_requests).await?);
+            // A train takes as many new batches as it has room for (halves
+            // of a failed batch are groups of their own, so each is one).
+            for _ in 0..room.in_flight.max(1) {
+                let claim = claim_batch(db, &partition, room).await?;
+                let more = matches!(claim, Claimed::Batch { .. });
+                claimed.push(claim);
+                if !more {
+                    break;
+                }
+            }
         }
         Ok(claimed)
     }
@@ -158,24 +174,24 @@ impl MergeQueue {
         }
         let gitlab = &self.workflow.gitlab;
         match (batch.phase.as_str(), batch.mr_iid) {
-            ("OPENING", _) => self.open(db, settings, &batch).await,
+            ("OPENING", _) => match self.footing(db, settings, token, &batch).await? {
+                Turn::Go(batch) => self.open(db, settings, &batch).await,
+                Turn::Wait => Ok(()),
+            },
+            ("PASSED", Some(_)) => self.take_turn(db, &batch).await,
             ("PIPELINE", Some(iid)) => match gitlab.merge_request(token, &batch.project, iid).await
             {
                 Ok(mr) if mr.state == "merged" => self.succeed(db, &batch, Some(&mr), &[]).await,
                 Ok(mr) => match mr.head_pipeline.as_ref().map(|p| p.status.as_str()) {
-                    Some("success") => {
-                        let change = BatchChange {
-                            phase: Some("MERGING"),
-                            ..BatchChange::default()
-                        };
-                        let message =
-                            format!("merge batch #{}: pipeline passed", batch.shown_number());
-                        let noted = head_pipeline_run(&mr);
-                        let to = (BindingStatus::Merging, StepStatus::HandleStarted);
-                        self.advance(db, &batch, &change, noted.as_slice(), to, &message)
-                            .await
-                    }
+                    Some("success") => self.passed(db, &batch, &mr).await,
                     Some("failed" | "canceled") => {
+                        if let Some(ahead) = self.unproven_ahead(db, &batch).await? {
+                            let why = format!(
+                                "its pipeline failed; waiting for the pipeline of batch #{} ahead, on which it was built, before deciding whose change failed it",
+                                ahead.shown_number()
+                            );
+                            return self.poll(db, &batch, Some(why)).await;
+                        }
                         let message = format!("the pipeline of batch MR !{iid} failed");
                         let step = StepStatus::CreatePipelineFailed;
                         let noted = head_pipeline_run(&mr);
@@ -195,6 +211,9 @@ impl MergeQueue {
                 }
             },
             ("MERGING", Some(iid)) => {
+                if !self.on_its_footing(db, settings, token, &batch).await? {
+                    return Ok(());
+                }
                 let mut noted = Vec::new();
                 let project = &batch.project;
                 let round = self
@@ -295,6 +314,7 @@ impl MergeQueue {
         }
         let change = ChangeSet {
             branch: batch_branch(batch),
+            start: batch.base_sha.clone(),
             title: format!(
                 "changegate: merge batch #{} ({} changes)",
                 batch.shown_number(),
@@ -314,6 +334,7 @@ impl MergeQueue {
                 let opened = BatchChange {
                     phase: Some("PIPELINE"),
                     mr: Some((mr.iid, url)),
+                    head: mr.sha.as_deref(),
                     ..BatchChange::default()
                 };
                 let message = format!(
@@ -496,9 +517,21 @@ pub enum ClaimError {
 /// and keeps the branch it named by id. Once the MR is open, its own
 /// `source_branch` says which branch it is.
 pub(super) fn batch_branch(batch: &BatchRow) -> String {
-    match batch.number {
+    build_branch(batch, batch.rebuilds)
+}
+
+/// The branch of a batch's build `rebuilds` (0: its first): each build of
+/// a train's batch has a branch of its own, so an MR of an earlier build
+/// is never adopted by a later one.
+pub(super) fn build_branch(batch: &BatchRow, rebuilds: i32) -> String {
+    let first = match batch.number {
         Some(number) => format!("changegate/merge-batch-{number}"),
         None => format!("changegate/batch-{}", batch.id),
+    };
+    if rebuilds > 0 {
+        format!("{first}-r{rebuilds}")
+    } else {
+        first
     }
 }
 
@@ -512,6 +545,11 @@ mod tests {
             number,
             status: "RUNNING".to_owned(),
             partition_key: String::new(),
+            train_position: 1,
+            ahead_batch_id: None,
+            base_sha: None,
+            head_sha: None,
+            rebuilds: 0,
             project: "config/repo".to_owned(),
             split_group: String::new(),
             phase: "OPENING".to_owned(),
@@ -535,6 +573,10 @@ mod tests {
             "changegate/merge-batch-7"
         );
         assert_eq!(batch_branch(&batch(30, None)), "changegate/batch-30");
+        assert_eq!(
+            build_branch(&batch(30, Some(7)), 2),
+            "changegate/merge-batch-7-r2"
+        );
         assert_eq!(batch(30, None).shown_number(), 30);
     }
 }

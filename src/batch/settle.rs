@@ -15,6 +15,7 @@ use crate::write_tx;
 use super::metrics::Ended;
 use super::outcome::fail_members;
 use super::runner::{ACTOR, IN_FLIGHT, MergeQueue, SETTLE_TRIES};
+use super::train::{Behind, Rebuild};
 
 impl MergeQueue {
     /// Settles a batch that must not keep its slot (the timeout sweep, or an
@@ -83,6 +84,11 @@ impl MergeQueue {
             "batch #{} was settled ({reason}), the {max_attempts}th batch of this request without an end; last error: {last_error}",
             batch.shown_number()
         );
+        let behind = Behind::of(db, &batch).await?;
+        let behind_message = format!(
+            "merge batch #{} ahead was settled: built again without it",
+            batch.shown_number()
+        );
         // A claim racing for the slot may make InnoDB pick this transaction
         // as a deadlock victim: it is then written again, whole.
         let written = write_tx!(db, |tx| {
@@ -94,6 +100,9 @@ impl MergeQueue {
             if update_batch(tx.db(), batch.id, batch.version, &failed).await? != 1 {
                 return Ok(None);
             }
+            behind
+                .send_back(tx, Rebuild::AheadFailed, &behind_message)
+                .await?;
             let exhausted = exhausted_members(tx.db(), batch.id, max_attempts).await?;
             let (exhausted, again): (Vec<String>, Vec<String>) =
                 ids.iter().cloned().partition(|id| exhausted.contains(id));

@@ -256,6 +256,7 @@ pub fn effective(settings: &Settings) -> EffectiveConfig {
             "timeout": duration(s.batch.timeout),
             "maxSplitDepth": s.batch.max_split_depth,
             "partitionByProject": s.batch.partition_by_project,
+            "maxInFlight": s.batch.max_in_flight,
             "maxAttempts": s.batch.max_attempts,
         }),
         webhooks: json!({

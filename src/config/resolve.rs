@@ -492,6 +492,37 @@ pub fn positive_count(raw: Option<&Value>, default: u32) -> Resolved<u32> {
     }
 }
 
+/// The deepest merge train `batch.max_in_flight` may ask for: GitLab's own
+/// merge trains run at most 20 pipelines at once
+/// (doc/ci/pipelines/merge_trains.md).
+pub const MAX_TRAIN_DEPTH: u32 = 20;
+
+/// `batch.max_in_flight`: how many batches of one partition may be in
+/// flight at once, each tested on top of the ones ahead (default 4, 1–20).
+/// Out of range is brought into range, and anything else is the default:
+/// a typo slows the queue or speeds it up, it never stops it.
+pub fn train_depth(raw: Option<&Value>) -> Resolved<u32> {
+    const DEFAULT: u32 = 4;
+    match raw {
+        None => Resolved::ok(DEFAULT),
+        Some(Value::Integer(n)) if *n < 1 => {
+            Resolved::warn(1, format!("{n} is below 1; 1 batch in flight"))
+        }
+        Some(Value::Integer(n)) if *n > i64::from(MAX_TRAIN_DEPTH) => Resolved::warn(
+            MAX_TRAIN_DEPTH,
+            format!("{n} is above the maximum; {MAX_TRAIN_DEPTH} batches in flight"),
+        ),
+        Some(Value::Integer(n)) => Resolved::ok(u32::try_from(*n).unwrap_or(DEFAULT)),
+        Some(other) => Resolved::warn(
+            DEFAULT,
+            format!(
+                "{} is not a number; {DEFAULT} batches in flight",
+                describe(other)
+            ),
+        ),
+    }
+}
+
 #[cfg(test)]
 #[path = "resolve_tests.rs"]
 mod tests;

@@ -306,6 +306,22 @@ fn approval_retries_are_bounded() {
 }
 
 #[test]
+fn the_train_depth_is_brought_into_range() {
+    check(
+        train_depth,
+        vec![
+            ("missing", None, 4, false),
+            ("valid", i(7), 7, false),
+            ("one", i(1), 1, false),
+            ("zero", i(0), 1, true),
+            ("huge", i(64), MAX_TRAIN_DEPTH, true),
+            ("typo", s("four"), 4, true),
+            ("wrong type", b(true), 4, true),
+        ],
+    );
+}
+
+#[test]
 fn webhook_silent_mode_errs_towards_silence() {
     check(
         webhook_silent,

@@ -77,6 +77,7 @@ pub(super) const SCHEMA: &[(&str, Option<&[&str]>)] = &[
             "timeout",
             "max_split_depth",
             "partition_by_project",
+            "max_in_flight",
             "max_attempts",
         ]),
     ),

@@ -226,6 +226,10 @@ pub struct BatchSettings {
     /// `partition_by_project`, default false: one active batch per GitLab
     /// project instead of one in all.
     pub partition_by_project: bool,
+    /// `max_in_flight`, default 4 (1–20): how many batches of one partition
+    /// are in flight at once, a merge train, each tested on top of the ones
+    /// ahead of it and merged in order; 1 is one batch at a time.
+    pub max_in_flight: u32,
     /// `max_attempts`, default 3: how many batches a request may be in
     /// that end without merging or failing (settled, for example when
     /// GitLab never answered) before it fails with the last batch's error.
@@ -474,6 +478,10 @@ impl Settings {
             partition_by_project: r.resolved(
                 "batch.partition_by_project",
                 resolve::flag(r.get("batch", "partition_by_project"), false),
+            ),
+            max_in_flight: r.resolved(
+                "batch.max_in_flight",
+                resolve::train_depth(r.get("batch", "max_in_flight")),
             ),
             max_attempts: r.resolved(
                 "batch.max_attempts",

@@ -24,8 +24,22 @@ pub struct BatchRow {
     pub number: Option<i64>,
     /// `RUNNING`, `SUCCEEDED`, `FAILED` or `BLOCKED`.
     pub status: String,
-    /// The partition whose slot it holds.
+    /// The partition whose train it is in.
     pub partition_key: String,
+    /// Its place in its partition's train: unique among the partition's
+    /// active batches, the front's the smallest (migration 0021).
+    pub train_position: i64,
+    /// The batch of the same project it was built on, if it was built on
+    /// one (its branch starts at that batch's head).
+    pub ahead_batch_id: Option<i64>,
+    /// The commit its branch starts from: the head of the batch ahead, or
+    /// the target branch's head (`None` for a batch opened one at a time).
+    pub base_sha: Option<String>,
+    /// The head its MR was opened with: what its pipeline tests.
+    pub head_sha: Option<String>,
+    /// How often it was built again (the batch ahead failed, or the target
+    /// branch moved); each build has a branch of its own.
+    pub rebuilds: i32,
     /// The GitLab project of its MR.
     pub project: String,
     /// The half of a failed batch it retries (`""` for a first try).
@@ -54,7 +68,8 @@ pub struct BatchRow {
     pub updated_at: NaiveDateTime,
 }
 
-const COLUMNS: &str = "id, number, status, partition_key, project, split_group, phase, mr_iid, mr_url, \
+const COLUMNS: &str = "id, number, status, partition_key, train_position, ahead_batch_id, base_sha, \
+    head_sha, rebuilds, project, split_group, phase, mr_iid, mr_url, \
     merge_sha, merge_commit_sha, polls, message, obstacle, version, created_at, updated_at";
 
 impl BatchRow {
@@ -86,20 +101,7 @@ fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Takes the partition's slot: a new RUNNING batch. A duplicate key (or, on
-/// InnoDB, a deadlock or lock wait over the slot) is the caller's "occupied".
-pub async fn insert_batch(tx: &mut DbTx, partition_key: &str) -> Result<i64, sqlx::Error> {
-    let sql = "INSERT INTO merge_batch (status, partition_key, project) VALUES ('RUNNING', ?, '')";
-    with_tx!(tx, |conn| {
-        sqlx::query(sql)
-            .bind(partition_key)
-            .execute(&mut *conn)
-            .await
-            .map(|done| done.last_insert_id_of())
-    })
-}
-
-/// What [`insert_batch`] needs from either backend's query result.
+/// What an insert needs from either backend's query result: the id.
 pub(super) trait LastInsertId {
     /// The id the insert generated.
     fn last_insert_id_of(&self) -> i64;
@@ -354,6 +356,8 @@ pub struct BatchChange<'a> {
     pub phase: Option<&'a str>,
     /// The MR, once opened.
     pub mr: Option<(i64, Option<&'a str>)>,
+    /// The head the MR was opened with (what its pipeline tests).
+    pub head: Option<&'a str>,
     /// The merged head.
     pub merge_sha: Option<&'a str>,
     /// The merge commit.
@@ -395,6 +399,7 @@ pub async fn update_batch(
         ("phase", change.phase.is_some()),
         ("mr_iid", change.mr.is_some()),
         ("mr_url", change.mr.is_some()),
+        ("head_sha", change.head.is_some()),
         ("merge_sha", change.merge_sha.is_some()),
         ("merge_commit_sha", change.merge_commit_sha.is_some()),
         ("message", change.message.is_some()),
@@ -417,6 +422,9 @@ pub async fn update_batch(
         }
         if let Some((iid, url)) = change.mr {
             query = query.bind(iid).bind(url);
+        }
+        if let Some(head) = change.head {
+            query = query.bind(head);
         }
         if let Some(sha) = change.merge_sha {
             query = query.bind(sha);

@@ -36,6 +36,7 @@ pub mod script;
 pub mod settle_counts;
 pub mod statement;
 pub mod timeline_events;
+pub mod train;
 mod tx;
 pub mod webhook_claims;
 pub mod webhook_deliveries;

@@ -234,6 +234,7 @@ impl Workflow {
             })
         })?;
         let change = ChangeSet {
+            start: None,
             branch: branch_of(operation),
             title: commit_title(operation),
             description: format!(

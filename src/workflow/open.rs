@@ -18,6 +18,11 @@ use crate::files::layout::FileChange;
 pub(crate) struct ChangeSet {
     /// The source branch.
     pub branch: String,
+    /// The commit the branch starts from, when not the target branch's
+    /// head as it is when the branch is made: a merge train's batch starts
+    /// at the head of the batch ahead (or the target head it read), so its
+    /// pipeline tests what the target branch will hold.
+    pub start: Option<String>,
     /// Commit message and MR title.
     pub title: String,
     /// The MR's description.
@@ -33,6 +38,13 @@ impl ChangeSet {
         self.changes
             .iter()
             .any(|change| matches!(change, FileChange::Key { .. }))
+    }
+
+    /// Whether what the commit must write is read from the new branch, not
+    /// from the target: a shared file's other entries may have moved, and
+    /// a branch started elsewhere holds what the batches ahead wrote.
+    fn reads_its_branch(&self) -> bool {
+        self.start.is_some() || self.edits_shared_files()
     }
 }
 
@@ -125,16 +137,17 @@ impl Workflow {
         if needed.is_empty() {
             return Ok(Opened::AlreadyInPlace);
         }
+        let start = change.start.as_deref().unwrap_or(base);
         let actions = match self
             .gitlab
-            .create_branch(token, project, branch, base)
+            .create_branch(token, project, branch, start)
             .await
         {
             // The branch starts at the target's head as it is now, which may
             // have moved since it was read: a shared file is read again from
             // the branch, so an entry someone wrote in between is kept, not
             // written back over with the copy read before.
-            Ok(()) if change.edits_shared_files() => {
+            Ok(()) if change.reads_its_branch() => {
                 self.still_missing(token, project, branch, &change.changes)
                     .await?
             }

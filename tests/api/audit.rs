@@ -10,7 +10,7 @@ use changegate::db::webhook_deliveries::list_for_endpoint;
 use changegate::webhooks::relay;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, each_backend};
+use crate::helpers::{TestApp, each_backend, one_at_a_time};
 use crate::requests::{apply_body, requester_app};
 use crate::webhooks::{add_endpoint, add_events};
 
@@ -133,7 +133,9 @@ async fn every_refused_operator_action_is_audited_with_its_reason() {
         let member = uuid::Uuid::new_v4().to_string();
         assert!(enqueue(&mut tx, &member, "", "config/repo").await.unwrap());
         tx.commit().await.unwrap();
-        let Claimed::Batch { id: batch, .. } = claim_batch(db, "", 10).await.unwrap() else {
+        let Claimed::Batch { id: batch, .. } =
+            claim_batch(db, "", one_at_a_time(10)).await.unwrap()
+        else {
             panic!("a batch");
         };
         let settle = format!("/admin/v1/batches/{batch}/settle");

@@ -19,7 +19,7 @@ use sqlx::migrate::Migrator;
 use sqlx::sqlite::SqliteConnectOptions;
 
 use crate::batches::claim_until_empty;
-use crate::helpers::{MySqlScratch, database_settings, each_backend};
+use crate::helpers::{MySqlScratch, database_settings, each_backend, one_at_a_time};
 
 const PROJECT: &str = "config/repo";
 
@@ -93,10 +93,10 @@ async fn batch_numbers_have_no_gaps_after_claims_that_roll_back_or_race() {
         // with nothing to claim: none of them uses up a number.
         enqueue_in(&db, "", PROJECT, 3).await;
         let mut tx = StoreTx::begin(&db).await.unwrap();
-        let claimed = claim_in(&mut tx, "", 10).await.unwrap();
+        let claimed = claim_in(&mut tx, "", one_at_a_time(10)).await.unwrap();
         assert_eq!(number(&claimed), Some(1), "{name}: {claimed:?}");
         tx.rollback().await.unwrap();
-        let first = claim_batch(&db, "", 10).await.unwrap();
+        let first = claim_batch(&db, "", one_at_a_time(10)).await.unwrap();
         let Claimed::Batch { id, number: 1, .. } = first else {
             panic!("{name}: the first committed batch is #1: {first:?}");
         };
@@ -107,7 +107,10 @@ async fn batch_numbers_have_no_gaps_after_claims_that_roll_back_or_race() {
         );
         assert!(finish_running(&db).await);
         for _ in 0..3 {
-            assert_eq!(claim_batch(&db, "", 10).await.unwrap(), Claimed::Empty);
+            assert_eq!(
+                claim_batch(&db, "", one_at_a_time(10)).await.unwrap(),
+                Claimed::Empty
+            );
         }
 
         // Claimers on both instances race for two partitions that hold
@@ -188,13 +191,13 @@ async fn each_project_numbers_its_batches_from_one_whatever_their_partition() {
         // off): the oldest waiting request's project goes first.
         for project in ["team/a", "team/b", "team/a", "team/a", "team/b"] {
             enqueue_in(db, "", project, 2).await;
-            claimed.push(claim_batch(db, "", 10).await.unwrap());
+            claimed.push(claim_batch(db, "", one_at_a_time(10)).await.unwrap());
             assert!(finish_running(db).await);
         }
         // Then one partition per project: the numbers go on.
         for project in ["team/b", "team/a"] {
             enqueue_in(db, project, project, 1).await;
-            claimed.push(claim_batch(db, project, 10).await.unwrap());
+            claimed.push(claim_batch(db, project, one_at_a_time(10)).await.unwrap());
         }
         let mut seen = Vec::new();
         for outcome in &claimed {
@@ -315,7 +318,7 @@ async fn the_migration_numbers_earlier_batches_per_project_in_id_order() {
             "{name}"
         );
         enqueue_in(&db, "x", "team/a", 1).await;
-        let claimed = claim_batch(&db, "x", 10).await.unwrap();
+        let claimed = claim_batch(&db, "x", one_at_a_time(10)).await.unwrap();
         assert_eq!(number(&claimed), Some(6), "{name}: {claimed:?}");
         db.close().await;
     }

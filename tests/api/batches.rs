@@ -3,7 +3,7 @@
 //! empty batch, enqueue never blocked by an open claim (I3), idempotent
 //! enqueue (I4), and a batch settled once however many settle it.
 
-use crate::helpers::system_client;
+use crate::helpers::{one_at_a_time, system_client};
 use changegate::clients::health::System;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -213,7 +213,7 @@ async fn enqueues_complete_while_a_claim_transaction_is_held_open() {
     let db = test_db.db.clone();
     enqueue_many(&db, 50).await;
     let mut claim = StoreTx::begin(&db).await.unwrap();
-    let claimed = claim_in(&mut claim, "", 500).await.unwrap();
+    let claimed = claim_in(&mut claim, "", one_at_a_time(500)).await.unwrap();
     assert!(matches!(claimed, Claimed::Batch { ref members, .. } if members.len() == 50));
 
     let started = Instant::now();
@@ -249,7 +249,10 @@ async fn enqueues_complete_while_a_claim_transaction_is_held_open() {
 async fn enqueue_is_idempotent_and_an_empty_round_holds_no_slot() {
     for test_db in each_backend().await {
         let db = &test_db.db;
-        assert_eq!(claim_batch(db, "", 10).await.unwrap(), Claimed::Empty);
+        assert_eq!(
+            claim_batch(db, "", one_at_a_time(10)).await.unwrap(),
+            Claimed::Empty
+        );
         assert_eq!(
             scalar(db, "SELECT COUNT(*) FROM merge_batch").await,
             0,
@@ -264,14 +267,14 @@ async fn enqueue_is_idempotent_and_an_empty_round_holds_no_slot() {
         );
         tx.commit().await.unwrap();
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let first = claim_batch(db, "", 10).await.unwrap();
+        let first = claim_batch(db, "", one_at_a_time(10)).await.unwrap();
         assert!(matches!(first, Claimed::Batch { ref members, .. } if members == &["op-1"]));
         let mut tx = db.begin().await.unwrap();
         assert!(enqueue(&mut tx, "op-2", "", "p").await.unwrap());
         tx.commit().await.unwrap();
         tokio::time::sleep(Duration::from_millis(5)).await;
         assert_eq!(
-            claim_batch(db, "", 10).await.unwrap(),
+            claim_batch(db, "", one_at_a_time(10)).await.unwrap(),
             Claimed::SlotOccupied,
             "{}: one active batch",
             test_db.name
@@ -284,7 +287,8 @@ async fn of_several_racing_settlers_exactly_one_settles_a_batch() {
     for test_db in each_backend().await {
         let db = test_db.db.clone();
         queued_requests(&db, 5).await;
-        let Claimed::Batch { id, .. } = claim_batch(&db, "", 10).await.unwrap() else {
+        let Claimed::Batch { id, .. } = claim_batch(&db, "", one_at_a_time(10)).await.unwrap()
+        else {
             panic!("a batch");
         };
         let (settings, _) = settings_from("");
@@ -394,7 +398,9 @@ async fn a_batch_whose_mr_merged_meanwhile_settles_as_merged() {
     );
     let queue = MergeQueue::new(slot, config, workflow);
 
-    let Claimed::Batch { id: batch_id, .. } = claim_batch(&db, "", 10).await.unwrap() else {
+    let Claimed::Batch { id: batch_id, .. } =
+        claim_batch(&db, "", one_at_a_time(10)).await.unwrap()
+    else {
         panic!("a batch");
     };
     queue.drive_round().await.unwrap(); // opens the MR
@@ -456,7 +462,7 @@ pub(crate) async fn claim_until_empty(db: &Db, partition: &str) -> Vec<Claimed> 
     let mut outcomes = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
-        let outcome = claim_batch(db, partition, 7).await.unwrap();
+        let outcome = claim_batch(db, partition, one_at_a_time(7)).await.unwrap();
         let empty = outcome == Claimed::Empty;
         outcomes.push(outcome);
         if empty {

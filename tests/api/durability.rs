@@ -32,7 +32,7 @@ fn patient_delivery() -> DeliverySettings {
 
 pub(crate) struct Outside {
     pub(crate) gitlab: GitLabSimHandle,
-    project: ProjectId,
+    pub(crate) project: ProjectId,
     pub(crate) approval: ApprovalSimHandle,
     pub(crate) deploy: DeploySimHandle,
 }

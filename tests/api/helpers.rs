@@ -44,9 +44,27 @@ pub fn database_settings(url: &str) -> changegate::config::DatabaseSettings {
     settings.database
 }
 
-/// Settings from TOML text, panicking on errors (tests write valid configs).
+/// The override CI sets to run the merge-queue tests once more with one
+/// batch in flight at a time, as before the merge train.
+pub const TRAIN_DEPTH_VAR: &str = "CHANGEGATE__BATCH__MAX_IN_FLIGHT";
+
+/// The depth of the merge train the tests run at: `batch.max_in_flight`'s
+/// default, unless [`TRAIN_DEPTH_VAR`] says otherwise.
+pub fn train_depth() -> u32 {
+    std::env::var(TRAIN_DEPTH_VAR)
+        .ok()
+        .and_then(|depth| depth.parse().ok())
+        .unwrap_or(4)
+}
+
+/// Settings from TOML text, panicking on errors (tests write valid configs),
+/// with [`TRAIN_DEPTH_VAR`] applied over the text when set.
 pub fn settings_from(text: &str) -> (Settings, Vec<changegate::config::Problem>) {
-    let table = source::parse(text).expect("test config is valid TOML");
+    let mut table = source::parse(text).expect("test config is valid TOML");
+    source::apply_env_overrides(
+        &mut table,
+        std::env::vars().filter(|(name, _)| name == TRAIN_DEPTH_VAR),
+    );
     Settings::from_table(&table, None)
 }
 
@@ -352,6 +370,15 @@ pub fn changegate_command() -> Command {
 
 /// A client for `system` trusting the platform's roots, with no proxy
 /// whatever the environment says, recording into its own health record.
+/// Room for one batch of at most `members` in a partition at a time: the
+/// claim as it was before the merge train (`batch.max_in_flight = 1`).
+pub fn one_at_a_time(members: u32) -> changegate::batch::Room {
+    changegate::batch::Room {
+        members,
+        in_flight: 1,
+    }
+}
+
 pub fn system_client(system: System) -> SystemClient {
     let outbound = Outbound::new(
         Trust::platform_and_pem(b"").expect("platform roots"),

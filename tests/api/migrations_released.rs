@@ -87,6 +87,10 @@ const RELEASED: &[(&str, &str)] = &[
         "db7ef00e159edc942e61fcb9baaa31bd53d48be10d6fb79cc1337b8fc4093078",
     ),
     (
+        "migrations/mysql/0021_merge_train.sql",
+        "ea3eb25edf3f09665d61144547f61437bc6e8ea9d89f5e327408ec3910eb429b",
+    ),
+    (
         "migrations/sqlite/0001_state_store.sql",
         "d2492dcb3a0c0e9057ce11b3ab8401f9855ccded6feeff2c84a0eb737109325d",
     ),
@@ -165,6 +169,10 @@ const RELEASED: &[(&str, &str)] = &[
     (
         "migrations/sqlite/0020_batch_numbers.sql",
         "bbafa0070af07ff8ed50d6e7e8a52c5538ed01611d5a6044bc3434fc90ec9cde",
+    ),
+    (
+        "migrations/sqlite/0021_merge_train.sql",
+        "e8eb8817b84a8aad81535bcd22e6ddc17d77b83295dd3b2428bbdd2c4f45a6db",
     ),
 ];
 

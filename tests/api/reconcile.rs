@@ -14,7 +14,7 @@ use changegate::domain::{BindingStatus, StepStatus};
 use changegate::jobs::Outcome;
 use changegate::jobs::reconcile::run_once;
 
-use crate::helpers::{each_backend, settings_from};
+use crate::helpers::{each_backend, one_at_a_time, settings_from};
 use crate::store::{TO_MERGED, apply, change, drive};
 
 const MIN_AGE: Duration = Duration::from_secs(600);
@@ -205,7 +205,9 @@ async fn a_deploy_naming_a_batch_merge_commit_validates_its_members_exactly() {
             .unwrap();
         tx.commit().await.unwrap();
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let claimed = changegate::batch::claim_batch(db, "", 10).await.unwrap();
+        let claimed = changegate::batch::claim_batch(db, "", one_at_a_time(10))
+            .await
+            .unwrap();
         assert!(
             matches!(claimed, changegate::batch::Claimed::Batch { .. }),
             "{claimed:?}"

@@ -197,6 +197,14 @@ impl GitLabControl {
         scope.project.repo.head(branch).map(|c| c.id.clone())
     }
 
+    /// A commit's parents, in order (for a merge commit: the target's head,
+    /// then the merged head).
+    pub fn commit_parents(&self, project: ProjectId, sha: &str) -> Option<Vec<String>> {
+        let mut state = self.lock();
+        let scope = find(&mut state, project).ok()?;
+        scope.project.repo.commit(sha).map(|c| c.parent_ids.clone())
+    }
+
     /// A merge request's current state, without counting as a poll.
     pub fn merge_request(&self, project: ProjectId, iid: u64) -> Option<MergeRequestSnapshot> {
         let mut state = self.lock();

@@ -267,6 +267,49 @@ impl GitLabClient {
         }
     }
 
+    /// The commit `branch` points at (`GET repository/branches/:branch`,
+    /// doc/api/branches.md, "Get single repository branch": `commit.id`).
+    pub async fn branch_head(
+        &self,
+        token: &SecretString,
+        project: &str,
+        branch: &str,
+    ) -> Result<String, GitLabError> {
+        #[derive(serde::Deserialize)]
+        struct Commit {
+            id: String,
+        }
+        #[derive(serde::Deserialize)]
+        struct Branch {
+            commit: Commit,
+        }
+        let path = format!(
+            "/projects/{}/repository/branches/{}",
+            project_ref(project),
+            query_value(branch)
+        );
+        let branch: Branch = self.call(token, Method::GET, &path, None).await?;
+        Ok(branch.commit.id)
+    }
+
+    /// The project's merge method (`GET /projects/:id`, doc/api/projects.md:
+    /// `merge_method` is `merge`, `rebase_merge` or `ff`, the spelling of
+    /// lib/api/entities/project.rb).
+    pub async fn merge_method(
+        &self,
+        token: &SecretString,
+        project: &str,
+    ) -> Result<String, GitLabError> {
+        #[derive(serde::Deserialize)]
+        struct Project {
+            merge_method: Option<String>,
+        }
+        let path = format!("/projects/{}", project_ref(project));
+        let found: Project = self.call(token, Method::GET, &path, None).await?;
+        // GitLab's default for a project that does not say.
+        Ok(found.merge_method.unwrap_or_else(|| "merge".to_owned()))
+    }
+
     /// Deletes `branch` (`DELETE repository/branches/:branch`,
     /// doc/api/branches.md, "Delete repository branch": 204, 404 `Branch
     /// Not Found` when it is gone, which is as good).

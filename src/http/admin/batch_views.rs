@@ -28,6 +28,22 @@ pub struct BatchView {
     phase: String,
     /// The GitLab project of its MR.
     project: String,
+    /// Its place in its partition's merge train while active (1: the
+    /// front, the only one that may merge).
+    train_position: i64,
+    /// The batch it was built on (its branch starts at that batch's head);
+    /// absent when built on the target branch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ahead_batch_id: Option<i64>,
+    /// The commit its branch starts from, when it was built in a train.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    base_sha: Option<String>,
+    /// The head its pipeline tests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    head_sha: Option<String>,
+    /// How often it was built again (a batch ahead failed, or the target
+    /// branch moved); each build has a branch and MR of its own.
+    rebuilds: i32,
     /// The half of a failed batch it retries, as a path of batch ids and
     /// halves (`3a`, `3a/5b`); empty for a first try.
     split_group: String,
@@ -78,8 +94,8 @@ fn batch_status_schema() -> Object {
 /// The phases the runner moves a batch through.
 fn batch_phase_schema() -> Object {
     strings(
-        "`OPENING`, `PIPELINE` or `MERGING` (meaningful while RUNNING)",
-        &["OPENING", "PIPELINE", "MERGING"],
+        "`OPENING`, `PIPELINE`, `PASSED` (its pipeline passed; batches ahead merge first) or `MERGING` (meaningful while RUNNING)",
+        &["OPENING", "PIPELINE", "PASSED", "MERGING"],
     )
 }
 
@@ -160,6 +176,11 @@ impl BatchView {
             status: row.status,
             phase: row.phase,
             project: row.project,
+            train_position: row.train_position,
+            ahead_batch_id: row.ahead_batch_id,
+            base_sha: row.base_sha,
+            head_sha: row.head_sha,
+            rebuilds: row.rebuilds,
             split_group: row.split_group,
             split_from,
             merge_request: row.mr_iid.map(|iid| BatchMergeRequest {

@@ -9,6 +9,7 @@ use crate::db::Db;
 use crate::db::batches::InBatch;
 use crate::db::history::last_status;
 use crate::db::operations::{OperationRow, get_operation_page, get_operation_with_status};
+use crate::db::train::batches_ahead;
 use crate::domain::{
     AWAITING_APPROVAL, BindingStatus, Next, OperationId, OperationKind, StepStatus, next_action,
     operator,
@@ -40,6 +41,10 @@ pub struct OperationView {
     /// gaps), as its MR title and the messages name it.
     #[serde(skip_serializing_if = "Option::is_none")]
     batch_number: Option<i64>,
+    /// While its batch is in the merge train: how many batches are ahead
+    /// of it (0: it is the front, the next to merge).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    batches_ahead: Option<i64>,
     #[schema(value_type = String, format = DateTime)]
     created_at: String,
     #[schema(value_type = String, format = DateTime)]
@@ -236,9 +241,14 @@ pub async fn get_operation_status(
         return Err(ApiError::NotFound);
     }
     let status = status_of(&db, &page.operation, page.status).await?;
+    let ahead = match &page.batch {
+        Some(batch) => batches_ahead(&db, batch.id).await?,
+        None => None,
+    };
     Ok(Json(
         OperationView::of(page.operation, status)
             .in_batch(page.batch)
+            .in_train(ahead)
             .superseded_by(page.superseded_by),
     ))
 }
@@ -254,6 +264,15 @@ impl OperationView {
             batch_id: Some(batch.id),
             batch_number: Some(batch.number),
             message: batch.obstacle.unwrap_or(self.message),
+            ..self
+        }
+    }
+
+    /// The same view, saying how many batches are ahead of its batch in
+    /// the merge train while the batch is in it.
+    pub fn in_train(self, batches_ahead: Option<i64>) -> Self {
+        Self {
+            batches_ahead,
             ..self
         }
     }
@@ -304,6 +323,7 @@ impl OperationView {
             }),
             batch_id: None,
             batch_number: None,
+            batches_ahead: None,
             created_at: rfc3339(operation.created_at),
             updated_at: rfc3339(operation.updated_at),
             superseded_by: None,

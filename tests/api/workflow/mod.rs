@@ -258,4 +258,6 @@ mod rate_limits;
 mod repository_files;
 pub(crate) mod soak;
 mod timeline_events;
+mod train;
+mod train_race;
 mod withdrawn;

@@ -1,0 +1,270 @@
+//! The merge train end to end, with the simulators: batches in flight at
+//! once, each built on the head of the one ahead, merged in train order
+//! only; a failing batch is bisected while the one behind it is built again
+//! on what is ahead of it, and a failure is blamed only once every batch
+//! ahead passed.
+
+use std::time::{Duration, Instant};
+
+use changegate::db::batches::{BatchRow, get_batch};
+use changegate_sim::gitlab::{MergeMethod, MrState, PipelineOutcome};
+use serde_json::{Value, json};
+
+use super::batched::{apply_for, approve_all, manual_rounds, rounds_until_settled, view};
+use super::end_to_end::{World, world_with};
+use crate::helpers::{sqlite_db, train_depth};
+
+/// A train with merge commits (GitLab's default merge method).
+async fn train_world(db_url: &str) -> World {
+    let w = world_with(db_url, manual_rounds()).await;
+    w.gitlab
+        .update_settings(w.project, |s| s.merge_method = MergeMethod::Merge)
+        .unwrap();
+    w
+}
+
+/// Applies for `subjects` (each at `level`), approves them, and runs one
+/// claim round: they become one new batch at the back of the train.
+async fn one_car(w: &World, subjects: &[(&str, &str)]) -> Vec<String> {
+    let mut ids = Vec::new();
+    for (subject, level) in subjects {
+        ids.push(apply_for(w, subject, level).await);
+    }
+    approve_all(w, &ids).await;
+    until(w, &ids[0], |v| v["step"]["name"] == "QUEUED").await;
+    let run = w
+        .app
+        .post_as("admin", "/admin/v1/batches/run", &json!({}))
+        .await;
+    assert_eq!(run.status(), 200);
+    ids
+}
+
+/// Polls operation `id` until `done` holds for its view.
+async fn until(w: &World, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let seen = view(w, id).await;
+        if done(&seen) {
+            return seen;
+        }
+        assert!(Instant::now() < deadline, "gave up waiting; last {seen}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The batch operation `id` is in now.
+async fn batch_of(w: &World, db: &changegate::db::Db, id: &str) -> BatchRow {
+    let batch = view(w, id).await["batchId"].as_i64().unwrap();
+    get_batch(db, batch).await.unwrap().unwrap()
+}
+
+/// Waits until MR `iid` exists and has a head pipeline; its pipeline's id.
+async fn pipeline_of(w: &World, iid: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some((pipeline, _)) = w
+            .gitlab
+            .merge_request(w.project, iid)
+            .and_then(|mr| mr.head_pipeline)
+        {
+            return pipeline;
+        }
+        assert!(Instant::now() < deadline, "MR !{iid} has no pipeline");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn end_pipeline(w: &World, pipeline: u64, outcome: PipelineOutcome) {
+    w.gitlab
+        .force_pipeline(w.project, pipeline, outcome)
+        .unwrap();
+}
+
+fn mr_state(w: &World, iid: u64) -> Option<MrState> {
+    w.gitlab.merge_request(w.project, iid).map(|mr| mr.state)
+}
+
+/// Lets the merge queue's driver run a few rounds.
+async fn some_rounds() {
+    tokio::time::sleep(Duration::from_millis(600)).await;
+}
+
+#[tokio::test]
+async fn three_batches_are_tested_on_top_of_each_other_and_merge_in_order() {
+    if train_depth() < 3 {
+        return;
+    }
+    let db = sqlite_db().await;
+    let w = train_world(&db.url).await;
+    // Every pipeline runs until the test ends it.
+    w.gitlab
+        .script_pipelines(w.project, [PipelineOutcome::StuckRunning; 3])
+        .unwrap();
+    let first = one_car(&w, &[("member0", "read"), ("member1", "read")]).await;
+    let p1 = pipeline_of(&w, 1).await;
+    let second = one_car(&w, &[("member2", "read")]).await;
+    let p2 = pipeline_of(&w, 2).await;
+    let third = one_car(&w, &[("member3", "read"), ("member4", "read")]).await;
+    let p3 = pipeline_of(&w, 3).await;
+
+    // Each batch's branch starts at the head of the batch ahead.
+    let cars = [
+        batch_of(&w, &db.db, &first[0]).await,
+        batch_of(&w, &db.db, &second[0]).await,
+        batch_of(&w, &db.db, &third[0]).await,
+    ];
+    let positions: Vec<i64> = cars.iter().map(|c| c.train_position).collect();
+    assert_eq!(positions, [1, 2, 3]);
+    assert_eq!(cars[0].ahead_batch_id, None);
+    assert_eq!(
+        cars[0].base_sha,
+        w.gitlab.branch_head(w.project, "main"),
+        "the front is built on main"
+    );
+    for (ahead, behind) in [(&cars[0], &cars[1]), (&cars[1], &cars[2])] {
+        assert_eq!(behind.ahead_batch_id, Some(ahead.id));
+        assert!(ahead.head_sha.is_some());
+        assert_eq!(behind.base_sha, ahead.head_sha, "built on the head ahead");
+    }
+    // What batch 3 tests is every member's file, the ones ahead included.
+    let tested = w
+        .gitlab
+        .files(w.project, "changegate/merge-batch-3")
+        .unwrap();
+    for n in 0..5 {
+        assert!(tested.contains_key(&format!("bindings/team.access/member{n}.json")));
+    }
+
+    // Passed out of order: the batches behind wait for the front.
+    end_pipeline(&w, p3, PipelineOutcome::Success);
+    end_pipeline(&w, p2, PipelineOutcome::Success);
+    let waiting = until(&w, &third[0], |v| {
+        v["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("waiting for 2 batches ahead"))
+    })
+    .await;
+    assert_eq!(waiting["status"], "MR_CREATED", "{waiting}");
+    assert_eq!(waiting["batchesAhead"], 2, "{waiting}");
+    assert_eq!(view(&w, &first[0]).await["batchesAhead"], 0, "the front");
+    some_rounds().await;
+    assert_eq!(mr_state(&w, 2), Some(MrState::Opened));
+    assert_eq!(mr_state(&w, 3), Some(MrState::Opened));
+
+    end_pipeline(&w, p1, PipelineOutcome::Success);
+    let all: Vec<String> = first.iter().chain(&second).chain(&third).cloned().collect();
+    let views = rounds_until_settled(&w, &all).await;
+    for v in &views {
+        assert_eq!(v["status"], "VALIDATED", "{v}");
+    }
+    for iid in 1..=3 {
+        assert_eq!(mr_state(&w, iid), Some(MrState::Merged), "MR !{iid}");
+    }
+    assert_eq!(mr_state(&w, 4), None, "three pipelines, no rebuild");
+    // Each merged on top of the merge of the batch ahead, at the head its
+    // pipeline tested.
+    let mut landed = Vec::new();
+    for id in [&first[0], &second[0], &third[0]] {
+        let car = batch_of(&w, &db.db, id).await;
+        assert_eq!(car.rebuilds, 0);
+        assert_eq!(car.merge_sha, car.head_sha, "merged the tested head");
+        landed.push(car);
+    }
+    for pair in landed.windows(2) {
+        let parents = w
+            .gitlab
+            .commit_parents(w.project, pair[1].merge_commit_sha.as_deref().unwrap())
+            .unwrap();
+        assert_eq!(
+            parents,
+            [
+                pair[0].merge_commit_sha.clone().unwrap(),
+                pair[1].head_sha.clone().unwrap()
+            ],
+            "batch #{} merged right after #{}",
+            pair[1].shown_number(),
+            pair[0].shown_number()
+        );
+    }
+    let files = w.gitlab.files(w.project, "main").unwrap();
+    for n in 0..5 {
+        assert!(files.contains_key(&format!("bindings/team.access/member{n}.json")));
+    }
+}
+
+#[tokio::test]
+async fn a_failing_batch_is_blamed_only_after_the_one_ahead_passed_and_the_one_behind_is_built_again()
+ {
+    if train_depth() < 3 {
+        return;
+    }
+    let db = sqlite_db().await;
+    let w = train_world(&db.url).await;
+    w.gitlab
+        .update_settings(w.project, |s| s.failing_content = Some("POISON".to_owned()))
+        .unwrap();
+    w.gitlab
+        .script_pipelines(w.project, [PipelineOutcome::StuckRunning; 3])
+        .unwrap();
+    let first = one_car(&w, &[("member0", "read")]).await;
+    let p1 = pipeline_of(&w, 1).await;
+    let second = one_car(&w, &[("member1", "read"), ("member2", "POISON")]).await;
+    let p2 = pipeline_of(&w, 2).await;
+    let third = one_car(&w, &[("member3", "read")]).await;
+    let p3 = pipeline_of(&w, 3).await;
+
+    // Batch 2 fails while batch 1's pipeline still runs: it may be batch
+    // 1's doing, so nobody is blamed yet.
+    end_pipeline(&w, p2, PipelineOutcome::Failed);
+    end_pipeline(&w, p3, PipelineOutcome::Failed);
+    let held = until(&w, &second[0], |v| {
+        v["batch"]["obstacle"]
+            .as_str()
+            .or(v["obstacle"].as_str())
+            .is_some_and(|o| o.contains("waiting for the pipeline of batch #1"))
+            || batch_message_waits(v)
+    })
+    .await;
+    assert_eq!(held["status"], "MR_CREATED", "{held}");
+    let car = batch_of(&w, &db.db, &second[0]).await;
+    assert_eq!(car.status, "RUNNING", "not failed while #1 runs");
+
+    // Batch 1 passes and merges; batch 2 is bisected, batch 3 built again.
+    end_pipeline(&w, p1, PipelineOutcome::Success);
+    let all: Vec<String> = first.iter().chain(&second).chain(&third).cloned().collect();
+    let views = rounds_until_settled(&w, &all).await;
+    for (id, v) in all.iter().zip(&views) {
+        if *id == second[1] {
+            assert_eq!(v["step"]["name"], "CREATE_PIPELINE_FAILED", "{v}");
+        } else {
+            assert_eq!(v["status"], "VALIDATED", "{v}");
+        }
+    }
+    let rebuilt = batch_of(&w, &db.db, &third[0]).await;
+    assert_eq!(rebuilt.rebuilds, 1, "built again once batch #2 failed");
+    assert_eq!(mr_state(&w, 3), Some(MrState::Closed), "its first MR");
+    let history: Value = w
+        .app
+        .get_as(
+            "admin",
+            &format!("/api/v1/operations/{}/timeline", third[0]),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        history.to_string().contains("ahead failed: built again"),
+        "the rebuild and its reason are on the timeline: {history}"
+    );
+    let files = w.gitlab.files(w.project, "main").unwrap();
+    assert!(!files.values().any(|content| content.contains("POISON")));
+}
+
+/// Whether the view says its batch holds a failure until the one ahead
+/// has passed (the wording of the batch's obstacle).
+fn batch_message_waits(view: &Value) -> bool {
+    view.to_string()
+        .contains("before deciding whose change failed it")
+}
