@@ -21,6 +21,10 @@
 -- `rebuilds` counts how often the batch was built again, each time on a
 -- branch of its own (`changegate/merge-batch-<n>-r<rebuilds>`).
 --
+-- `opened_at`, `passed_at` and `merging_at` are when its MR opened, its
+-- pipeline passed and it started merging (database time): the measured
+-- history the queue's expected times come from.
+--
 -- Expand only, except the slot's index: while instances of the previous
 -- release still run, freeze the queue (see the README's upgrade notes),
 -- or they may open a batch beside the train's front.
@@ -30,6 +34,9 @@ ALTER TABLE merge_batch
     ADD COLUMN base_sha VARCHAR(64) NULL AFTER ahead_batch_id,
     ADD COLUMN head_sha VARCHAR(64) NULL AFTER base_sha,
     ADD COLUMN rebuilds INT NOT NULL DEFAULT 0 AFTER head_sha,
+    ADD COLUMN opened_at DATETIME(3) NULL AFTER rebuilds,
+    ADD COLUMN passed_at DATETIME(3) NULL AFTER opened_at,
+    ADD COLUMN merging_at DATETIME(3) NULL AFTER passed_at,
     ADD COLUMN merging_slot VARCHAR(191)
         AS (CASE WHEN status = 'RUNNING' AND phase = 'MERGING' THEN partition_key ELSE NULL END) STORED;
 

@@ -4,6 +4,7 @@
 mod claim;
 mod departed;
 mod enqueue;
+mod estimate;
 mod fit;
 mod metrics;
 mod noted;
@@ -18,6 +19,7 @@ mod writes;
 
 pub use claim::{Claimed, Room, claim_batch, claim_in};
 pub use enqueue::{apply_decision, partition_of};
+pub use estimate::{QueueEstimate, queue_estimate};
 pub use metrics::{count_round_failure, describe_metrics};
 pub use runner::{ClaimError, MergeQueue, NotNow};
 pub use settle::Settled;

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use crate::config::{LiveConfig, Settings};
 use crate::db::batch_queue::{release_members, waiting_partitions};
 use crate::db::batches::{
-    BatchChange, BatchRow, acquire_batch_lease, append_membership, frozen_by_operator, get_batch,
-    live_members, release_batch_lease, runnable, stuck, update_batch,
+    BatchChange, BatchRow, Stamp, acquire_batch_lease, append_membership, frozen_by_operator,
+    get_batch, live_members, release_batch_lease, runnable, stuck, update_batch,
 };
 use crate::db::operations::{OperationRow, operations_by_ids};
 use crate::db::{Db, DbSlot};
@@ -335,6 +335,7 @@ impl MergeQueue {
                     phase: Some("PIPELINE"),
                     mr: Some((mr.iid, url)),
                     head: mr.sha.as_deref(),
+                    stamp: Some(Stamp::Opened),
                     ..BatchChange::default()
                 };
                 let message = format!(
@@ -550,6 +551,9 @@ mod tests {
             base_sha: None,
             head_sha: None,
             rebuilds: 0,
+            opened_at: None,
+            passed_at: None,
+            merging_at: None,
             project: "config/repo".to_owned(),
             split_group: String::new(),
             phase: "OPENING".to_owned(),

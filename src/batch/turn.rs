@@ -5,7 +5,7 @@
 
 use crate::clients::gitlab::MergeRequest;
 use crate::db::Db;
-use crate::db::batches::{BatchChange, BatchRow, live_members, update_batch};
+use crate::db::batches::{BatchChange, BatchRow, Stamp, live_members, update_batch};
 use crate::db::train::active_train;
 use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, StoreError, move_members};
@@ -39,6 +39,7 @@ impl MergeQueue {
             let change = BatchChange {
                 phase: Some("PASSED"),
                 message: Some(&message),
+                stamp: Some(Stamp::Passed),
                 ..BatchChange::default()
             };
             if update_batch(tx.db(), batch.id, batch.version, &change).await? != 1 {
@@ -72,6 +73,7 @@ impl MergeQueue {
     ) -> Result<(), StoreError> {
         let change = BatchChange {
             phase: Some("MERGING"),
+            stamp: Some(Stamp::Merging),
             ..BatchChange::default()
         };
         let message = format!("merge batch #{}: pipeline passed", batch.shown_number());

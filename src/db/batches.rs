@@ -40,6 +40,12 @@ pub struct BatchRow {
     /// How often it was built again (the batch ahead failed, or the target
     /// branch moved); each build has a branch of its own.
     pub rebuilds: i32,
+    /// When its MR opened (its pipeline started), database time.
+    pub opened_at: Option<NaiveDateTime>,
+    /// When its pipeline passed.
+    pub passed_at: Option<NaiveDateTime>,
+    /// When it started merging (its turn came).
+    pub merging_at: Option<NaiveDateTime>,
     /// The GitLab project of its MR.
     pub project: String,
     /// The half of a failed batch it retries (`""` for a first try).
@@ -68,8 +74,8 @@ pub struct BatchRow {
     pub updated_at: NaiveDateTime,
 }
 
-const COLUMNS: &str = "id, number, status, partition_key, train_position, ahead_batch_id, base_sha, \
-    head_sha, rebuilds, project, split_group, phase, mr_iid, mr_url, \
+pub(super) const COLUMNS: &str = "id, number, status, partition_key, train_position, \
+    ahead_batch_id, base_sha, head_sha, rebuilds, opened_at, passed_at, merging_at, project, split_group, phase, mr_iid, mr_url, \
     merge_sha, merge_commit_sha, polls, message, obstacle, version, created_at, updated_at";
 
 impl BatchRow {
@@ -358,6 +364,8 @@ pub struct BatchChange<'a> {
     pub mr: Option<(i64, Option<&'a str>)>,
     /// The head the MR was opened with (what its pipeline tests).
     pub head: Option<&'a str>,
+    /// A moment of its run to record, at the database's now.
+    pub stamp: Option<Stamp>,
     /// The merged head.
     pub merge_sha: Option<&'a str>,
     /// The merge commit.
@@ -370,6 +378,29 @@ pub struct BatchChange<'a> {
     pub obstacle: Option<&'a str>,
     /// The outage clock: stopped by default, as a write follows an answer.
     pub outage: OutageClock,
+}
+
+/// A moment of a batch's run, recorded for the queue's expected times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stamp {
+    /// Its MR opened: its pipeline started.
+    Opened,
+    /// Its pipeline passed.
+    Passed,
+    /// Its turn to merge came (its pipeline passed, if not recorded yet).
+    Merging,
+}
+
+impl Stamp {
+    fn assignment(self, now: &str) -> String {
+        match self {
+            Self::Opened => format!("opened_at = {now}"),
+            Self::Passed => format!("passed_at = {now}"),
+            Self::Merging => {
+                format!("merging_at = {now}, passed_at = COALESCE(passed_at, {now})")
+            }
+        }
+    }
 }
 
 /// Writes `change` if the batch is still at `version` (and RUNNING); the
@@ -386,6 +417,9 @@ pub async fn update_batch(
         "obstacle = ?".to_owned(),
         change.outage.assignment(tx.backend()),
     ];
+    if let Some(stamp) = change.stamp {
+        sets.push(stamp.assignment(dialect::now_ms(tx.backend())));
+    }
     sets.push(
         if change.polled {
             "polls = polls + 1"

@@ -13,6 +13,7 @@ pub mod bindings;
 pub mod callbacks;
 pub mod departed;
 pub mod dialect;
+pub mod estimates;
 pub mod events;
 pub mod failover;
 pub mod history;

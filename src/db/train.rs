@@ -4,13 +4,9 @@
 
 use sqlx::AssertSqlSafe;
 
-use super::batches::{BatchRow, LastInsertId};
+use super::batches::{BatchRow, COLUMNS, LastInsertId};
 use super::{Db, DbTx, dialect, placeholders};
 use crate::{with_pool, with_tx};
-
-const COLUMNS: &str = "id, number, status, partition_key, train_position, ahead_batch_id, base_sha, \
-    head_sha, rebuilds, project, split_group, phase, mr_iid, mr_url, \
-    merge_sha, merge_commit_sha, polls, message, obstacle, version, created_at, updated_at";
 
 /// The active (RUNNING or BLOCKED) batches of `partition_key`, front first.
 /// Served by `uk_merge_batch_train` (`active_slot` is the partition while
@@ -135,6 +131,7 @@ pub async fn send_back(
     let sql = format!(
         "UPDATE merge_batch SET phase = 'OPENING', mr_iid = NULL, mr_url = NULL, \
          ahead_batch_id = NULL, base_sha = NULL, head_sha = NULL, rebuilds = rebuilds + 1, \
+         opened_at = NULL, passed_at = NULL, merging_at = NULL, \
          polls = 0, obstacle = NULL, message = ?, version = version + 1, updated_at = {} \
          WHERE id IN ({}) AND status = 'RUNNING'{guard}",
         dialect::now_ms(tx.backend()),

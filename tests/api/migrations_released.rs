@@ -88,7 +88,7 @@ const RELEASED: &[(&str, &str)] = &[
     ),
     (
         "migrations/mysql/0021_merge_train.sql",
-        "ea3eb25edf3f09665d61144547f61437bc6e8ea9d89f5e327408ec3910eb429b",
+        "891f014fae620c24b3fe4d1679e4200002f1c086f1c2aec049ebe04e77b09f1d",
     ),
     (
         "migrations/sqlite/0001_state_store.sql",
@@ -172,7 +172,7 @@ const RELEASED: &[(&str, &str)] = &[
     ),
     (
         "migrations/sqlite/0021_merge_train.sql",
-        "e8eb8817b84a8aad81535bcd22e6ddc17d77b83295dd3b2428bbdd2c4f45a6db",
+        "38531dc3be33f5bbb7c78908f6bc9bdcf781ce37a8e08f4ce0d608572c438545",
     ),
 ];
 

@@ -5,6 +5,7 @@ pub mod applications;
 mod bindings;
 mod catalog;
 mod document;
+mod queue;
 pub(crate) mod status;
 mod submission;
 mod timeline;

@@ -1,22 +1,25 @@
 //! `GET /api/v1/operations/{operationId}`: where a request is and what to do next.
 
 use axum::Json;
-use axum::extract::Path;
+use axum::extract::{Path, State};
 use chrono::NaiveDateTime;
 use serde::Serialize;
 
+use super::queue::QueueView;
+use crate::batch::queue_estimate;
 use crate::db::Db;
 use crate::db::batches::InBatch;
 use crate::db::history::last_status;
 use crate::db::operations::{OperationRow, get_operation_page, get_operation_with_status};
 use crate::db::train::batches_ahead;
 use crate::domain::{
-    AWAITING_APPROVAL, BindingStatus, Next, OperationId, OperationKind, StepStatus, next_action,
-    operator,
+    AWAITING_APPROVAL, BindingStatus, IN_MERGE_QUEUE, Next, OperationId, OperationKind, StepStatus,
+    next_action, operator,
 };
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AuthUser, Database};
 use crate::http::layers::authz::Authorized;
+use crate::state::AppState;
 
 /// The status of one operation.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -45,6 +48,9 @@ pub struct OperationView {
     /// of it (0: it is the front, the next to merge).
     #[serde(skip_serializing_if = "Option::is_none")]
     batches_ahead: Option<i64>,
+    /// While it waits on the merge queue: its place and expected times.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queue: Option<QueueView>,
     #[schema(value_type = String, format = DateTime)]
     created_at: String,
     #[schema(value_type = String, format = DateTime)]
@@ -229,6 +235,7 @@ pub fn visible_to(
     responses((status = 200, description = "Where the operation is", body = OperationView),
         (status = 404, description = "NOT_FOUND: unknown, or not yours")))]
 pub async fn get_operation_status(
+    State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     Database(db): Database,
     Path(operation_id): Path<String>,
@@ -245,10 +252,19 @@ pub async fn get_operation_status(
         Some(batch) => batches_ahead(&db, batch.id).await?,
         None => None,
     };
+    let queue = if status.is_some_and(|s| IN_MERGE_QUEUE.contains(&s)) {
+        let settings = state.config.current();
+        queue_estimate(&db, &settings, &page.operation.operation_id)
+            .await?
+            .map(QueueView::from)
+    } else {
+        None
+    };
     Ok(Json(
         OperationView::of(page.operation, status)
             .in_batch(page.batch)
             .in_train(ahead)
+            .in_queue(queue)
             .superseded_by(page.superseded_by),
     ))
 }
@@ -275,6 +291,11 @@ impl OperationView {
             batches_ahead,
             ..self
         }
+    }
+
+    /// The same view, with its place in the merge queue.
+    pub fn in_queue(self, queue: Option<QueueView>) -> Self {
+        Self { queue, ..self }
     }
 
     /// The same view for an operation whose relation `successor` took
@@ -324,6 +345,7 @@ impl OperationView {
             batch_id: None,
             batch_number: None,
             batches_ahead: None,
+            queue: None,
             created_at: rfc3339(operation.created_at),
             updated_at: rfc3339(operation.updated_at),
             superseded_by: None,

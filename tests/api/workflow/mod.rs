@@ -254,6 +254,7 @@ mod https;
 mod merge_methods;
 mod pipeline_retry;
 mod project_settings;
+mod queue;
 mod rate_limits;
 mod repository_files;
 pub(crate) mod soak;

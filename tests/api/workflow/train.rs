@@ -25,7 +25,7 @@ async fn train_world(db_url: &str) -> World {
 
 /// Applies for `subjects` (each at `level`), approves them, and runs one
 /// claim round: they become one new batch at the back of the train.
-async fn one_car(w: &World, subjects: &[(&str, &str)]) -> Vec<String> {
+pub(super) async fn one_car(w: &World, subjects: &[(&str, &str)]) -> Vec<String> {
     let mut ids = Vec::new();
     for (subject, level) in subjects {
         ids.push(apply_for(w, subject, level).await);
@@ -41,7 +41,7 @@ async fn one_car(w: &World, subjects: &[(&str, &str)]) -> Vec<String> {
 }
 
 /// Polls operation `id` until `done` holds for its view.
-async fn until(w: &World, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+pub(super) async fn until(w: &World, id: &str, done: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let seen = view(w, id).await;
@@ -60,7 +60,7 @@ async fn batch_of(w: &World, db: &changegate::db::Db, id: &str) -> BatchRow {
 }
 
 /// Waits until MR `iid` exists and has a head pipeline; its pipeline's id.
-async fn pipeline_of(w: &World, iid: u64) -> u64 {
+pub(super) async fn pipeline_of(w: &World, iid: u64) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Some((pipeline, _)) = w

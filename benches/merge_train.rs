@@ -1,0 +1,247 @@
+//! The merge train against one batch at a time: 120 requests arriving over
+//! 30 s (one every 250 ms), every pipeline taking 10 s, merge commits, with
+//! no failing request and with one whose file fails CI. For each run, from
+//! the step history, `QUEUED` → `MERGED` p50 and p95 as multiples of the
+//! pipeline, the pipelines run (one per MR, plus one per rebase) and the
+//! GitLab calls. changegate runs in-process with its real workflow against
+//! the three simulators on loopback, on SQLite.
+//!
+//! ```sh
+//! cargo bench --bench merge_train
+//! ```
+
+use std::time::{Duration, Instant};
+
+use changegate::app::Application;
+use changegate::config::{LiveConfig, Settings, source};
+use changegate::db::Db;
+use changegate_sim::approval::{ApprovalSim, ApprovalSimOptions, Decision, DecisionPolicy};
+use changegate_sim::callback::{DeliverySettings, generate_secret};
+use changegate_sim::deploy::{DeploySim, DeploySimOptions};
+use changegate_sim::gitlab::{AccessLevel, Endpoint, GitLabSim, GitLabSimOptions, MergeMethod};
+use serde_json::json;
+
+const REQUESTS: usize = 120;
+const ARRIVAL: Duration = Duration::from_millis(250);
+const PIPELINE: Duration = Duration::from_secs(10);
+/// The request whose file fails CI, in the runs that have one.
+const POISONED: usize = 40;
+
+struct Measured {
+    p50: f64,
+    p95: f64,
+    pipelines: usize,
+    calls: usize,
+    merged: usize,
+}
+
+async fn run(depth: u32, failing: bool, database_url: &str) -> Measured {
+    let gitlab = GitLabSim::start(GitLabSimOptions {
+        pipeline_duration: PIPELINE,
+        ..GitLabSimOptions::default()
+    })
+    .await
+    .expect("gitlab simulator");
+    let project = gitlab.create_project("config/repo");
+    gitlab
+        .update_settings(project, |s| {
+            s.merge_method = MergeMethod::Merge;
+            s.failing_content = Some("POISON".to_owned());
+        })
+        .expect("project settings");
+    for (user, token) in [
+        ("bot", "bot-token"),
+        ("rev-a", "a-token"),
+        ("rev-b", "b-token"),
+    ] {
+        let id = gitlab.add_user(user, token);
+        gitlab
+            .add_member(project, id, AccessLevel::Developer)
+            .expect("member");
+    }
+    let delivery = DeliverySettings {
+        timeout: Duration::from_secs(10),
+        retries: 20,
+        retry_backoff: Duration::from_millis(50),
+    };
+    let approval = ApprovalSim::start(ApprovalSimOptions {
+        secret: generate_secret(),
+        policy: DecisionPolicy::Auto {
+            result: Decision::Approved,
+            delay: Duration::ZERO,
+        },
+        delivery: delivery.clone(),
+        ..ApprovalSimOptions::default()
+    })
+    .await
+    .expect("approval simulator");
+    let deploy = DeploySim::start(
+        gitlab.observer(),
+        DeploySimOptions {
+            secret: generate_secret(),
+            delivery,
+            ..DeploySimOptions::default()
+        },
+    )
+    .await
+    .expect("deploy simulator");
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = {database_url:?}\nmax_connections = 20\n\
+         [log]\nlevel = \"error\"\n[access]\nmode = \"OPEN\"\n[rate_limit]\napply = 0\n\
+         [authz.rules]\napply = [\"r\"]\nread = [\"r\"]\n[authz.grants]\n\"r\" = [\"*\"]\n\
+         [targets.\"team.access\"]\ndescription = \"bench\"\nparams = [\"level\"]\n\
+         [executor]\nworkers = 16\npoll_interval = \"200ms\"\n\
+         [batch]\ninterval = \"1s\"\nmax_in_flight = {depth}\n\
+         [gitlab]\nbase_url = {:?}\nproject = \"config/repo\"\nbot_token = \"bot-token\"\nreviewer_tokens = [\"a-token\", \"b-token\"]\n\
+         [approval]\nprovider = \"http\"\nurl = \"{}/approvals\"\ncallback_secret = {:?}\n\
+         [deploy]\ncallback_secret = {:?}\n",
+        gitlab.base_url(),
+        approval.base_url(),
+        approval.secret(),
+        deploy.secret()
+    );
+    let (settings, problems) = Settings::from_table(&source::parse(&text).expect("toml"), None);
+    assert!(problems.is_empty(), "{problems:?}");
+    let app = Application::build(LiveConfig::new(settings, None, None))
+        .await
+        .expect("app");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let db = app.state().db.clone();
+    let shutdown = app.shutdown_token();
+    let server = tokio::spawn(app.run_until_stopped());
+    approval.set_callback_url(format!("{address}/callbacks/approval"));
+    deploy.set_callback_url(format!("{address}/callbacks/deploy"));
+    changegate::clients::http::install_crypto_provider();
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    while client
+        .get(format!("{address}/readyz"))
+        .send()
+        .await
+        .map(|r| r.status() != 200)
+        .unwrap_or(true)
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let mut arrivals = tokio::time::interval(ARRIVAL);
+    for n in 0..REQUESTS {
+        arrivals.tick().await;
+        let level = if failing && n == POISONED {
+            "POISON"
+        } else {
+            "read"
+        };
+        let answer = client
+            .post(format!("{address}/api/v1/applications"))
+            .header("x-auth-request-user", format!("user{n}"))
+            .json(
+                &json!({ "targetKey": "team.access", "subjectId": format!("user{n}"),
+                           "params": { "level": level }, "reason": "bench" }),
+            )
+            .send()
+            .await
+            .expect("apply");
+        assert_eq!(
+            answer.status(),
+            202,
+            "{}",
+            answer.text().await.unwrap_or_default()
+        );
+    }
+    let db = db.get().expect("database").clone();
+    let expected = if failing { REQUESTS - 1 } else { REQUESTS };
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while merged(&db).await < expected && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut waits = queued_to_merged(&db).await;
+    waits.sort_by(f64::total_cmp);
+    let mrs = (1..)
+        .map_while(|iid| gitlab.merge_request(project, iid))
+        .count();
+    let measured = Measured {
+        p50: percentile(&waits, 0.50) / PIPELINE.as_secs_f64(),
+        p95: percentile(&waits, 0.95) / PIPELINE.as_secs_f64(),
+        pipelines: mrs + gitlab.calls(Endpoint::Rebase),
+        calls: gitlab.requests().len(),
+        merged: waits.len(),
+    };
+    shutdown.cancel();
+    let _ = server.await;
+    measured
+}
+
+/// Requests that reached `HANDLE_MERGED`.
+async fn merged(db: &Db) -> usize {
+    let count: i64 = changegate::with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(
+            "SELECT COUNT(DISTINCT operation_id) FROM operation_history WHERE to_step = 10104",
+        )
+        .fetch_one(pool)
+        .await
+    })
+    .expect("count");
+    usize::try_from(count).unwrap_or_default()
+}
+
+/// Each merged request's seconds from its first `QUEUED` (10007) to its
+/// `HANDLE_MERGED` (10104), from the step history.
+async fn queued_to_merged(db: &Db) -> Vec<f64> {
+    let rows: Vec<(String, i64, chrono::NaiveDateTime)> =
+        changegate::with_pool!(db, reader, |pool| {
+            sqlx::query_as(
+                "SELECT operation_id, to_step, created_at FROM operation_history \
+                 WHERE to_step IN (10007, 10104) ORDER BY id",
+            )
+            .fetch_all(pool)
+            .await
+        })
+        .expect("history");
+    let mut queued = std::collections::HashMap::new();
+    let mut waits = Vec::new();
+    for (operation, step, at) in rows {
+        if step == 10007 {
+            queued.entry(operation).or_insert(at);
+        } else if let Some(since) = queued.get(&operation) {
+            waits.push((at - *since).as_seconds_f64());
+        }
+    }
+    waits
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn main() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        println!(
+            "| run | max_in_flight | QUEUED→MERGED p50 (pipelines) | p95 (pipelines) | merged | pipelines run | GitLab calls |"
+        );
+        println!("|---|---|---|---|---|---|---|");
+        for failing in [false, true] {
+            for depth in [1, 4] {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let url = format!("sqlite://{}", dir.path().join("train.db").display());
+                let m = run(depth, failing, &url).await;
+                println!(
+                    "| {} | {depth} | {:.2} | {:.2} | {} | {} | {} |",
+                    if failing { "one failing request" } else { "no failing request" },
+                    m.p50,
+                    m.p95,
+                    m.merged,
+                    m.pipelines,
+                    m.calls
+                );
+            }
+        }
+    });
+}

@@ -1,0 +1,97 @@
+//! What the merge queue's expected times are measured from: each project's
+//! last merged batches (how long their pipelines and merge rounds took, and
+//! how long the deploy took to confirm them), and where a waiting request
+//! stands. Each query names the index it uses.
+
+use super::Db;
+use crate::domain::StepStatus;
+use crate::with_pool;
+use chrono::NaiveDateTime;
+
+/// How many of a project's last merged batches the medians are taken over.
+pub const HISTORY: u32 = 20;
+
+/// One merged batch's run: pipeline from `opened_at` to `passed_at`, merge
+/// round from `merging_at` to `merged_at`.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct MergedRun {
+    /// Its MR opened.
+    pub opened_at: NaiveDateTime,
+    /// Its pipeline passed.
+    pub passed_at: NaiveDateTime,
+    /// Its turn to merge came.
+    pub merging_at: NaiveDateTime,
+    /// It merged (its last write).
+    pub merged_at: NaiveDateTime,
+}
+
+/// `project`'s last merged batches that recorded their run, newest first.
+/// Served by `uk_merge_batch_project_number` (project prefix, newest by
+/// number).
+pub async fn merged_runs(db: &Db, project: &str) -> Result<Vec<MergedRun>, sqlx::Error> {
+    let sql = "SELECT opened_at, passed_at, merging_at, updated_at AS merged_at FROM merge_batch \
+               WHERE project = ? AND status = 'SUCCEEDED' AND opened_at IS NOT NULL \
+               AND passed_at IS NOT NULL AND merging_at IS NOT NULL \
+               ORDER BY number DESC LIMIT ?";
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(sql)
+            .bind(project)
+            .bind(HISTORY)
+            .fetch_all(pool)
+            .await
+    })
+}
+
+/// Seconds from the merge of each of `project`'s last merged batches to the
+/// first deploy confirmation of one of its members, newest first. Served by
+/// `uk_merge_batch_project_number`, `ix_merge_batch_request_batch` and
+/// `ix_operation_history_operation`.
+pub async fn deploy_delays(db: &Db, project: &str) -> Result<Vec<f64>, sqlx::Error> {
+    let sql = "SELECT b.updated_at, MIN(h.created_at) FROM (SELECT id, updated_at FROM merge_batch \
+               WHERE project = ? AND status = 'SUCCEEDED' AND merging_at IS NOT NULL \
+               ORDER BY number DESC LIMIT ?) b \
+               JOIN merge_batch_request r ON r.batch_id = b.id \
+               JOIN operation_history h ON h.operation_id = r.operation_id AND h.to_step = ? \
+               GROUP BY b.id, b.updated_at";
+    let pairs: Vec<(NaiveDateTime, NaiveDateTime)> = with_pool!(db, reader, |pool| {
+        sqlx::query_as(sql)
+            .bind(project)
+            .bind(HISTORY)
+            .bind(StepStatus::DeployConfirmed.code())
+            .fetch_all(pool)
+            .await
+    })?;
+    Ok(pairs
+        .into_iter()
+        .map(|(merged, deployed)| (deployed - merged).as_seconds_f64().max(0.0))
+        .collect())
+}
+
+/// Where a request waiting in the merge queue's waiting set stands.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct WaitingPlace {
+    /// Its partition (whose train it will board).
+    pub partition_key: String,
+    /// Its GitLab project.
+    pub project: String,
+    /// How many waiting requests of its partition are older.
+    pub older: i64,
+}
+
+/// Where `operation_id` stands when it waits in the merge queue's waiting
+/// set (approved, in no batch yet). Served by
+/// `uk_merge_batch_request_operation` and `ix_merge_batch_request_waiting`.
+pub async fn waiting_place(
+    db: &Db,
+    operation_id: &str,
+) -> Result<Option<WaitingPlace>, sqlx::Error> {
+    let sql = "SELECT w.partition_key, w.project, (SELECT COUNT(*) FROM merge_batch_request o \
+               WHERE o.partition_key = w.partition_key AND o.batch_id IS NULL AND o.id < w.id) AS older \
+               FROM merge_batch_request w WHERE w.operation_id = ? AND w.batch_id IS NULL";
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(sql)
+            .bind(operation_id)
+            .fetch_optional(pool)
+            .await
+    })
+}
