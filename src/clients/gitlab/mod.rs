@@ -170,7 +170,8 @@ impl GitLabClient {
             })?;
             let status = response.status();
             let throttled = status == StatusCode::TOO_MANY_REQUESTS;
-            let retryable = throttled || (status.is_server_error() && method == Method::GET);
+            let read = method == Method::GET || method == Method::HEAD;
+            let retryable = throttled || (status.is_server_error() && read);
             if !retryable {
                 return Ok(response);
             }
