@@ -140,7 +140,7 @@ impl Application {
                 System::Approval,
                 timeout(300),
             )?),
-            gitlab,
+            gitlab.clone(),
         )
         .owned_by(&instance.owner("w"));
         let merge_queue = MergeQueue::new(db.clone(), config.clone(), workflow.clone())
@@ -203,6 +203,7 @@ impl Application {
                 System::Authz,
                 timeout(300),
             )?),
+            gitlab,
             dependencies,
             executor,
             merge_queue,

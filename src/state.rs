@@ -6,6 +6,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::authz::Permissions;
 use crate::batch::MergeQueue;
+use crate::clients::gitlab::GitLabClient;
 use crate::clients::health::Dependencies;
 use crate::config::LiveConfig;
 use crate::db::DbSlot;
@@ -51,6 +52,8 @@ pub struct App {
     pub limiter: Arc<SlidingWindow>,
     /// Permission checks.
     pub permissions: Permissions,
+    /// GitLab, for the reads of a preview (the workflow has its own clone).
+    pub gitlab: GitLabClient,
     /// What this instance last saw of the systems it calls.
     pub dependencies: Dependencies,
     /// The bounded worker pool.

@@ -15,7 +15,7 @@ mod tx;
 
 pub use bulk::{MergeRequestRef, lock_members, move_members};
 pub use group::SubmissionQueue;
-pub use submit::{IdempotencyClaim, NewRequest, Submitted, submit};
+pub use submit::{IdempotencyClaim, NewRequest, Submitted, may_replace, submit};
 pub use transition::{
     Change, Flip, Transitioned, flip, flip_in, note_in, transition, transition_in,
 };

@@ -92,14 +92,20 @@ impl NewRequest {
 
     /// Whether a row in `status` may be taken over by this request.
     fn may_replace(&self, status: BindingStatus) -> bool {
-        match self.kind {
-            OperationKind::Apply => status.is_reappliable(),
-            // A close that failed may be requested again.
-            OperationKind::Close => matches!(
-                status,
-                BindingStatus::Merged | BindingStatus::Validated | BindingStatus::CloseFailed
-            ),
-        }
+        may_replace(self.kind, status)
+    }
+}
+
+/// Whether a request of `kind` may take over a binding in `status` (a
+/// preview asks the same question as the submit).
+pub fn may_replace(kind: OperationKind, status: BindingStatus) -> bool {
+    match kind {
+        OperationKind::Apply => status.is_reappliable(),
+        // A close that failed may be requested again.
+        OperationKind::Close => matches!(
+            status,
+            BindingStatus::Merged | BindingStatus::Validated | BindingStatus::CloseFailed
+        ),
     }
 }
 

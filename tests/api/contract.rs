@@ -50,6 +50,8 @@ async fn the_openapi_document_describes_every_route() {
         "/api/v1/me/bindings",
         "/api/v1/targets",
         "/api/v1/preview",
+        "/api/v1/applications/preview",
+        "/api/v1/bindings/{targetKey}/close/preview",
         "/api/v1/access",
         "/callbacks/approval",
         "/callbacks/deploy",
@@ -301,6 +303,14 @@ async fn the_document_states_the_limits_the_server_enforces() {
     assert_eq!(parameter(mine, "limit")["schema"]["maximum"], 100);
     let preview = &paths["/api/v1/preview"]["get"];
     assert_eq!(parameter(preview, "targetKey")["in"], "query");
+    assert_eq!(
+        preview["deprecated"], true,
+        "replaced by POST /api/v1/applications/preview"
+    );
+    assert_ne!(
+        paths["/api/v1/applications/preview"]["post"]["deprecated"],
+        true
+    );
     let key = parameter(&paths["/api/v1/applications"]["post"], "Idempotency-Key");
     assert_eq!(key["schema"]["maxLength"], 191);
     for header in ["webhook-id", "webhook-timestamp", "webhook-signature"] {

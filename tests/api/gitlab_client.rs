@@ -398,3 +398,61 @@ async fn the_free_and_premium_approvals_bodies_both_read_with_what_each_tells() 
     assert!(premium.refuses_caller());
     assert_eq!(premium.rules_left(), "Approvers");
 }
+
+/// A GitLab whose `HEAD` of a file carries `X-Gitlab-Blob-Id`, as GitLab's
+/// does (the simulator's does not): a file whose blob id is cached is not
+/// read again; a new blob id is read once; a missing file reads nothing.
+#[tokio::test]
+async fn a_previewed_file_is_read_once_per_blob_id() {
+    use axum::http::{Method, StatusCode, Uri};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let content = Arc::new(Mutex::new(Some("one\n".to_owned())));
+    let reads = Arc::new(AtomicUsize::new(0));
+    let (served, counted) = (content.clone(), reads.clone());
+    let app = axum::Router::new().fallback(move |method: Method, uri: Uri| {
+        let (served, counted) = (served.clone(), counted.clone());
+        async move {
+            let Some(text) = served.lock().unwrap().clone() else {
+                return (
+                    StatusCode::NOT_FOUND,
+                    "{\"message\":\"404 File Not Found\"}",
+                )
+                    .into_response();
+            };
+            if uri.path().ends_with("/raw") {
+                counted.fetch_add(1, Ordering::SeqCst);
+                return text.into_response();
+            }
+            assert_eq!(method, Method::HEAD, "{uri}");
+            assert_eq!(uri.query(), Some("ref=main"));
+            (StatusCode::OK, [("x-gitlab-blob-id", git_blob_id(&text))]).into_response()
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let client = GitLabClient::new(
+        system_client(System::GitLab),
+        &format!("http://{address}"),
+        Duration::from_secs(5),
+        RetryPolicy::default(),
+    );
+    let bot = SecretString::from("t".to_owned());
+    let read = || client.cached_file(&bot, PROJECT, "bindings/a.json", "main");
+
+    assert_eq!(read().await.unwrap().as_deref(), Some("one\n"));
+    assert_eq!(read().await.unwrap().as_deref(), Some("one\n"));
+    assert_eq!(
+        reads.load(Ordering::SeqCst),
+        1,
+        "the second came from the cache"
+    );
+    *content.lock().unwrap() = Some("two\n".to_owned());
+    assert_eq!(read().await.unwrap().as_deref(), Some("two\n"));
+    assert_eq!(reads.load(Ordering::SeqCst), 2, "a new blob is read");
+    *content.lock().unwrap() = None;
+    assert_eq!(read().await.unwrap(), None);
+    assert_eq!(reads.load(Ordering::SeqCst), 2);
+}

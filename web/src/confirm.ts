@@ -17,6 +17,11 @@ export interface ConfirmOptions {
   act: (reason: string) => Promise<string | Outcome>;
   /** Called after a successful action, at once (the page behind shows its effect). */
   done?: () => void;
+  /**
+   * Fills a part of the dialog under the text (a preview of the change),
+   * given the confirm button and the reason field to follow.
+   */
+  attach?: (slot: HTMLElement, ok: HTMLButtonElement, reason: HTMLTextAreaElement) => void;
 }
 
 /** What an action did, with where to follow it. */
@@ -29,6 +34,7 @@ export interface Outcome {
 export function confirmAction(options: ConfirmOptions): void {
   const reason = h("textarea", { id: "confirm-reason", rows: 3, maxlength: 2000 });
   const outcome = h("div", { id: "confirm-outcome", "aria-live": "polite" });
+  const slot = h("div", { id: "confirm-preview", class: "preview" });
   const ok = h("button", { type: "submit", id: "confirm-ok" }, options.confirmLabel);
   const cancel = h("button", { type: "button", id: "confirm-cancel" }, "Cancel");
   const dialog = h(
@@ -39,6 +45,7 @@ export function confirmAction(options: ConfirmOptions): void {
       { method: "dialog", onsubmit: (event: Event) => void run(event) },
       h("h2", {}, options.title),
       h("p", {}, options.text),
+      options.attach ? slot : null,
       options.noReason
         ? null
         : [h("label", { for: "confirm-reason" }, options.reasonRequired ? "Reason (required)" : "Reason (optional)"), reason],
@@ -49,6 +56,7 @@ export function confirmAction(options: ConfirmOptions): void {
   cancel.addEventListener("click", () => dialog.close());
   dialog.addEventListener("close", () => dialog.remove());
   document.body.append(dialog);
+  options.attach?.(slot, ok, reason);
   dialog.showModal();
 
   async function run(event: Event): Promise<void> {

@@ -43,13 +43,6 @@ export interface Access {
   window: { start: string; end: string; timezone: string } | { valid: false } | null;
 }
 
-export interface Preview {
-  path: string;
-  action: "create" | "update";
-  content: string;
-  current: string | null;
-}
-
 export type Next = "WAIT" | "CONTACT_TEAM" | "REAPPLY" | "NONE";
 
 export interface Operation {

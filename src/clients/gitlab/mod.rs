@@ -2,6 +2,7 @@
 //! accounts, each call with a timeout; 429 and 5xx answers are retried with
 //! exponential backoff that honours `Retry-After`.
 
+mod blobs;
 mod checklist;
 mod error;
 mod merge_requests;
@@ -52,6 +53,8 @@ pub struct GitLabClient {
     timeout: Duration,
     retry: RetryPolicy,
     checklists: checklist::ChecklistCache,
+    /// File contents by blob id, for previews.
+    blobs: blobs::BlobCache,
     /// Until when GitLab's rate limiter asked every call to wait, shared by
     /// the clones (the bot and the reviewers are limited alike).
     quiet_until: Arc<Mutex<Option<Instant>>>,
@@ -99,6 +102,7 @@ impl GitLabClient {
             timeout,
             retry,
             checklists: checklist::ChecklistCache::default(),
+            blobs: blobs::BlobCache::default(),
             quiet_until: Arc::default(),
         }
     }
@@ -166,7 +170,8 @@ impl GitLabClient {
             })?;
             let status = response.status();
             let throttled = status == StatusCode::TOO_MANY_REQUESTS;
-            let retryable = throttled || (status.is_server_error() && method == Method::GET);
+            let read = method == Method::GET || method == Method::HEAD;
+            let retryable = throttled || (status.is_server_error() && read);
             if !retryable {
                 return Ok(response);
             }

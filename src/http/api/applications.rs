@@ -60,6 +60,36 @@ pub struct CloseBody {
     _operator: Option<serde::de::IgnoredAny>,
 }
 
+impl ApplyBody {
+    /// The submission this body asks for.
+    pub(super) fn into_submission(self) -> Submission {
+        Submission {
+            kind: OperationKind::Apply,
+            operation_id: self.operation_id,
+            target_key: self.target_key,
+            subject_id: self.subject_id,
+            params: self.params,
+            expires_at: self.expires_at,
+            reason: self.reason,
+        }
+    }
+}
+
+impl CloseBody {
+    /// The removal of `target_key`'s binding this body asks for.
+    pub(super) fn into_submission(self, target_key: String) -> Submission {
+        Submission {
+            kind: OperationKind::Close,
+            operation_id: self.operation_id,
+            target_key,
+            subject_id: self.subject_id,
+            params: None,
+            expires_at: None,
+            reason: self.reason,
+        }
+    }
+}
+
 /// Apply for a binding. Answers 202 `ACCEPTED`, or 202 `DUPLICATE_SUBMIT`
 /// with the original operation for a repeated key. The route is rate
 /// limited before idempotency is checked: a duplicate over the limit gets 429.
@@ -90,16 +120,7 @@ pub async fn apply(
     headers: HeaderMap,
     AppJson(body): AppJson<ApplyBody>,
 ) -> ApiResult<Response> {
-    let submission = Submission {
-        kind: OperationKind::Apply,
-        operation_id: body.operation_id,
-        target_key: body.target_key,
-        subject_id: body.subject_id,
-        params: body.params,
-        expires_at: body.expires_at,
-        reason: body.reason,
-    };
-    submit(&state, &db, &caller, &headers, submission)
+    submit(&state, &db, &caller, &headers, body.into_submission())
         .await
         .map(IntoResponse::into_response)
 }
@@ -135,18 +156,15 @@ pub async fn close(
     headers: HeaderMap,
     AppJson(body): AppJson<CloseBody>,
 ) -> ApiResult<Response> {
-    let submission = Submission {
-        kind: OperationKind::Close,
-        operation_id: body.operation_id,
-        target_key,
-        subject_id: body.subject_id,
-        params: None,
-        expires_at: None,
-        reason: body.reason,
-    };
-    submit(&state, &db, &caller, &headers, submission)
-        .await
-        .map(IntoResponse::into_response)
+    submit(
+        &state,
+        &db,
+        &caller,
+        &headers,
+        body.into_submission(target_key),
+    )
+    .await
+    .map(IntoResponse::into_response)
 }
 
 /// The 202 answer of a submission.

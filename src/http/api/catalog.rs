@@ -1,4 +1,4 @@
-//! `GET /api/v1/targets` and `GET /api/v1/preview`.
+//! `GET /api/v1/targets` and the deprecated `GET /api/v1/preview`.
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
@@ -128,8 +128,10 @@ pub enum PreviewAction {
     Update,
 }
 
-/// The file change the request would make, read-only. On any failure it
-/// answers 200 with `data: null`: a preview never blocks submitting.
+/// Deprecated, kept for one release: use `POST /api/v1/applications/preview`,
+/// which shows the file against the target branch and what stands in the
+/// way. The file change the request would make with the schema's defaults,
+/// read-only. On any failure it answers 200 with `data: null`.
 #[utoipa::path(get, path = "/api/v1/preview", tag = "requests", params(PreviewQuery),
     responses((status = 200, description = "The change, or `data: null`", body = PreviewAnswer)))]
 pub async fn preview(

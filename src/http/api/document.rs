@@ -176,3 +176,13 @@ fn operations(paths: &mut Paths) -> impl Iterator<Item = &mut Operation> {
         .flatten()
     })
 }
+
+/// Marks every operation of `path` deprecated: a route kept for one more
+/// release as an alias of its replacement.
+pub fn deprecate(document: &mut OpenApi, path: &str) {
+    if let Some(item) = document.paths.paths.get_mut(path) {
+        for operation in [&mut item.get, &mut item.post].into_iter().flatten() {
+            operation.deprecated = Some(utoipa::openapi::Deprecated::True);
+        }
+    }
+}

@@ -5,6 +5,7 @@ pub mod applications;
 mod bindings;
 mod catalog;
 mod document;
+mod preview;
 mod queue;
 pub(crate) mod status;
 mod submission;
@@ -36,6 +37,18 @@ const CLOSE: RouteSpec = RouteSpec {
         message: "too many removal requests; wait a minute before trying again",
     }),
     activity: Some("close"),
+};
+/// Previews of an apply or a close: the `read` rule (the submit's own rule
+/// is reported as a blocker), a limit of their own, typed as the user types,
+/// no business activity.
+const PREVIEW: RouteSpec = RouteSpec {
+    name: "read",
+    rate_limit: Some(RateLimitSpec {
+        bucket: "preview",
+        default_limit: 120,
+        message: "too many previews; wait a minute before previewing again",
+    }),
+    activity: None,
 };
 /// Operator actions: the `operator` rule, counted as business activity.
 const ADMIN_APPROVE: RouteSpec = RouteSpec {
@@ -129,6 +142,8 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
         .routes(guarded(state, &READ, routes!(timeline::get_timeline)))
         .routes(guarded(state, &READ, routes!(bindings::list_my_bindings)))
         .routes(guarded(state, &READ, routes!(catalog::list_targets)))
+        .routes(guarded(state, &PREVIEW, routes!(preview::preview_apply)))
+        .routes(guarded(state, &PREVIEW, routes!(preview::preview_close)))
         .routes(guarded(state, &READ, routes!(catalog::preview)))
         .routes(guarded(state, &READ, routes!(access::get_access)))
         .routes(guarded(
@@ -245,5 +260,7 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
         .merge(super::callbacks::router(state))
         .split_for_parts();
     document::describe_every_route(&mut document);
+    // Replaced by POST /api/v1/applications/preview; kept for one release.
+    document::deprecate(&mut document, "/api/v1/preview");
     (router, document)
 }

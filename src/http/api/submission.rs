@@ -141,67 +141,111 @@ fn validate(
     headers: &HeaderMap,
     submission: Submission,
 ) -> ApiResult<NewRequest> {
+    let Checked { request, refusals } = check(settings, target, caller, headers, submission);
+    match (refusals.into_iter().next(), request) {
+        (Some(first), _) => Err(first),
+        (None, Some(request)) => Ok(request),
+        (None, None) => Err(invalid("field `params`: must be a JSON object")),
+    }
+}
+
+/// A submission's fields checked one by one: every refusal, in the order a
+/// submit meets them (a submit answers the first), and the request as it
+/// would be recorded whenever its subject and parameters are good (with a
+/// fresh operation id, no expiry and an empty reason where those are not),
+/// so a preview can render it.
+pub(super) struct Checked {
+    /// The request, when its file can be rendered.
+    pub request: Option<NewRequest>,
+    /// Every refusal, first to last.
+    pub refusals: Vec<ApiError>,
+}
+
+/// Every check a submit makes of a submission's own fields.
+pub(super) fn check(
+    settings: &Settings,
+    target: &TargetSettings,
+    caller: &Authorized,
+    headers: &HeaderMap,
+    submission: Submission,
+) -> Checked {
+    let mut refusals = Vec::new();
     let subject = submission
         .subject_id
         .unwrap_or_else(|| caller.identity.as_str().to_owned());
-    if !valid_subject(&subject) {
-        return Err(invalid(
+    let subject_valid = valid_subject(&subject);
+    if !subject_valid {
+        refusals.push(invalid(
             "field `subjectId`: 1 to 128 letters, digits or . _ - @ +, not starting with a dot",
         ));
     }
     if target.self_only && subject != caller.identity.as_str() && !caller.operator {
-        return Err(ApiError::Forbidden);
+        refusals.push(ApiError::Forbidden);
     }
     let submitted = canonical_json(&submission.params.unwrap_or_else(|| json!({})));
-    if !submitted.is_object() {
-        return Err(invalid("field `params`: must be a JSON object"));
-    }
-    if submitted.to_string().len() > MAX_PARAMS_BYTES {
-        return Err(invalid("field `params`: larger than 8 KiB"));
-    }
     // What is stored, and rendered on every re-run, has the defaults the
     // schema gave when the request was made.
-    let params = match submission.kind {
-        OperationKind::Apply => target
-            .params
-            .check(&submitted)
-            .map(|filled| canonical_json(&filled))
-            .map_err(ApiError::InvalidFields)?,
-        OperationKind::Close => submitted.clone(),
+    let params = if !submitted.is_object() {
+        refusals.push(invalid("field `params`: must be a JSON object"));
+        None
+    } else if submitted.to_string().len() > MAX_PARAMS_BYTES {
+        refusals.push(invalid("field `params`: larger than 8 KiB"));
+        None
+    } else {
+        match submission.kind {
+            OperationKind::Apply => match target.params.check(&submitted) {
+                Ok(filled) => Some(canonical_json(&filled)),
+                Err(fields) => {
+                    refusals.push(ApiError::InvalidFields(fields));
+                    None
+                }
+            },
+            OperationKind::Close => Some(submitted.clone()),
+        }
     };
-    let reason = checked_reason(&submission.reason, MAX_REQUEST_REASON_CHARS)?;
-    if submission.expires_at.is_some_and(|at| at <= Utc::now()) {
-        return Err(invalid("field `expiresAt`: must be in the future"));
-    }
-    let client_id = submission
-        .operation_id
-        .as_deref()
-        .map(|text| {
-            OperationId::parse(text).map_err(|_| invalid("field `operationId`: must be a UUID"))
-        })
-        .transpose()?;
+    let reason = checked_reason(&submission.reason, MAX_REQUEST_REASON_CHARS)
+        .map_err(|err| refusals.push(err))
+        .unwrap_or_default();
+    let expires_at = match submission.expires_at {
+        Some(at) if at <= Utc::now() => {
+            refusals.push(invalid("field `expiresAt`: must be in the future"));
+            None
+        }
+        other => other,
+    };
+    let client_id = match submission.operation_id.as_deref().map(OperationId::parse) {
+        Some(Err(_)) => {
+            refusals.push(invalid("field `operationId`: must be a UUID"));
+            None
+        }
+        Some(Ok(id)) => Some(id),
+        None => None,
+    };
     let operation_id = client_id.unwrap_or_default();
     let key = match headers.get(IDEMPOTENCY_KEY) {
-        Some(value) => Some(
-            value
-                .to_str()
-                .ok()
-                .map(str::trim)
-                .filter(|key| {
-                    !key.is_empty()
-                        && key.len() <= MAX_KEY_LEN
-                        && key.bytes().all(|b| (b' '..=b'~').contains(&b))
-                })
-                .ok_or_else(|| {
-                    invalid("header `Idempotency-Key`: 1 to 191 visible ASCII characters")
-                })?
-                .to_owned(),
-        ),
+        Some(value) => {
+            let key = value.to_str().ok().map(str::trim).filter(|key| {
+                !key.is_empty()
+                    && key.len() <= MAX_KEY_LEN
+                    && key.bytes().all(|b| (b' '..=b'~').contains(&b))
+            });
+            if key.is_none() {
+                refusals.push(invalid(
+                    "header `Idempotency-Key`: 1 to 191 visible ASCII characters",
+                ));
+            }
+            key.map(str::to_owned)
+        }
         None => client_id.map(|id| format!("operation:{id}")),
     };
+    let Some(params) = params.filter(|_| subject_valid) else {
+        return Checked {
+            request: None,
+            refusals,
+        };
+    };
     // Milliseconds, as both databases store it, so files render alike.
-    let expires_at_utc = submission.expires_at.map(|at| at.trunc_subsecs(3));
-    let expires_at = expires_at_utc.map(|at| at.naive_utc());
+    let expires_at_utc = expires_at.map(|at| at.trunc_subsecs(3));
     let request_hash = hex_sha256(&json!({
         "kind": submission.kind.as_str(),
         "operationId": client_id.map(|id| id.as_string()),
@@ -213,7 +257,7 @@ fn validate(
     }));
     if submission.kind == OperationKind::Apply {
         let expires_at = expires_at_utc.map(|at| at.to_rfc3339_opts(SecondsFormat::Millis, true));
-        writable(
+        if let Err(err) = writable(
             target,
             &TemplateContext {
                 subject: &subject,
@@ -223,10 +267,12 @@ fn validate(
                 operation_id: &operation_id.as_string(),
                 requested_by: caller.identity.as_str(),
             },
-        )?;
+        ) {
+            refusals.push(err);
+        }
     }
     let ttl_ms = i64::try_from(settings.idempotency.ttl.as_millis()).unwrap_or(i64::MAX);
-    Ok(NewRequest {
+    let request = NewRequest {
         operation_id,
         kind: submission.kind,
         subject_id: subject,
@@ -235,7 +281,7 @@ fn validate(
         flow_order: settings.flow_order,
         params,
         reason,
-        expires_at,
+        expires_at: expires_at_utc.map(|at| at.naive_utc()),
         idempotency: key.map(|key| IdempotencyClaim {
             key,
             request_hash,
@@ -244,7 +290,11 @@ fn validate(
         busy: false,
         expired: false,
         trace_parent: propagation::current_trace_parent(),
-    })
+    };
+    Checked {
+        request: Some(request),
+        refusals,
+    }
 }
 
 /// The request's file rendered once as the commit will render it: a

@@ -123,6 +123,24 @@ impl SlidingWindow {
         }
     }
 
+    /// Whether a request for `key` arriving `at` would be admitted, without
+    /// counting it (a preview asks what a submit would meet).
+    pub fn would_admit(&self, subject: impl Hash, limit: u32, at: Instant) -> bool {
+        let now = self.ms_at(at);
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        let Some(arrivals) = self.keys.get(&self.subject_hasher.hash_one(subject)) else {
+            return true;
+        };
+        let inside = arrivals
+            .offsets
+            .iter()
+            .filter(|offset| {
+                now.saturating_sub(arrivals.base + u64::from(**offset)) < self.window_ms
+            })
+            .count();
+        inside < limit
+    }
+
     /// Drops the arrivals that left the window and counts this one if there
     /// is room. Arrivals are kept in order (a clock reading taken before a
     /// concurrent caller's is recorded as that caller's time), so the stale
@@ -184,6 +202,20 @@ mod tests {
             limiter.try_acquire_at("apply:bob", 10, 1_020),
             "keys are independent"
         );
+    }
+
+    #[test]
+    fn asking_whether_a_request_would_be_admitted_counts_nothing() {
+        let limiter = SlidingWindow::new(Duration::from_secs(60));
+        let now = Instant::now();
+        assert!(limiter.would_admit("k", 2, now));
+        assert!(limiter.try_acquire("k", 2, now));
+        for _ in 0..5 {
+            assert!(limiter.would_admit("k", 2, now));
+        }
+        assert!(limiter.try_acquire("k", 2, now));
+        assert!(!limiter.would_admit("k", 2, now));
+        assert!(limiter.would_admit("k", 3, now), "a raised limit admits");
     }
 
     #[test]

@@ -48,6 +48,24 @@ pub fn check(
     Some(ApiError::RateLimited(limit_spec.message).into_response())
 }
 
+/// The message a request of `identity` on `spec`'s route would be refused
+/// with now, without counting anything: what a preview tells the caller.
+pub fn would_refuse(
+    state: &AppState,
+    settings: &Settings,
+    spec: &RouteSpec,
+    identity: &crate::identity::Identity,
+) -> Option<&'static str> {
+    let limit_spec = spec.rate_limit.as_ref()?;
+    let configured = settings.rate_limit.get(limit_spec.bucket).copied();
+    let limit = configured.unwrap_or(Some(limit_spec.default_limit))?;
+    let subject = Subject::Identity(identity.as_str());
+    let admitted = state
+        .limiter
+        .would_admit((limit_spec.bucket, subject), limit, Instant::now());
+    (!admitted).then_some(limit_spec.message)
+}
+
 /// Whom a request is counted against, within its bucket.
 #[derive(Hash)]
 enum Subject<'a> {

@@ -253,6 +253,7 @@ mod gitlab_truth;
 mod https;
 mod merge_methods;
 mod pipeline_retry;
+mod preview;
 mod project_settings;
 mod queue;
 mod rate_limits;

@@ -1,14 +1,19 @@
-// Apply for a change: pick a target, fill in its parameters, see what file it would write, say why.
+// Apply for a change: pick a target, fill in its parameters, say why, and see
+// as you type what the request would write (a diff against the target
+// branch), what stands in its way, and the way it would go.
 
-import { ApiError, call, get, newKey, query, type FieldError } from "../api";
+import { ApiError, call, get, newKey, type FieldError } from "../api";
 import { h, replace } from "../dom";
 import { navigate } from "../nav";
 import { namesOnly, paramsForm, type ParamsForm } from "../schema_form";
-import type { Access, Preview, Submitted, Target } from "../types";
+import { type PreviewAnswer, previewView, submitLabel } from "../preview";
+import type { Access, Submitted, Target } from "../types";
 
 export function applyPage(root: HTMLElement): () => void {
   let previewTimer: number | undefined;
   let previewSeq = 0;
+  // Once sent, the preview stops: the request it would describe exists.
+  let submitted = false;
   // One key per filled-in form: a double click or a retry after a lost
   // answer is answered DUPLICATE_SUBMIT instead of applying twice.
   let key = newKey();
@@ -22,7 +27,7 @@ export function applyPage(root: HTMLElement): () => void {
   const reason = h("textarea", { id: "reason", name: "reason", rows: 3, maxlength: 2000 });
   const submit = h("button", { type: "submit", id: "submit" }, "Apply");
   const result = h("div", { id: "result", "aria-live": "polite" });
-  const preview = h("div", { id: "preview", class: "preview" }, "Pick a target to see the file it would write.");
+  const preview = h("div", { id: "preview", class: "preview", "aria-live": "polite" }, "Pick a target to see the file it would write.");
   const description = h("p", { class: "hint", id: "target-description" });
   let targets: Target[] = [];
   let paramFields: ParamsForm = paramsForm(namesOnly([]), fieldError);
@@ -73,33 +78,46 @@ export function applyPage(root: HTMLElement): () => void {
 
   function schedulePreview(): void {
     window.clearTimeout(previewTimer);
-    if (target.value) replace(preview, h("p", { class: "hint" }, "Loading the preview…"));
-    previewTimer = window.setTimeout(() => void loadPreview(), 250);
+    previewTimer = window.setTimeout(() => void loadPreview(), 300);
   }
 
-  // The preview is advice only: whatever happens here, submitting stays possible.
+  /** The body the form would submit now; its operation id is the form's key, so the preview renders the very file. */
+  function body(): Record<string, unknown> {
+    const sent: Record<string, unknown> = { operationId: key, targetKey: target.value, reason: reason.value };
+    const t = selected();
+    if (t && !t.selfOnly && subject.value.trim()) sent.subjectId = subject.value.trim();
+    if (!paramFields.empty) sent.params = paramFields.values();
+    if (expires.value) {
+      const at = new Date(expires.value);
+      if (!Number.isNaN(at.getTime())) sent.expiresAt = at.toISOString();
+    }
+    return sent;
+  }
+
+  function setSubmit(answer: PreviewAnswer | null): void {
+    const { label, enabled } = submitLabel(answer, "Apply");
+    submit.textContent = label;
+    submit.disabled = !enabled;
+    submit.title = enabled ? "" : "The target branch already holds this file as the request would write it.";
+  }
+
+  // Advice: a preview that fails leaves submitting as it was.
   async function loadPreview(): Promise<void> {
     const seq = ++previewSeq;
-    if (!target.value) return;
-    let data: Preview | null = null;
+    if (!target.value || submitted) return;
+    let answer: PreviewAnswer | null = null;
     try {
-      data = (await get<{ data: Preview | null }>(
-        `/api/v1/preview${query({ targetKey: target.value, subjectId: subject.value.trim() })}`,
-      )).data;
+      answer = await call<PreviewAnswer>("POST", "/api/v1/applications/preview", body());
     } catch {
-      data = null;
+      answer = null;
     }
-    if (seq !== previewSeq) return;
-    if (!data) {
+    if (seq !== previewSeq || submitted) return;
+    setSubmit(answer);
+    if (!answer) {
       replace(preview, h("p", { class: "hint" }, "No preview available; you can still apply."));
       return;
     }
-    replace(
-      preview,
-      h("p", {}, data.action === "create" ? "Creates " : "Updates ", h("code", {}, data.path),
-        data.current ? ` (now ${data.current})` : ""),
-      h("pre", {}, data.content),
-    );
+    replace(preview, previewView(answer, !reason.value.trim()));
   }
 
   function lock(locked: boolean): void {
@@ -117,14 +135,10 @@ export function applyPage(root: HTMLElement): () => void {
       invalid.focus();
       return;
     }
-    const body: Record<string, unknown> = { targetKey: target.value, reason: reason.value };
-    const t = selected();
-    if (t && !t.selfOnly && subject.value.trim()) body.subjectId = subject.value.trim();
-    if (!paramFields.empty) body.params = paramFields.values();
-    if (expires.value) body.expiresAt = new Date(expires.value).toISOString();
     lock(true);
+    submitted = true;
     try {
-      const answer = await call<Submitted>("POST", "/api/v1/applications", body, { "Idempotency-Key": key });
+      const answer = await call<Submitted>("POST", "/api/v1/applications", body(), { "Idempotency-Key": key });
       const link = h("a", { href: `/operations/${answer.operationId}` }, "follow it");
       if (answer.code === "DUPLICATE_SUBMIT") {
         // Already submitted: the form stays locked so it cannot be sent again.
@@ -135,13 +149,16 @@ export function applyPage(root: HTMLElement): () => void {
       }
       navigate(`/operations/${answer.operationId}`);
     } catch (error) {
+      submitted = false;
       lock(false);
       showError(error);
+      schedulePreview();
     }
   }
 
   function startOver(): void {
     key = newKey();
+    submitted = false;
     form.reset();
     clearErrors();
     lock(false);
@@ -179,7 +196,10 @@ export function applyPage(root: HTMLElement): () => void {
   }
 
   target.addEventListener("change", showTarget);
-  subject.addEventListener("input", schedulePreview);
+  // Every change of the form previews again (debounced).
+  form.addEventListener("input", (event) => {
+    if (event.target !== target) schedulePreview();
+  });
 
   // Say up front when submissions are closed, rather than only after a 503.
   get<Access>("/api/v1/access").then(

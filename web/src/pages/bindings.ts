@@ -2,6 +2,7 @@
 
 import { ApiError, call, get, newKey, query } from "../api";
 import { confirmAction } from "../confirm";
+import { type PreviewAnswer, previewView, submitLabel } from "../preview";
 import { h, replace, when } from "../dom";
 import { CLOSABLE, badge, tone } from "../status";
 import type { Binding, Page, Submitted } from "../types";
@@ -90,14 +91,42 @@ export function bindingsPage(root: HTMLElement): () => void {
       reasonRequired: true,
       act: async (reason) => {
         const path = `/api/v1/bindings/${encodeURIComponent(binding.targetKey)}/close`;
-        const body = await call<Submitted>("POST", path, { subjectId: binding.subjectId, reason }, { "Idempotency-Key": key });
+        const body = await call<Submitted>("POST", path, { operationId: key, subjectId: binding.subjectId, reason }, { "Idempotency-Key": key });
         return {
           text: body.code === "DUPLICATE_SUBMIT" ? "Removal was already requested." : "Removal requested.",
           follow: { href: `/operations/${body.operationId}`, label: "Follow the removal" },
         };
       },
       done: () => void refresh(),
+      attach: (slot, ok, reason) => previewClose(binding, key, slot, ok, reason),
     });
+  }
+
+  /** The removal's preview in its dialog, again as the reason is typed (debounced). */
+  function previewClose(binding: Binding, key: string, slot: HTMLElement, ok: HTMLButtonElement, reason: HTMLTextAreaElement): void {
+    let seq = 0;
+    let wait: number | undefined;
+    const path = `/api/v1/bindings/${encodeURIComponent(binding.targetKey)}/close/preview`;
+    const load = async (): Promise<void> => {
+      const mine = ++seq;
+      let answer: PreviewAnswer | null = null;
+      try {
+        answer = await call<PreviewAnswer>("POST", path, { operationId: key, subjectId: binding.subjectId, reason: reason.value });
+      } catch {
+        answer = null;
+      }
+      if (mine !== seq || ok.hidden) return;
+      const { label, enabled } = submitLabel(answer, "Remove");
+      ok.textContent = label;
+      ok.disabled = !enabled;
+      replace(slot, answer ? previewView(answer, !reason.value.trim()) : h("p", { class: "hint" }, "No preview available; you can still remove it."));
+    };
+    reason.addEventListener("input", () => {
+      window.clearTimeout(wait);
+      wait = window.setTimeout(() => void load(), 300);
+    });
+    replace(slot, h("p", { class: "hint" }, "Loading the preview…"));
+    void load();
   }
 
   void load();
