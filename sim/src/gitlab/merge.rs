@@ -13,6 +13,7 @@ use super::auth::Caller;
 use super::error::{ApiError, ApiResult};
 use super::mergeability::{mergeable, state_failure};
 use super::mr_view::{View, render};
+use super::observe::MergeRecord;
 use super::params::JsonBody;
 use super::pipelines::{PipelineStatus, head_pipeline};
 use super::state::{MergeMethod, MrState, Scope, UserId};
@@ -74,7 +75,7 @@ pub async fn merge_mr(
         mr.auto_merge = true;
         mr.merge_user = Some(user);
         try_auto_merge(&mut scope, index);
-    } else if !perform(&mut scope, index, user) {
+    } else if !perform(&mut scope, index, user, params.sha.is_some()) {
         // Step 6: GitLab re-reads the MR and answers 422 when the merge did not happen.
         return Err(cannot_be_merged(scope.options.cannot_merge_status));
     }
@@ -100,7 +101,8 @@ fn cannot_be_merged(status: CannotMergeStatus) -> ApiError {
 /// source's own tree once it contains the target) sets `merge_commit_sha`; a fast-forward
 /// moves the target to the source head and leaves `merge_commit_sha` null. False when a
 /// branch or the head commit is gone, or the trees conflict, so nothing could be merged.
-fn perform(scope: &mut Scope, index: usize, user: UserId) -> bool {
+/// `pinned`: the merge call named the head with `sha` (recorded in the merge log).
+fn perform(scope: &mut Scope, index: usize, user: UserId, pinned: bool) -> bool {
     let project = &mut *scope.project;
     let mr = &project.merge_requests[index];
     let (Some(target), Some(source)) = (
@@ -132,11 +134,21 @@ fn perform(scope: &mut Scope, index: usize, user: UserId) -> bool {
         )
     };
     let mr = &mut project.merge_requests[index];
-    project.repo.set_branch(
-        &mr.target_branch,
-        merge_sha.as_deref().unwrap_or(&source_sha),
-    );
+    let target_after = merge_sha.clone().unwrap_or_else(|| source_sha.clone());
+    project.repo.set_branch(&mr.target_branch, &target_after);
     let now = Utc::now();
+    project.merge_log.push(MergeRecord {
+        seq: scope.ids.merge(),
+        iid: mr.iid,
+        source_branch: mr.source_branch.clone(),
+        target_branch: mr.target_branch.clone(),
+        head_sha: source_sha,
+        pinned,
+        target_before: target_sha.clone(),
+        target_after,
+        merge_method: project.settings.merge_method,
+        merged_at: now,
+    });
     mr.state = MrState::Merged;
     mr.merged_at = Some(now);
     mr.updated_at = now;
@@ -161,7 +173,7 @@ pub fn try_auto_merge(scope: &mut Scope, index: usize) {
     }
     if let Some(user) = mr.merge_user {
         // A failed attempt leaves it armed for the next pipeline or approval event.
-        perform(scope, index, user);
+        perform(scope, index, user, false);
     }
 }
 

@@ -13,8 +13,10 @@ use super::GitLabSimOptions;
 use super::auth::Users;
 use super::error::{ApiError, ApiResult};
 use super::faults::Faults;
+use super::observe::MergeRecord;
 use super::pipelines::{Pipeline, PipelineOutcome};
 use super::repo::Repo;
+use crate::chance::SeededRng;
 
 /// A user's numeric id.
 pub type UserId = u64;
@@ -119,9 +121,12 @@ pub struct ProjectSettings {
     /// "Pipelines must succeed" (`only_allow_merge_if_pipeline_succeeds`):
     /// off, an MR is mergeable whatever its pipeline, as on GitLab.
     pub pipelines_must_succeed: bool,
-    /// A poisoned change: a pipeline whose head has a file containing this
-    /// text fails, whatever the pipeline script says (so a batch fails while
-    /// it carries the poisoned file, and passes without it).
+    /// A poisoned change: a pipeline whose commit has a file containing this
+    /// text anywhere in its tree fails, whatever the pipeline script says (so a
+    /// batch fails while it carries the poisoned file, and passes without it).
+    /// The whole tree counts, so a branch stacked on another's head fails for a
+    /// file that came from the branch underneath. Read when the pipeline is
+    /// created (and when it is retried).
     pub failing_content: Option<String>,
     /// How merges land.
     pub merge_method: MergeMethod,
@@ -246,6 +251,8 @@ pub struct Project {
     pub pipelines: Vec<Pipeline>,
     /// Outcomes for the next pipelines created, in order; empty means success.
     pub pipeline_script: VecDeque<PipelineOutcome>,
+    /// Every merge, in the order they happened.
+    pub merge_log: Vec<MergeRecord>,
 }
 
 impl Project {
@@ -271,6 +278,7 @@ pub struct Ids {
     projects: u64,
     merge_requests: u64,
     pipelines: u64,
+    merges: u64,
     shas: u64,
 }
 
@@ -282,6 +290,7 @@ impl Ids {
             projects: 100,
             merge_requests: 5000,
             pipelines: 9000,
+            merges: 0,
             shas: 0,
         }
     }
@@ -308,6 +317,12 @@ impl Ids {
     pub fn pipeline(&mut self) -> u64 {
         self.pipelines += 1;
         self.pipelines
+    }
+
+    /// The next merge's place in the order of every merge (1 for the first).
+    pub fn merge(&mut self) -> u64 {
+        self.merges += 1;
+        self.merges
     }
 
     /// A fresh commit id: a [`hex_id`] of the content whose last 8 digits are a counter, so
@@ -344,6 +359,8 @@ pub struct SimState {
     pub ids: Ids,
     pub projects: Vec<Project>,
     pub faults: Faults,
+    /// Draws each pipeline's duration (`pipeline_duration_max`).
+    pub pipeline_rng: SeededRng,
 }
 
 /// One project plus the shared pieces a handler needs next to it, borrowed together.
@@ -352,6 +369,7 @@ pub struct Scope<'a> {
     pub ids: &'a mut Ids,
     pub users: &'a Users,
     pub options: &'a GitLabSimOptions,
+    pub pipeline_rng: &'a mut SeededRng,
 }
 
 impl SimState {
@@ -359,6 +377,7 @@ impl SimState {
     pub fn new(options: GitLabSimOptions, base_url: String) -> Self {
         Self {
             faults: Faults::new(options.fault_seed),
+            pipeline_rng: SeededRng::new(options.pipeline_seed),
             options,
             base_url,
             users: Users::default(),
@@ -380,6 +399,7 @@ impl SimState {
             ids: &mut self.ids,
             users: &self.users,
             options: &self.options,
+            pipeline_rng: &mut self.pipeline_rng,
         })
     }
 }

@@ -10,6 +10,8 @@ mod merging;
 mod repository;
 mod schemas;
 pub(crate) mod support;
+mod train;
+mod train_pipelines;
 mod tree;
 mod web;
 
