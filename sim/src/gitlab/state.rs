@@ -70,13 +70,14 @@ impl ChecklistItem {
 #[serde(rename_all = "snake_case")]
 pub enum MergeMethod {
     /// "Merge commit": a merge commit whose tree is the three-way merge of the target
-    /// and the merge request; a target that moved on needs no rebase.
+    /// and the merge request; a target that moved on needs no rebase. GitLab's default
+    /// for a new project, so the simulator's too: `Project#merge_method`
+    /// (`app/models/project.rb`) is `:merge` unless `merge_requests_ff_only_enabled` or
+    /// `merge_requests_rebase_enabled` is set, and both start off.
+    #[default]
     Merge,
     /// "Merge commit with semi-linear history": a merge commit, made only once the
-    /// source contains the target's head (`need_rebase` until rebased). The simulator's
-    /// default, as it modelled only this method before the setting existed; GitLab's
-    /// own default for a new project is [`MergeMethod::Merge`].
-    #[default]
+    /// source contains the target's head (`need_rebase` until rebased).
     RebaseMerge,
     /// "Fast-forward merge": the target branch moves to the merge request's head; no
     /// merge commit (`merge_commit_sha` stays null), `need_rebase` until rebased.
