@@ -29,6 +29,9 @@ pub struct CommitParams {
     actions: Option<Value>,
     start_branch: Option<String>,
     start_sha: Option<String>,
+    /// With a start point other than `branch`, overwrite the existing `branch` with the
+    /// new commit (whose parent is the start point) instead of refusing.
+    force: Option<bool>,
 }
 
 /// One raw entry of `actions[]`.
@@ -168,8 +171,12 @@ pub async fn create_commit(
             ApiError::bad_request("You can only create or edit files when you are on a branch")
         })?,
     };
+    // `Commits::CreateService#validate_branch_existence!`: `force` overwrites the branch
+    // (app/services/commits/create_service.rb), as a push with `--force` would; the merge
+    // requests from it then take the new head, with a new pipeline.
     let different_branch = params.start_sha.is_some() || start_branch != branch;
-    if different_branch && repo.head(&branch).is_some() {
+    let force = params.force.unwrap_or(false);
+    if different_branch && !force && repo.head(&branch).is_some() {
         return Err(ApiError::bad_request(format!(
             "A branch called '{branch}' already exists. Switch to that branch in order to make changes"
         )));

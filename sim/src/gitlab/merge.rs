@@ -148,20 +148,95 @@ fn perform(scope: &mut Scope, index: usize, user: UserId, pinned: bool) -> bool 
         target_after,
         merge_method: project.settings.merge_method,
         merged_at: now,
+        carried_by: None,
     });
     mr.state = MrState::Merged;
     mr.merged_at = Some(now);
     mr.updated_at = now;
     mr.merge_user = Some(user);
     mr.merge_commit_sha = merge_sha;
-    mr.target_sha_at_merge = Some(target_sha);
+    mr.target_sha_at_merge = Some(target_sha.clone());
     mr.auto_merge = false;
     if mr.should_remove_source_branch {
         project.repo.delete_branch(&mr.source_branch);
     }
-    let target = mr.target_branch.clone();
+    let (target, iid) = (mr.target_branch.clone(), mr.iid);
+    merged_by_push(scope, iid, &target_sha, user);
     merge_requests::on_push(scope, &target, user);
     true
+}
+
+/// The merge of `carrier` moved its target branch from `before`: every other open merge
+/// request into that branch whose head the branch now holds is merged with it, as
+/// GitLab's `MergeRequests::RefreshService#post_merge_manually_merged`
+/// (`app/services/merge_requests/refresh_service.rb`) marks merge requests whose head a
+/// push brought into their target. Its `merge_commit_sha` is the commit that brought the
+/// head in (`Gitlab::BranchPushMergeCommitAnalyzer`): the head itself on the branch's
+/// first-parent line (a fast-forward), else the merge commit of that line above it. So a
+/// branch stacked on another's head, merged first, merges the one underneath too; the
+/// merge log records that as a merge carried by `carrier`.
+fn merged_by_push(scope: &mut Scope, carrier: u64, before: &str, user: UserId) {
+    let project = &mut *scope.project;
+    let Some(carrier_mr) = project.merge_requests.iter().find(|mr| mr.iid == carrier) else {
+        return;
+    };
+    let target = carrier_mr.target_branch.clone();
+    let Some(after) = project.repo.head(&target).map(|c| c.id.clone()) else {
+        return;
+    };
+    // The branch's first-parent line from `after` down to `before`, newest first.
+    let mut line = Vec::new();
+    let mut at = Some(after.clone());
+    while let Some(sha) = at.filter(|sha| *sha != before) {
+        at = project
+            .repo
+            .commit(&sha)
+            .and_then(|c| c.parent_ids.first().cloned());
+        line.push(sha);
+    }
+    let repo = &project.repo;
+    let carried: Vec<(usize, String)> = project
+        .merge_requests
+        .iter()
+        .enumerate()
+        .filter(|(_, mr)| {
+            mr.state == MrState::Opened
+                && mr.target_branch == target
+                && repo.is_ancestor(&mr.sha, &after)
+                && !repo.is_ancestor(&mr.sha, before)
+        })
+        .filter_map(|(index, mr)| {
+            let brought_in = line
+                .iter()
+                .rev()
+                .find(|commit| repo.is_ancestor(&mr.sha, commit))?;
+            Some((index, brought_in.clone()))
+        })
+        .collect();
+    let now = Utc::now();
+    for (index, merge_commit) in carried {
+        let mr = &mut project.merge_requests[index];
+        project.merge_log.push(MergeRecord {
+            seq: scope.ids.merge(),
+            iid: mr.iid,
+            source_branch: mr.source_branch.clone(),
+            target_branch: mr.target_branch.clone(),
+            head_sha: mr.sha.clone(),
+            pinned: false,
+            target_before: before.to_owned(),
+            target_after: after.clone(),
+            merge_method: project.settings.merge_method,
+            merged_at: now,
+            carried_by: Some(carrier),
+        });
+        mr.state = MrState::Merged;
+        mr.merged_at = Some(now);
+        mr.updated_at = now;
+        mr.merge_user = Some(user);
+        mr.merge_commit_sha = Some(merge_commit);
+        mr.target_sha_at_merge = Some(before.to_owned());
+        mr.auto_merge = false;
+    }
 }
 
 /// Merges an armed merge request once everything passes (pipeline, approvals, git state);

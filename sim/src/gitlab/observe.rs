@@ -119,6 +119,10 @@ pub struct MergeRecord {
     pub merge_method: MergeMethod,
     /// When it merged.
     pub merged_at: DateTime<Utc>,
+    /// Set when this merge request was not merged itself: the merge of the one named
+    /// (a branch stacked on its head) brought its head into the target, and GitLab marks
+    /// it merged then. `pinned` is false, and the targets are the carrier's.
+    pub carried_by: Option<u64>,
 }
 
 impl GitLabControl {

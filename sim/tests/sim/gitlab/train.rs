@@ -3,7 +3,7 @@
 //! order with `sha` pinned, under each merge method; and the merge log that tells the
 //! order merges happened in.
 
-use changegate_sim::gitlab::MergeMethod;
+use changegate_sim::gitlab::{MergeMethod, MrState};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -316,4 +316,74 @@ async fn with_semi_linear_history_a_stacked_branch_needs_a_rebase_once_the_one_u
     assert_eq!(files["shared.toml"], "a = 1\nb = 2\n");
     assert_eq!(files["a.json"], "{\"a\": 1}\n");
     assert_eq!(files["b.json"], "{\"b\": 2}\n");
+}
+
+#[tokio::test]
+async fn a_stacked_branch_is_rebuilt_on_main_by_a_forced_commit_and_its_mr_follows() {
+    let fx = with_method(MergeMethod::Merge).await;
+    let (_, second) = two_cars(&fx).await;
+    let (main_head, old_head) = (head(&fx, "main"), head(&fx, "bot/b"));
+    let old_pipeline = fx
+        .sim
+        .merge_request(fx.project, second)
+        .unwrap()
+        .head_pipeline;
+    let commits = format!("{}/repository/commits", fx.root);
+    let body = |force: bool| {
+        json!({
+            "branch": "bot/b",
+            "start_sha": main_head,
+            "force": force,
+            "commit_message": "bot: batch, rebuilt",
+            "actions": [{ "action": "create", "file_path": "b.json", "content": "{\"b\": 2}\n" }],
+        })
+    };
+    let refused = fx.post(BOT, &commits, body(false)).await;
+    assert_eq!(refused.status, 400, "{}", refused.text);
+    assert_eq!(head(&fx, "bot/b"), old_head);
+
+    let rebuilt = fx.post(BOT, &commits, body(true)).await;
+
+    assert_eq!(rebuilt.status, 201, "{}", rebuilt.text);
+    assert_eq!(rebuilt.body["parent_ids"], json!([main_head]));
+    let new_head = head(&fx, "bot/b");
+    assert_eq!(rebuilt.str("id"), new_head);
+    let files = fx.sim.files(fx.project, "bot/b").unwrap();
+    assert!(
+        !files.contains_key("a.json"),
+        "the car underneath is gone: {files:?}"
+    );
+    let mr = fx.sim.merge_request(fx.project, second).unwrap();
+    assert_eq!(mr.sha, new_head, "the MR follows its branch");
+    assert_ne!(mr.head_pipeline, old_pipeline, "with a pipeline of its own");
+}
+
+#[tokio::test]
+async fn merging_a_stacked_branch_first_merges_the_one_underneath_with_it() {
+    for method in [MergeMethod::Merge, MergeMethod::Ff] {
+        let fx = with_method(method).await;
+        let (first, second) = two_cars(&fx).await;
+        let a_head = head(&fx, "bot/a");
+
+        let merged = merge_pinned(&fx, second).await;
+
+        let underneath = fx.sim.merge_request(fx.project, first).unwrap();
+        assert_eq!(underneath.state, MrState::Merged, "{method:?}");
+        let expected = match method {
+            MergeMethod::Ff => a_head.clone(),
+            _ => merged["merge_commit_sha"].as_str().unwrap().to_owned(),
+        };
+        assert_eq!(
+            underneath.merge_commit_sha.as_deref(),
+            Some(expected.as_str()),
+            "{method:?}"
+        );
+        let log = fx.sim.merge_log(fx.project);
+        let order: Vec<(u64, Option<u64>)> = log.iter().map(|m| (m.iid, m.carried_by)).collect();
+        assert_eq!(order, [(second, None), (first, Some(second))], "{method:?}");
+        assert!(!log[1].pinned);
+        let view = fx.get(BOT, &fx.mr_path(first, "")).await;
+        assert_eq!(view.body["state"], "merged");
+        assert_eq!(view.body["detailed_merge_status"], "not_open");
+    }
 }
