@@ -245,12 +245,7 @@ pub struct FileQuery {
 }
 
 /// Finds `path` at `ref`: 400 without `ref`, 404 for an unknown ref or a missing file.
-fn read_file(
-    ctx: &SimContext,
-    project: &str,
-    path: &str,
-    query: FileQuery,
-) -> ApiResult<(String, String, String)> {
+fn read_file(ctx: &SimContext, project: &str, path: &str, query: FileQuery) -> ApiResult<FileAt> {
     let reference = query
         .reference
         .ok_or_else(|| ApiError::InvalidParam("ref is missing".to_owned()))?;
@@ -259,7 +254,24 @@ fn read_file(
     let commit = scope.project.repo.resolve(&reference);
     let commit = commit.ok_or(ApiError::NotFound("Commit"))?;
     let content = commit.tree.get(path).ok_or(ApiError::NotFound("File"))?;
-    Ok((content.clone(), commit.id.clone(), reference))
+    let last = scope.project.repo.last_commit_for_path(&commit.id, path);
+    let last = last.map_or_else(|| commit.id.clone(), |c| c.id.clone());
+    Ok(FileAt {
+        content: content.clone(),
+        commit_id: commit.id.clone(),
+        last_commit_id: last,
+        reference,
+    })
+}
+
+/// A file read at a ref.
+struct FileAt {
+    content: String,
+    /// The ref's commit.
+    commit_id: String,
+    /// The last commit that changed the file.
+    last_commit_id: String,
+    reference: String,
 }
 
 /// The SHA-256 of `content` in hex, the Files API's `content_sha256`.
@@ -278,7 +290,12 @@ pub async fn get_file(
     Path((project, path)): Path<(String, String)>,
     Query(query): Query<FileQuery>,
 ) -> ApiResult<Json<Value>> {
-    let (content, commit_id, reference) = read_file(&ctx, &project, &path, query)?;
+    let FileAt {
+        content,
+        commit_id,
+        last_commit_id,
+        reference,
+    } = read_file(&ctx, &project, &path, query)?;
     Ok(Json(json!({
         "file_name": path.rsplit('/').next().unwrap_or(&path),
         "file_path": path,
@@ -289,7 +306,9 @@ pub async fn get_file(
         "ref": reference,
         "blob_id": blob_id(&content),
         "commit_id": commit_id,
-        "last_commit_id": commit_id,
+        // The last commit that changed the file, not the ref's (lib/api/files.rb,
+        // `@repo.last_commit_id_for_path(@commit.sha, params[:file_path])`).
+        "last_commit_id": last_commit_id,
         "execute_filemode": false,
     })))
 }
@@ -301,5 +320,5 @@ pub async fn get_raw_file(
     Path((project, path)): Path<(String, String)>,
     Query(query): Query<FileQuery>,
 ) -> ApiResult<String> {
-    read_file(&ctx, &project, &path, query).map(|(content, _, _)| content)
+    read_file(&ctx, &project, &path, query).map(|file| file.content)
 }

@@ -369,6 +369,26 @@ impl Repo {
         best
     }
 
+    /// The last commit, from `sha` back, that changed `path` (`git log -1 -- path`, which
+    /// GitLab's Files API answers as `last_commit_id`): history is followed through a
+    /// parent with the same content at `path` (git's default history simplification), and
+    /// the first commit whose every parent differs there is the one.
+    pub fn last_commit_for_path(&self, sha: &str, path: &str) -> Option<&Commit> {
+        let mut commit = self.commit(sha)?;
+        let content = commit.tree.get(path)?;
+        loop {
+            let same = commit
+                .parent_ids
+                .iter()
+                .filter_map(|parent| self.commit(parent))
+                .find(|parent| parent.tree.get(path) == Some(content));
+            match same {
+                Some(parent) => commit = parent,
+                None => return Some(commit),
+            }
+        }
+    }
+
     /// One best common ancestor of two commits (`git merge-base`; GitLab's
     /// `Repository#merge_base`, which `diff_refs.base_sha` and rebases start from).
     pub fn merge_base(&self, a: &str, b: &str) -> Option<&Commit> {

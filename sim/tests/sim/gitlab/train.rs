@@ -167,6 +167,15 @@ async fn a_branch_starts_at_a_commit_sha_and_reads_answer_at_a_sha() {
         .await;
     assert_eq!(got.body["commit"]["id"], b_head.as_str());
     assert_eq!(got.body["commit"]["parent_ids"], json!([a_head]));
+    // The file's last commit is the one that wrote it, not the ref's.
+    let file = fx
+        .get(
+            BOT,
+            &format!("{}/repository/files/a.json?ref=bot%2Fb", fx.root),
+        )
+        .await;
+    assert_eq!(file.body["commit_id"], b_head.as_str());
+    assert_eq!(file.body["last_commit_id"], a_head.as_str());
     assert_eq!(head(&fx, "bot/a"), a_head, "the branch underneath stays");
 }
 
