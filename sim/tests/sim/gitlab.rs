@@ -4,6 +4,7 @@
 mod approvals;
 mod control;
 mod faults;
+mod history;
 mod merge_methods;
 mod merge_requests;
 mod merging;
