@@ -2,19 +2,20 @@
 //! faults. The first queued fault that matches a call and wins its draw strikes; each fault
 //! strikes at most `times` times. Draws happen only for faults that carry a probability, so
 //! count-only faults stay exactly as predictable as before, and a run with the same seed and
-//! the same sequence of calls strikes the same calls.
+//! the same sequence of calls strikes the same calls. The same generator draws the GitLab
+//! simulator's pipeline durations, from a seed of their own.
 
 /// SplitMix64 (Steele, Lea and Flood, 2014). A dozen lines give the same sequence for a seed
 /// on every platform and in every future build, which generators from a crate do not
 /// promise across its versions; statistical quality far beyond "is this call unlucky" is
 /// not needed.
 #[derive(Clone, Debug)]
-struct SeededRng {
+pub(crate) struct SeededRng {
     state: u64,
 }
 
 impl SeededRng {
-    fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self { state: seed }
     }
 
@@ -30,6 +31,20 @@ impl SeededRng {
     fn next_f64(&mut self) -> f64 {
         const SCALE: f64 = 1.0 / (1u64 << 53) as f64;
         (self.next_u64() >> 11) as f64 * SCALE
+    }
+
+    /// A uniform draw from `[low, high]`, to the nanosecond; `low` when `high` is not above it.
+    pub(crate) fn duration_within(
+        &mut self,
+        low: std::time::Duration,
+        high: std::time::Duration,
+    ) -> std::time::Duration {
+        let spread = high.saturating_sub(low);
+        if spread.is_zero() {
+            return low;
+        }
+        let nanos = u64::try_from(spread.as_nanos()).unwrap_or(u64::MAX);
+        low + std::time::Duration::from_nanos(self.next_u64() % nanos.saturating_add(1))
     }
 }
 
@@ -158,6 +173,26 @@ mod tests {
             ]
         );
         assert!((0..1000).all(|_| (0.0..1.0).contains(&rng.next_f64())));
+    }
+
+    #[test]
+    fn durations_are_drawn_within_their_range_and_follow_the_seed() {
+        use std::time::Duration;
+        let (low, high) = (Duration::from_secs(5), Duration::from_secs(15));
+        let draws = |seed| {
+            let mut rng = SeededRng::new(seed);
+            (0..200)
+                .map(|_| rng.duration_within(low, high))
+                .collect::<Vec<_>>()
+        };
+        let first = draws(4);
+        assert_eq!(first, draws(4));
+        assert_ne!(first, draws(5));
+        assert!(first.iter().all(|d| (low..=high).contains(d)));
+        assert!(first.iter().any(|d| *d < Duration::from_secs(7)));
+        assert!(first.iter().any(|d| *d > Duration::from_secs(13)));
+        let mut rng = SeededRng::new(0);
+        assert_eq!(rng.duration_within(high, low), high, "an empty range");
     }
 
     #[test]

@@ -78,6 +78,17 @@ struct Args {
     /// Seed of the draws behind faults injected with a probability.
     #[arg(long, default_value_t = 0)]
     fault_seed: u64,
+    /// How long a GitLab pipeline runs before it may finish, in milliseconds; with
+    /// --pipeline-duration-max-ms, the shortest run.
+    #[arg(long, default_value_t = 0)]
+    pipeline_duration_ms: u64,
+    /// Each pipeline's duration drawn uniformly from --pipeline-duration-ms up to this many
+    /// milliseconds (at or below it: no draw).
+    #[arg(long)]
+    pipeline_duration_max_ms: Option<u64>,
+    /// Seed of the pipeline durations' draws.
+    #[arg(long, default_value_t = 0)]
+    pipeline_seed: u64,
     /// PEM certificate chain all three simulators serve HTTPS with, instead of plain
     /// HTTP; needs --tls-key.
     #[arg(
@@ -144,6 +155,9 @@ impl Args {
             gitlab: GitLabSimOptions {
                 bind: loopback(self.gitlab_port),
                 fault_seed: self.fault_seed,
+                pipeline_duration: Duration::from_millis(self.pipeline_duration_ms),
+                pipeline_duration_max: self.pipeline_duration_max_ms.map(Duration::from_millis),
+                pipeline_seed: self.pipeline_seed,
                 tls: tls.clone(),
                 ..GitLabSimOptions::default()
             },

@@ -29,6 +29,9 @@ pub struct CommitParams {
     actions: Option<Value>,
     start_branch: Option<String>,
     start_sha: Option<String>,
+    /// With a start point other than `branch`, overwrite the existing `branch` with the
+    /// new commit (whose parent is the start point) instead of refusing.
+    force: Option<bool>,
 }
 
 /// One raw entry of `actions[]`.
@@ -168,8 +171,12 @@ pub async fn create_commit(
             ApiError::bad_request("You can only create or edit files when you are on a branch")
         })?,
     };
+    // `Commits::CreateService#validate_branch_existence!`: `force` overwrites the branch
+    // (app/services/commits/create_service.rb), as a push with `--force` would; the merge
+    // requests from it then take the new head, with a new pipeline.
     let different_branch = params.start_sha.is_some() || start_branch != branch;
-    if different_branch && repo.head(&branch).is_some() {
+    let force = params.force.unwrap_or(false);
+    if different_branch && !force && repo.head(&branch).is_some() {
         return Err(ApiError::bad_request(format!(
             "A branch called '{branch}' already exists. Switch to that branch in order to make changes"
         )));
@@ -238,12 +245,7 @@ pub struct FileQuery {
 }
 
 /// Finds `path` at `ref`: 400 without `ref`, 404 for an unknown ref or a missing file.
-fn read_file(
-    ctx: &SimContext,
-    project: &str,
-    path: &str,
-    query: FileQuery,
-) -> ApiResult<(String, String, String)> {
+fn read_file(ctx: &SimContext, project: &str, path: &str, query: FileQuery) -> ApiResult<FileAt> {
     let reference = query
         .reference
         .ok_or_else(|| ApiError::InvalidParam("ref is missing".to_owned()))?;
@@ -252,7 +254,24 @@ fn read_file(
     let commit = scope.project.repo.resolve(&reference);
     let commit = commit.ok_or(ApiError::NotFound("Commit"))?;
     let content = commit.tree.get(path).ok_or(ApiError::NotFound("File"))?;
-    Ok((content.clone(), commit.id.clone(), reference))
+    let last = scope.project.repo.last_commit_for_path(&commit.id, path);
+    let last = last.map_or_else(|| commit.id.clone(), |c| c.id.clone());
+    Ok(FileAt {
+        content: content.clone(),
+        commit_id: commit.id.clone(),
+        last_commit_id: last,
+        reference,
+    })
+}
+
+/// A file read at a ref.
+struct FileAt {
+    content: String,
+    /// The ref's commit.
+    commit_id: String,
+    /// The last commit that changed the file.
+    last_commit_id: String,
+    reference: String,
 }
 
 /// The SHA-256 of `content` in hex, the Files API's `content_sha256`.
@@ -271,7 +290,12 @@ pub async fn get_file(
     Path((project, path)): Path<(String, String)>,
     Query(query): Query<FileQuery>,
 ) -> ApiResult<Json<Value>> {
-    let (content, commit_id, reference) = read_file(&ctx, &project, &path, query)?;
+    let FileAt {
+        content,
+        commit_id,
+        last_commit_id,
+        reference,
+    } = read_file(&ctx, &project, &path, query)?;
     Ok(Json(json!({
         "file_name": path.rsplit('/').next().unwrap_or(&path),
         "file_path": path,
@@ -282,7 +306,9 @@ pub async fn get_file(
         "ref": reference,
         "blob_id": blob_id(&content),
         "commit_id": commit_id,
-        "last_commit_id": commit_id,
+        // The last commit that changed the file, not the ref's (lib/api/files.rb,
+        // `@repo.last_commit_id_for_path(@commit.sha, params[:file_path])`).
+        "last_commit_id": last_commit_id,
         "execute_filemode": false,
     })))
 }
@@ -294,5 +320,5 @@ pub async fn get_raw_file(
     Path((project, path)): Path<(String, String)>,
     Query(query): Query<FileQuery>,
 ) -> ApiResult<String> {
-    read_file(&ctx, &project, &path, query).map(|(content, _, _)| content)
+    read_file(&ctx, &project, &path, query).map(|file| file.content)
 }

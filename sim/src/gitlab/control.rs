@@ -3,6 +3,7 @@
 //! the handle; the `/_sim` HTTP routes call the same methods.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::{Serialize, Serializer};
 
@@ -236,6 +237,14 @@ impl GitLabControl {
         pipeline.map(|p| p.status)
     }
 
+    /// How long a pipeline runs before it may finish (its drawn duration).
+    pub fn pipeline_duration(&self, project: ProjectId, id: u64) -> Option<Duration> {
+        let mut state = self.lock();
+        let scope = find(&mut state, project).ok()?;
+        let pipeline = scope.project.pipelines.iter().find(|p| p.id == id);
+        pipeline.map(|p| p.duration)
+    }
+
     /// Moves a pipeline one step (`created → pending → running →` outcome); the way to
     /// drive pipelines when `pipeline_steps_per_poll` is 0.
     pub fn advance_pipeline(&self, project: ProjectId, id: u64) -> Result<(), SimError> {
@@ -268,6 +277,15 @@ impl GitLabControl {
             scope.project.pipeline_script.extend(outcomes);
             Ok(())
         })
+    }
+
+    /// How long pipelines created from now on run: `min`, or with `max` a draw within
+    /// `min..=max` (the options' `pipeline_duration` and `pipeline_duration_max`; the
+    /// draws go on from where the seed's sequence is).
+    pub fn set_pipeline_durations(&self, min: Duration, max: Option<Duration>) {
+        let mut state = self.lock();
+        state.options.pipeline_duration = min;
+        state.options.pipeline_duration_max = max;
     }
 
     /// Queues an HTTP-level fault (see [`Fault`] and [`FaultKind`](super::FaultKind)).

@@ -3,6 +3,7 @@
 //! a numeric id or a URL-encoded path (`config%2Frepo`), as in GitLab's own API.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -14,7 +15,7 @@ use serde_json::{Value, json};
 use super::faults::{Endpoint, Fault, FaultKind, RecordedRequest};
 use super::pipelines::PipelineOutcome;
 use super::state::{AccessLevel, ChecklistItem, MergeMethod, ProjectId, Tier, UserId};
-use super::{GitLabControl, MergeRequestSnapshot, MergedMergeRequest, SimError};
+use super::{GitLabControl, MergeRecord, MergeRequestSnapshot, MergedMergeRequest, SimError};
 use crate::control::{Body, ControlError, ControlResult, Param, Strikes};
 
 /// The `/_sim` routes.
@@ -34,6 +35,8 @@ pub fn router(control: GitLabControl) -> Router {
         .route("/projects/{project}/pipelines/{id}/advance", post(advance))
         .route("/projects/{project}/pipelines/{id}/force", post(force))
         .route("/projects/{project}/pipeline_script", post(script))
+        .route("/projects/{project}/merges", get(list_merges))
+        .route("/pipeline_durations", put(set_pipeline_durations))
         .route("/merged_merge_requests", get(list_merged))
         .with_state(control)
 }
@@ -261,11 +264,13 @@ async fn get_mr(
         .ok_or_else(|| ControlError::not_found(format!("no merge request !{iid}")))
 }
 
-/// `{"id", "status"}` of a pipeline.
+/// `{"id", "status", "duration_ms"}` of a pipeline (`duration_ms`: how long it runs
+/// before it may finish).
 fn pipeline_json(control: &GitLabControl, project: ProjectId, id: u64) -> ControlResult<Value> {
     let status = control.pipeline_status(project, id);
     let status = status.ok_or(SimError::UnknownPipeline(id))?;
-    Ok(json!({ "id": id, "status": status }))
+    let duration = control.pipeline_duration(project, id).unwrap_or_default();
+    Ok(json!({ "id": id, "status": status, "duration_ms": duration.as_millis() }))
 }
 
 /// `GET /_sim/projects/{project}/pipelines/{id}`; not a poll, so nothing advances.
@@ -323,4 +328,34 @@ async fn script(
 /// `GET /_sim/merged_merge_requests`
 async fn list_merged(State(control): State<GitLabControl>) -> Json<Vec<MergedMergeRequest>> {
     Json(control.merged_merge_requests())
+}
+
+/// `GET /_sim/projects/{project}/merges`: the merge log, oldest merge first.
+async fn list_merges(
+    State(control): State<GitLabControl>,
+    Param(path): Param<String>,
+) -> ControlResult<Json<Vec<MergeRecord>>> {
+    Ok(Json(control.merge_log(project(&control, &path)?)))
+}
+
+/// Body of `PUT /_sim/pipeline_durations`.
+#[derive(Debug, Deserialize)]
+struct PipelineDurations {
+    min_ms: u64,
+    max_ms: Option<u64>,
+}
+
+/// `PUT /_sim/pipeline_durations`: how long pipelines created from now on run.
+async fn set_pipeline_durations(
+    State(control): State<GitLabControl>,
+    Body(body): Body<PipelineDurations>,
+) -> ControlResult<StatusCode> {
+    if body.max_ms.is_some_and(|max| max < body.min_ms) {
+        return Err(ControlError::bad_request("max_ms is below min_ms"));
+    }
+    control.set_pipeline_durations(
+        Duration::from_millis(body.min_ms),
+        body.max_ms.map(Duration::from_millis),
+    );
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -13,6 +13,7 @@ use super::auth::Caller;
 use super::error::{ApiError, ApiResult};
 use super::mergeability::{mergeable, state_failure};
 use super::mr_view::{View, render};
+use super::observe::MergeRecord;
 use super::params::JsonBody;
 use super::pipelines::{PipelineStatus, head_pipeline};
 use super::state::{MergeMethod, MrState, Scope, UserId};
@@ -74,7 +75,7 @@ pub async fn merge_mr(
         mr.auto_merge = true;
         mr.merge_user = Some(user);
         try_auto_merge(&mut scope, index);
-    } else if !perform(&mut scope, index, user) {
+    } else if !perform(&mut scope, index, user, params.sha.is_some()) {
         // Step 6: GitLab re-reads the MR and answers 422 when the merge did not happen.
         return Err(cannot_be_merged(scope.options.cannot_merge_status));
     }
@@ -100,7 +101,8 @@ fn cannot_be_merged(status: CannotMergeStatus) -> ApiError {
 /// source's own tree once it contains the target) sets `merge_commit_sha`; a fast-forward
 /// moves the target to the source head and leaves `merge_commit_sha` null. False when a
 /// branch or the head commit is gone, or the trees conflict, so nothing could be merged.
-fn perform(scope: &mut Scope, index: usize, user: UserId) -> bool {
+/// `pinned`: the merge call named the head with `sha` (recorded in the merge log).
+fn perform(scope: &mut Scope, index: usize, user: UserId, pinned: bool) -> bool {
     let project = &mut *scope.project;
     let mr = &project.merge_requests[index];
     let (Some(target), Some(source)) = (
@@ -132,24 +134,109 @@ fn perform(scope: &mut Scope, index: usize, user: UserId) -> bool {
         )
     };
     let mr = &mut project.merge_requests[index];
-    project.repo.set_branch(
-        &mr.target_branch,
-        merge_sha.as_deref().unwrap_or(&source_sha),
-    );
+    let target_after = merge_sha.clone().unwrap_or_else(|| source_sha.clone());
+    project.repo.set_branch(&mr.target_branch, &target_after);
     let now = Utc::now();
+    project.merge_log.push(MergeRecord {
+        seq: scope.ids.merge(),
+        iid: mr.iid,
+        source_branch: mr.source_branch.clone(),
+        target_branch: mr.target_branch.clone(),
+        head_sha: source_sha,
+        pinned,
+        target_before: target_sha.clone(),
+        target_after,
+        merge_method: project.settings.merge_method,
+        merged_at: now,
+        carried_by: None,
+    });
     mr.state = MrState::Merged;
     mr.merged_at = Some(now);
     mr.updated_at = now;
     mr.merge_user = Some(user);
     mr.merge_commit_sha = merge_sha;
-    mr.target_sha_at_merge = Some(target_sha);
+    mr.target_sha_at_merge = Some(target_sha.clone());
     mr.auto_merge = false;
     if mr.should_remove_source_branch {
         project.repo.delete_branch(&mr.source_branch);
     }
-    let target = mr.target_branch.clone();
+    let (target, iid) = (mr.target_branch.clone(), mr.iid);
+    merged_by_push(scope, iid, &target_sha, user);
     merge_requests::on_push(scope, &target, user);
     true
+}
+
+/// The merge of `carrier` moved its target branch from `before`: every other open merge
+/// request into that branch whose head the branch now holds is merged with it, as
+/// GitLab's `MergeRequests::RefreshService#post_merge_manually_merged`
+/// (`app/services/merge_requests/refresh_service.rb`) marks merge requests whose head a
+/// push brought into their target. Its `merge_commit_sha` is the commit that brought the
+/// head in (`Gitlab::BranchPushMergeCommitAnalyzer`): the head itself on the branch's
+/// first-parent line (a fast-forward), else the merge commit of that line above it. So a
+/// branch stacked on another's head, merged first, merges the one underneath too; the
+/// merge log records that as a merge carried by `carrier`.
+fn merged_by_push(scope: &mut Scope, carrier: u64, before: &str, user: UserId) {
+    let project = &mut *scope.project;
+    let Some(carrier_mr) = project.merge_requests.iter().find(|mr| mr.iid == carrier) else {
+        return;
+    };
+    let target = carrier_mr.target_branch.clone();
+    let Some(after) = project.repo.head(&target).map(|c| c.id.clone()) else {
+        return;
+    };
+    // The branch's first-parent line from `after` down to `before`, newest first.
+    let mut line = Vec::new();
+    let mut at = Some(after.clone());
+    while let Some(sha) = at.filter(|sha| *sha != before) {
+        at = project
+            .repo
+            .commit(&sha)
+            .and_then(|c| c.parent_ids.first().cloned());
+        line.push(sha);
+    }
+    let repo = &project.repo;
+    let carried: Vec<(usize, String)> = project
+        .merge_requests
+        .iter()
+        .enumerate()
+        .filter(|(_, mr)| {
+            mr.state == MrState::Opened
+                && mr.target_branch == target
+                && repo.is_ancestor(&mr.sha, &after)
+                && !repo.is_ancestor(&mr.sha, before)
+        })
+        .filter_map(|(index, mr)| {
+            let brought_in = line
+                .iter()
+                .rev()
+                .find(|commit| repo.is_ancestor(&mr.sha, commit))?;
+            Some((index, brought_in.clone()))
+        })
+        .collect();
+    let now = Utc::now();
+    for (index, merge_commit) in carried {
+        let mr = &mut project.merge_requests[index];
+        project.merge_log.push(MergeRecord {
+            seq: scope.ids.merge(),
+            iid: mr.iid,
+            source_branch: mr.source_branch.clone(),
+            target_branch: mr.target_branch.clone(),
+            head_sha: mr.sha.clone(),
+            pinned: false,
+            target_before: before.to_owned(),
+            target_after: after.clone(),
+            merge_method: project.settings.merge_method,
+            merged_at: now,
+            carried_by: Some(carrier),
+        });
+        mr.state = MrState::Merged;
+        mr.merged_at = Some(now);
+        mr.updated_at = now;
+        mr.merge_user = Some(user);
+        mr.merge_commit_sha = Some(merge_commit);
+        mr.target_sha_at_merge = Some(before.to_owned());
+        mr.auto_merge = false;
+    }
 }
 
 /// Merges an armed merge request once everything passes (pipeline, approvals, git state);
@@ -161,7 +248,7 @@ pub fn try_auto_merge(scope: &mut Scope, index: usize) {
     }
     if let Some(user) = mr.merge_user {
         // A failed attempt leaves it armed for the next pipeline or approval event.
-        perform(scope, index, user);
+        perform(scope, index, user, false);
     }
 }
 

@@ -56,7 +56,7 @@ use tokio::task::JoinHandle;
 
 pub use control::{MergeRequestSnapshot, SimError};
 pub use faults::{Endpoint, Fault, FaultKind, RecordedRequest};
-pub use observe::{GitLabObserver, MergedMergeRequest};
+pub use observe::{GitLabObserver, MergeRecord, MergedMergeRequest};
 pub use pipelines::{PipelineOutcome, PipelineStatus};
 pub use state::{
     AccessLevel, ChecklistItem, MergeMethod, MrState, ProjectId, ProjectSettings, Tier, UserId,
@@ -88,8 +88,17 @@ pub struct GitLabSimOptions {
     /// Pipeline steps taken per GET of the merge request or the pipeline; 0 leaves pipelines
     /// to the control API (`advance_pipeline`, `force_pipeline`).
     pub pipeline_steps_per_poll: u32,
-    /// How long a pipeline runs before it may finish, however often it is polled.
+    /// How long a pipeline runs before it may finish, however often it is polled; with
+    /// `pipeline_duration_max`, the shortest run.
     pub pipeline_duration: Duration,
+    /// Above `pipeline_duration`, each pipeline runs for its own duration, drawn uniformly
+    /// from `pipeline_duration..=pipeline_duration_max` when it is created (pipelines of
+    /// a benchmark that do not all take as long), by a generator seeded with
+    /// `pipeline_seed`. `None`: every pipeline takes `pipeline_duration`.
+    pub pipeline_duration_max: Option<Duration>,
+    /// Seed of the pipeline durations; the same seed and the same order of pipelines give
+    /// the same durations in every run.
+    pub pipeline_seed: u64,
     /// The status of the merge endpoint's git-level refusal.
     pub cannot_merge_status: CannotMergeStatus,
     /// How long a lost response is held back before it is finally written (the client has
@@ -110,6 +119,8 @@ impl Default for GitLabSimOptions {
             rebase_polls: 1,
             pipeline_steps_per_poll: 1,
             pipeline_duration: Duration::ZERO,
+            pipeline_duration_max: None,
+            pipeline_seed: 0,
             cannot_merge_status: CannotMergeStatus::default(),
             lost_response_hold: Duration::from_secs(120),
             fault_seed: 0,

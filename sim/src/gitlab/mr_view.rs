@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 use super::auth::Users;
 use super::mergeability::{evaluate, is_draft};
 use super::pipelines::head_pipeline;
-use super::repo::diff_len;
+use super::repo::{Commit, diff_len};
 use super::state::{MergeRequest, MrState, Project, UserId, timestamp, timestamp_opt};
 
 /// Which variant of the entity to render.
@@ -111,6 +111,18 @@ pub fn render(project: &Project, users: &Users, mr: &MergeRequest, view: View) -
     body
 }
 
+/// The target commit a merge request's diff starts from (`diff_refs.start_sha`): the
+/// target branch's head, or for a merged request the head it was merged onto, so its
+/// diff stays the one that was merged (GitLab keeps the merge request's last diff,
+/// `MergeRequestDiff`, rather than comparing with a target that now contains it).
+pub fn diff_start<'a>(project: &'a Project, mr: &MergeRequest) -> Option<&'a Commit> {
+    let repo = &project.repo;
+    match (mr.state, &mr.target_sha_at_merge) {
+        (MrState::Merged, Some(target)) => repo.commit(target),
+        _ => repo.head(&mr.target_branch),
+    }
+}
+
 /// The fields only the single-MR entity has.
 fn detail_fields(
     project: &Project,
@@ -121,7 +133,7 @@ fn detail_fields(
 ) {
     let pipeline = head_pipeline(project, mr);
     let repo = &project.repo;
-    let target = repo.head(&mr.target_branch);
+    let target = diff_start(project, mr);
     let base = target.and_then(|target| repo.merge_base(&mr.sha, &target.id));
     let changes = match (base, repo.commit(&mr.sha)) {
         (Some(base), Some(head)) => Value::String(diff_len(&base.tree, &head.tree).to_string()),

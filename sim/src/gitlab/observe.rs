@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::GitLabControl;
-use super::state::{MrState, ProjectId, SimState};
+use super::state::{MergeMethod, MrState, ProjectId, SimState};
 
 /// A merged merge request, as a deploy pipeline sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -58,10 +58,11 @@ impl GitLabControl {
     }
 }
 
-/// Collects the merged merge requests, ordered by merge time, then project and iid.
+/// Collects the merged merge requests in the order they merged (the merge log's), then
+/// by project and iid for a merged request the log does not hold.
 fn merged(state: &Mutex<SimState>) -> Vec<MergedMergeRequest> {
     let state = state.lock().expect("gitlab simulator state poisoned");
-    let mut merged: Vec<MergedMergeRequest> = state
+    let mut merged: Vec<(Option<u64>, MergedMergeRequest)> = state
         .projects
         .iter()
         .flat_map(|project| {
@@ -69,17 +70,71 @@ fn merged(state: &Mutex<SimState>) -> Vec<MergedMergeRequest> {
                 if mr.state != MrState::Merged {
                     return None;
                 }
-                Some(MergedMergeRequest {
+                let seq = project
+                    .merge_log
+                    .iter()
+                    .rfind(|merge| merge.iid == mr.iid)
+                    .map(|merge| merge.seq);
+                let noticed = MergedMergeRequest {
                     project: project.id,
                     project_path: project.path.clone(),
                     iid: mr.iid,
                     merged_sha: mr.merge_commit_sha.clone().unwrap_or(mr.sha.clone()),
                     description: mr.description.clone(),
                     merged_at: mr.merged_at?,
-                })
+                };
+                Some((seq, noticed))
             })
         })
         .collect();
-    merged.sort_by_key(|mr| (mr.merged_at, mr.project, mr.iid));
-    merged
+    merged.sort_by_key(|(seq, mr)| (seq.is_none(), *seq, mr.merged_at, mr.project, mr.iid));
+    merged.into_iter().map(|(_, mr)| mr).collect()
+}
+
+/// One merge, as the merge log records it: which merge request merged, the head it merged
+/// and what the target branch was before and after. A merge train's test reads the log to
+/// check that merges happened in train order, each onto the one before it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MergeRecord {
+    /// The merge's place among every merge of the simulator (1 for the first), across
+    /// projects: a total order, unlike timestamps.
+    pub seq: u64,
+    /// The merge request's project-scoped number.
+    pub iid: u64,
+    /// Its source branch.
+    pub source_branch: String,
+    /// The branch it merged into.
+    pub target_branch: String,
+    /// The merge request's head that merged (its `sha`).
+    pub head_sha: String,
+    /// Whether the merge call pinned that head with `sha`; false for a merge without
+    /// `sha` and for an auto-merge.
+    pub pinned: bool,
+    /// The target branch's head just before the merge: what it was merged onto.
+    pub target_before: String,
+    /// The target branch's head just after: the merge commit, or `head_sha` after a
+    /// fast-forward.
+    pub target_after: String,
+    /// The project's merge method at the time.
+    pub merge_method: MergeMethod,
+    /// When it merged.
+    pub merged_at: DateTime<Utc>,
+    /// Set when this merge request was not merged itself: the merge of the one named
+    /// (a branch stacked on its head) brought its head into the target, and GitLab marks
+    /// it merged then. `pinned` is false, and the targets are the carrier's.
+    pub carried_by: Option<u64>,
+}
+
+impl GitLabControl {
+    /// Every merge in the project, in the order they happened (see [`MergeRecord`]);
+    /// empty for an unknown project.
+    pub fn merge_log(&self, project: ProjectId) -> Vec<MergeRecord> {
+        let state = self.state.lock().expect("gitlab simulator state poisoned");
+        state
+            .projects
+            .iter()
+            .find(|p| p.id == project)
+            .map(|p| p.merge_log.clone())
+            .unwrap_or_default()
+    }
 }

@@ -3,6 +3,8 @@
 //! results pipelines on, a head's pipeline runs on an internal commit merging it into the
 //! target (`doc/ci/pipelines/merged_results_pipelines.md`).
 
+use std::time::Duration;
+
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -90,6 +92,11 @@ pub struct Pipeline {
     pub outcome: PipelineOutcome,
     /// Who pushed the head (the pipeline's `user`).
     pub user: UserId,
+    /// How long it runs before it may finish (`pipeline_duration`, or a draw within
+    /// `pipeline_duration..=pipeline_duration_max`).
+    pub duration: Duration,
+    /// When its current run started: its creation, or its last retry.
+    pub run_from: DateTime<Utc>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub web_url: String,
@@ -224,6 +231,12 @@ pub fn create(scope: &mut Scope, head: &str, mr_iid: u64, user: UserId) -> u64 {
     let id = scope.ids.pipeline();
     let now = Utc::now();
     let outcome = next_outcome(project, &sha);
+    let duration = match scope.options.pipeline_duration_max {
+        Some(max) => scope
+            .pipeline_rng
+            .duration_within(scope.options.pipeline_duration, max),
+        None => scope.options.pipeline_duration,
+    };
     project.pipelines.push(Pipeline {
         id,
         iid: project.pipelines.len() as u64 + 1,
@@ -235,6 +248,8 @@ pub fn create(scope: &mut Scope, head: &str, mr_iid: u64, user: UserId) -> u64 {
         status: PipelineStatus::Created,
         outcome,
         user,
+        duration,
+        run_from: now,
         created_at: now,
         updated_at: now,
         web_url: format!("{}/-/pipelines/{id}", project.web_url),
@@ -295,16 +310,16 @@ fn update_at(scope: &mut Scope, index: usize, change: impl FnOnce(&mut Pipeline)
     }
 }
 
-/// Steps a pipeline as far as one poll goes.
-/// `steps` steps of a polled pipeline; a running one finishes only once it
-/// has run for `duration` (a pipeline that takes time, not polls).
-fn poll_step(steps: u32, duration: std::time::Duration) -> impl FnOnce(&mut Pipeline) {
+/// `steps` steps of a polled pipeline; a running one finishes only once it has run for
+/// its own duration (a pipeline that takes time, not polls). Pipelines of different
+/// merge requests therefore run at the same time, each on its own clock.
+fn poll_step(steps: u32) -> impl FnOnce(&mut Pipeline) {
     move |pipeline| {
         for _ in 0..steps {
-            let ran = (Utc::now() - pipeline.created_at)
+            let ran = (Utc::now() - pipeline.run_from)
                 .to_std()
                 .unwrap_or_default();
-            if pipeline.status == PipelineStatus::Running && ran < duration {
+            if pipeline.status == PipelineStatus::Running && ran < pipeline.duration {
                 return;
             }
             pipeline.step();
@@ -321,10 +336,7 @@ pub fn poll_head(scope: &mut Scope, mr_index: usize) {
         .iter()
         .rposition(|p| tests_head(p, mr));
     if let Some(index) = head {
-        let steps = poll_step(
-            scope.options.pipeline_steps_per_poll,
-            scope.options.pipeline_duration,
-        );
+        let steps = poll_step(scope.options.pipeline_steps_per_poll);
         update_at(scope, index, steps);
     }
 }
@@ -337,10 +349,7 @@ pub async fn get_pipeline(
 ) -> ApiResult<Json<Value>> {
     let mut state = ctx.lock();
     let mut scope = state.scope(&project)?;
-    let steps = poll_step(
-        scope.options.pipeline_steps_per_poll,
-        scope.options.pipeline_duration,
-    );
+    let steps = poll_step(scope.options.pipeline_steps_per_poll);
     update(&mut scope, id, steps)?;
     let pipeline = scope.project.pipelines.iter().find(|p| p.id == id);
     let pipeline = pipeline.ok_or(ApiError::NotFound("Pipeline"))?;
@@ -394,6 +403,7 @@ pub async fn retry_pipeline(
         pipeline.outcome = outcome;
         pipeline.status = PipelineStatus::Pending;
         pipeline.updated_at = Utc::now();
+        pipeline.run_from = pipeline.updated_at;
     }
     let pipeline = &scope.project.pipelines[index];
     Ok((StatusCode::CREATED, Json(pipeline.json(scope.users))))

@@ -33,6 +33,7 @@ pub fn create(state: &mut SimState, path: &str) -> ProjectId {
         merge_requests: Vec::new(),
         pipelines: Vec::new(),
         pipeline_script: VecDeque::new(),
+        merge_log: Vec::new(),
     });
     id
 }

@@ -94,8 +94,8 @@ fn replayed(project: &Project, mr: &MergeRequest, job: RebaseJob) -> Result<Opti
     if repo.is_ancestor(&target.id, &source.id) {
         return Ok(None);
     }
-    let base = repo.merge_base(&source.id, &target.id).ok_or(())?;
-    let tree = replay(&base.tree, &source.tree, &target.tree).ok_or(())?;
+    let base = repo.base_tree(&source.id, &target.id).ok_or(())?;
+    let tree = replay(&base, &source.tree, &target.tree).ok_or(())?;
     Ok(Some(Rebased {
         parent: target.id.clone(),
         message: source.message.clone(),

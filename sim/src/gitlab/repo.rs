@@ -300,30 +300,98 @@ impl Repo {
 
     /// The tree of merging `source` into `target` (git's three-way merge, file by
     /// file): the source's tree when it already contains the target, `None` on a
-    /// conflict or an unknown commit.
+    /// conflict, an unknown commit or two commits without common history (git refuses
+    /// unrelated histories). GitLab merges through Gitaly's `UserMergeBranch`, git's own
+    /// merge from the merge base (`app/models/repository.rb#merge`,
+    /// `lib/gitlab/git/repository.rb#merge`).
     pub fn merged_tree(&self, target: &str, source: &str) -> Option<Tree> {
         let source_commit = self.commit(source)?;
+        let target_commit = self.commit(target)?;
         if self.is_ancestor(target, source) {
             return Some(source_commit.tree.clone());
         }
-        let base = self.merge_base(source, target)?;
-        replay(&base.tree, &source_commit.tree, &self.commit(target)?.tree)
+        let base = self.base_tree(target, source)?;
+        replay(&base, &source_commit.tree, &target_commit.tree)
     }
 
-    /// The nearest common ancestor of two commits.
-    pub fn merge_base(&self, a: &str, b: &str) -> Option<&Commit> {
-        let of_a = self.ancestors(a);
-        let mut queue = VecDeque::from([b]);
-        let mut seen = HashSet::new();
+    /// The tree a three-way merge of `a` and `b` starts from: their merge base's, or with
+    /// several best merge bases (a criss-cross history) the merge of those bases, as git's
+    /// recursive and ort strategies build a virtual base. Bases beyond two are merged one
+    /// after the other onto the first, each from its merge base with the first; a conflict
+    /// between bases, which git would write into the virtual base as conflict markers,
+    /// is reported as a conflict of the whole merge.
+    pub fn base_tree(&self, a: &str, b: &str) -> Option<Tree> {
+        let bases = self.merge_bases(a, b);
+        let (first, others) = bases.split_first()?;
+        let mut tree = first.tree.clone();
+        for other in others {
+            let base = self.base_tree(&first.id, &other.id)?;
+            tree = replay(&base, &other.tree, &tree)?;
+        }
+        Some(tree)
+    }
+
+    /// The best common ancestors of two commits, as `git merge-base --all` lists them:
+    /// the common ancestors that are no ancestor of another common ancestor. With merge
+    /// commits in the history (two parents) the common ancestor nearest in hops may be
+    /// an older one: after `main` merged branch `a` (merge commit M, parents: main's old
+    /// head and `a`'s head), a branch stacked on `a`'s head has `a`'s head as its merge
+    /// base with M, not main's old head, although both are one hop from M. Sorted by id,
+    /// so a criss-cross history gives the same answer every time.
+    pub fn merge_bases(&self, a: &str, b: &str) -> Vec<&Commit> {
+        let of_b = self.ancestors(b);
+        let common: Vec<&str> = self
+            .ancestors(a)
+            .into_iter()
+            .filter(|sha| of_b.contains(sha))
+            .collect();
+        // Every proper ancestor of a common ancestor is common too, and not a best one.
+        let parents = |sha: &str| {
+            self.commits
+                .get(sha)
+                .map(|commit| commit.parent_ids.iter().map(String::as_str))
+                .into_iter()
+                .flatten()
+        };
+        let mut dominated = HashSet::new();
+        let mut queue: VecDeque<&str> = common.iter().flat_map(|sha| parents(sha)).collect();
         while let Some(current) = queue.pop_front() {
-            let commit = self.commits.get(current)?;
-            if of_a.contains(current) {
-                return Some(commit);
-            }
-            if seen.insert(current) {
-                queue.extend(commit.parent_ids.iter().map(String::as_str));
+            if dominated.insert(current) {
+                queue.extend(parents(current));
             }
         }
-        None
+        let mut best: Vec<&Commit> = common
+            .into_iter()
+            .filter(|sha| !dominated.contains(sha))
+            .filter_map(|sha| self.commits.get(sha))
+            .collect();
+        best.sort_by(|x, y| x.id.cmp(&y.id));
+        best
+    }
+
+    /// The last commit, from `sha` back, that changed `path` (`git log -1 -- path`, which
+    /// GitLab's Files API answers as `last_commit_id`): history is followed through a
+    /// parent with the same content at `path` (git's default history simplification), and
+    /// the first commit whose every parent differs there is the one.
+    pub fn last_commit_for_path(&self, sha: &str, path: &str) -> Option<&Commit> {
+        let mut commit = self.commit(sha)?;
+        let content = commit.tree.get(path)?;
+        loop {
+            let same = commit
+                .parent_ids
+                .iter()
+                .filter_map(|parent| self.commit(parent))
+                .find(|parent| parent.tree.get(path) == Some(content));
+            match same {
+                Some(parent) => commit = parent,
+                None => return Some(commit),
+            }
+        }
+    }
+
+    /// One best common ancestor of two commits (`git merge-base`; GitLab's
+    /// `Repository#merge_base`, which `diff_refs.base_sha` and rebases start from).
+    pub fn merge_base(&self, a: &str, b: &str) -> Option<&Commit> {
+        self.merge_bases(a, b).into_iter().next()
     }
 }

@@ -13,8 +13,10 @@ use super::GitLabSimOptions;
 use super::auth::Users;
 use super::error::{ApiError, ApiResult};
 use super::faults::Faults;
+use super::observe::MergeRecord;
 use super::pipelines::{Pipeline, PipelineOutcome};
 use super::repo::Repo;
+use crate::chance::SeededRng;
 
 /// A user's numeric id.
 pub type UserId = u64;
@@ -68,13 +70,14 @@ impl ChecklistItem {
 #[serde(rename_all = "snake_case")]
 pub enum MergeMethod {
     /// "Merge commit": a merge commit whose tree is the three-way merge of the target
-    /// and the merge request; a target that moved on needs no rebase.
+    /// and the merge request; a target that moved on needs no rebase. GitLab's default
+    /// for a new project, so the simulator's too: `Project#merge_method`
+    /// (`app/models/project.rb`) is `:merge` unless `merge_requests_ff_only_enabled` or
+    /// `merge_requests_rebase_enabled` is set, and both start off.
+    #[default]
     Merge,
     /// "Merge commit with semi-linear history": a merge commit, made only once the
-    /// source contains the target's head (`need_rebase` until rebased). The simulator's
-    /// default, as it modelled only this method before the setting existed; GitLab's
-    /// own default for a new project is [`MergeMethod::Merge`].
-    #[default]
+    /// source contains the target's head (`need_rebase` until rebased).
     RebaseMerge,
     /// "Fast-forward merge": the target branch moves to the merge request's head; no
     /// merge commit (`merge_commit_sha` stays null), `need_rebase` until rebased.
@@ -119,9 +122,12 @@ pub struct ProjectSettings {
     /// "Pipelines must succeed" (`only_allow_merge_if_pipeline_succeeds`):
     /// off, an MR is mergeable whatever its pipeline, as on GitLab.
     pub pipelines_must_succeed: bool,
-    /// A poisoned change: a pipeline whose head has a file containing this
-    /// text fails, whatever the pipeline script says (so a batch fails while
-    /// it carries the poisoned file, and passes without it).
+    /// A poisoned change: a pipeline whose commit has a file containing this
+    /// text anywhere in its tree fails, whatever the pipeline script says (so a
+    /// batch fails while it carries the poisoned file, and passes without it).
+    /// The whole tree counts, so a branch stacked on another's head fails for a
+    /// file that came from the branch underneath. Read when the pipeline is
+    /// created (and when it is retried).
     pub failing_content: Option<String>,
     /// How merges land.
     pub merge_method: MergeMethod,
@@ -246,6 +252,8 @@ pub struct Project {
     pub pipelines: Vec<Pipeline>,
     /// Outcomes for the next pipelines created, in order; empty means success.
     pub pipeline_script: VecDeque<PipelineOutcome>,
+    /// Every merge, in the order they happened.
+    pub merge_log: Vec<MergeRecord>,
 }
 
 impl Project {
@@ -271,6 +279,7 @@ pub struct Ids {
     projects: u64,
     merge_requests: u64,
     pipelines: u64,
+    merges: u64,
     shas: u64,
 }
 
@@ -282,6 +291,7 @@ impl Ids {
             projects: 100,
             merge_requests: 5000,
             pipelines: 9000,
+            merges: 0,
             shas: 0,
         }
     }
@@ -308,6 +318,12 @@ impl Ids {
     pub fn pipeline(&mut self) -> u64 {
         self.pipelines += 1;
         self.pipelines
+    }
+
+    /// The next merge's place in the order of every merge (1 for the first).
+    pub fn merge(&mut self) -> u64 {
+        self.merges += 1;
+        self.merges
     }
 
     /// A fresh commit id: a [`hex_id`] of the content whose last 8 digits are a counter, so
@@ -344,6 +360,8 @@ pub struct SimState {
     pub ids: Ids,
     pub projects: Vec<Project>,
     pub faults: Faults,
+    /// Draws each pipeline's duration (`pipeline_duration_max`).
+    pub pipeline_rng: SeededRng,
 }
 
 /// One project plus the shared pieces a handler needs next to it, borrowed together.
@@ -352,6 +370,7 @@ pub struct Scope<'a> {
     pub ids: &'a mut Ids,
     pub users: &'a Users,
     pub options: &'a GitLabSimOptions,
+    pub pipeline_rng: &'a mut SeededRng,
 }
 
 impl SimState {
@@ -359,6 +378,7 @@ impl SimState {
     pub fn new(options: GitLabSimOptions, base_url: String) -> Self {
         Self {
             faults: Faults::new(options.fault_seed),
+            pipeline_rng: SeededRng::new(options.pipeline_seed),
             options,
             base_url,
             users: Users::default(),
@@ -380,6 +400,7 @@ impl SimState {
             ids: &mut self.ids,
             users: &self.users,
             options: &self.options,
+            pipeline_rng: &mut self.pipeline_rng,
         })
     }
 }

@@ -11,9 +11,10 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::SimContext;
+use super::mr_view::diff_start;
 use super::pipelines::head_pipeline;
 use super::repo::diff;
-use super::state::{MergeRequest, MrState, Project, SimState};
+use super::state::{MergeRequest, Project, SimState};
 
 /// Serves a merge request's, a pipeline's or a commit's page; any other path gets GitLab's
 /// answer to an unknown route.
@@ -159,10 +160,7 @@ fn commit_page(state: &mut SimState, project: &str, sha: &str) -> Option<String>
 /// source branch left the target; for a merged request, the target as it was before.
 fn changes_html(project: &Project, mr: &MergeRequest, out: &mut String) {
     let repo = &project.repo;
-    let target = match (&mr.state, &mr.target_sha_at_merge) {
-        (MrState::Merged, Some(target)) => repo.commit(target),
-        _ => repo.head(&mr.target_branch),
-    };
+    let target = diff_start(project, mr);
     let base = target.and_then(|target| repo.merge_base(&mr.sha, &target.id));
     let (Some(base), Some(head)) = (base, repo.commit(&mr.sha)) else {
         out.push_str("<p>The branches are gone.</p>\n");

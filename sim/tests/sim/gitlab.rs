@@ -4,12 +4,15 @@
 mod approvals;
 mod control;
 mod faults;
+mod history;
 mod merge_methods;
 mod merge_requests;
 mod merging;
 mod repository;
 mod schemas;
 pub(crate) mod support;
+mod train;
+mod train_pipelines;
 mod tree;
 mod web;
 

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::end_to_end::{World, WorldOptions, world_with};
-use super::{apply, move_main_on, wait_for};
+use super::{apply, move_main_on, use_semi_linear_history, wait_for};
 use crate::helpers::sqlite_db;
 
 /// MR first, with approvals held until the test decides them: the MR is
@@ -97,6 +97,7 @@ fn failed_with(view: &Value, step: &str) {
 async fn an_mr_behind_its_target_is_rebased_then_merged() {
     let db = sqlite_db().await;
     let w = world_with(&db.url, mr_first_held()).await;
+    use_semi_linear_history(&w);
     let id = apply(&w.app).await;
     waiting_for_approval(&w, &id).await;
     move_main_on(&w);
@@ -128,6 +129,7 @@ async fn a_rebase_whose_answer_was_lost_is_waited_for_not_failed() {
         },
     )
     .await;
+    use_semi_linear_history(&w);
     let id = apply(&w.app).await;
     waiting_for_approval(&w, &id).await;
     move_main_on(&w);
@@ -155,6 +157,7 @@ async fn a_rebase_whose_answer_was_lost_is_waited_for_not_failed() {
 async fn a_rebase_conflict_is_its_own_failure_and_says_contact_the_team() {
     let db = sqlite_db().await;
     let w = world_with(&db.url, mr_first_held()).await;
+    use_semi_linear_history(&w);
     let id = apply(&w.app).await;
     waiting_for_approval(&w, &id).await;
     move_main_on(&w);

@@ -308,7 +308,11 @@ async fn an_mr_not_mergeable_by_the_deadline_waits_on_and_merges_once_it_can() {
     )
     .await;
     w.gitlab
-        .update_settings(w.project, |s| s.pipelines_must_succeed = false)
+        .update_settings(w.project, |s| {
+            s.pipelines_must_succeed = false;
+            // Semi-linear history: the moved main asks for a rebase.
+            s.merge_method = MergeMethod::RebaseMerge;
+        })
         .unwrap();
     w.gitlab
         .script_pipelines(

@@ -100,6 +100,18 @@ pub fn move_main_on(w: &end_to_end::World) {
         .unwrap();
 }
 
+/// Semi-linear history (`rebase_merge`) on the world's project, so an MR
+/// whose target moved on must be rebased before it merges. The simulator
+/// merges with merge commits by default, as GitLab does, and never asks for
+/// a rebase then.
+pub fn use_semi_linear_history(w: &end_to_end::World) {
+    w.gitlab
+        .update_settings(w.project, |s| {
+            s.merge_method = changegate_sim::gitlab::MergeMethod::RebaseMerge;
+        })
+        .unwrap();
+}
+
 /// Alice asks to remove her `demo.feature-flags` binding; the removal's id.
 pub async fn close(app: &TestApp) -> String {
     let close = serde_json::json!({ "reason": "no longer needed" });

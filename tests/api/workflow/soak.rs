@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use super::end_to_end::{World, WorldOptions, world_with};
+use super::use_semi_linear_history;
 use crate::helpers::{TestDb, each_backend};
 
 const REQUESTS: usize = 200;
@@ -315,6 +316,8 @@ async fn soak(test_db: TestDb) {
     let backend = format!("{} (seed {seed})", test_db.name);
     let started = Instant::now();
     let w = world_with(&test_db.url, soak_world(seed)).await;
+    // Semi-linear history, so the moving main asks for rebases.
+    use_semi_linear_history(&w);
     inject_faults(&w.gitlab);
     let mover = move_main_under_ready_mrs((*w.gitlab).clone(), w.project, w.users[0]);
 

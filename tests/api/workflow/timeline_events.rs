@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::batched::{apply_for, approve_all, manual_rounds, rounds_until_settled};
 use super::end_to_end::{World, world, world_with};
 use super::gitlab_faults::{approve, mr_first_held, settled, waiting_for_approval};
-use super::{apply, move_main_on, wait_for};
+use super::{apply, move_main_on, use_semi_linear_history, wait_for};
 use crate::helpers::{each_backend, sqlite_db};
 
 async fn entries(w: &World, who: &str, id: &str) -> Vec<Value> {
@@ -135,6 +135,7 @@ async fn every_member_of_a_merge_batch_has_the_batch_s_events_once() {
 async fn a_rebase_and_the_pipeline_run_after_it_are_on_the_timeline() {
     let db = sqlite_db().await;
     let w = world_with(&db.url, mr_first_held()).await;
+    use_semi_linear_history(&w);
     let id = apply(&w.app).await;
     waiting_for_approval(&w, &id).await;
     move_main_on(&w);

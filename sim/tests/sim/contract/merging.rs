@@ -1,6 +1,7 @@
 //! The merge gates, a merge, auto-merge and rebase (success, busy, failure, gone source)
 //! against `merging.json`.
 
+use changegate_sim::gitlab::MergeMethod;
 use reqwest::Method;
 use serde_json::json;
 
@@ -11,6 +12,10 @@ use crate::gitlab::support::{ALICE, BOT, Fixture, REPORTER};
 async fn merge_and_rebase_follow_the_contract() {
     let contract = Contract::new(include_str!("../../fixtures/gitlab/merging.json"));
     let fx = Fixture::start().await;
+    // Semi-linear history, so a target that moved on must be rebased.
+    fx.sim
+        .update_settings(fx.project, |s| s.merge_method = MergeMethod::RebaseMerge)
+        .unwrap();
     let iid = fx.open_mr("bot/one", &[("a.json", "{}\n")]).await;
     let merge = fx.mr_path(iid, "/merge");
     let rebase = fx.mr_path(iid, "/rebase");

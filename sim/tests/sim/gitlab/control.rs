@@ -141,7 +141,7 @@ async fn pushes_branches_merge_requests_and_pipelines_are_controlled_over_http()
         .await;
     assert_eq!(
         advanced.body,
-        json!({ "id": pipeline, "status": "pending" })
+        json!({ "id": pipeline, "status": "pending", "duration_ms": 0 })
     );
     let failed = json!({ "outcome": "failed" });
     let forced = fx

@@ -33,13 +33,10 @@ fn move_main_on(fx: &Fixture) -> String {
 }
 
 #[tokio::test]
-async fn the_project_reports_its_merge_method_semi_linear_by_default() {
+async fn the_project_reports_its_merge_method_merge_commits_by_default_as_gitlab() {
     let fx = Fixture::start().await;
-    assert_eq!(
-        fx.get(BOT, &fx.root).await.body["merge_method"],
-        "rebase_merge"
-    );
-    for method in [MergeMethod::Merge, MergeMethod::Ff] {
+    assert_eq!(fx.get(BOT, &fx.root).await.body["merge_method"], "merge");
+    for method in [MergeMethod::RebaseMerge, MergeMethod::Ff] {
         fx.sim
             .update_settings(fx.project, |s| s.merge_method = method)
             .unwrap();

@@ -1,7 +1,7 @@
 //! Merge gate order, the merge itself, rebase, auto-merge and pipeline outcomes.
 
 use changegate_sim::gitlab::{
-    CannotMergeStatus, GitLabSimOptions, MrState, PipelineOutcome, PipelineStatus,
+    CannotMergeStatus, GitLabSimOptions, MergeMethod, MrState, PipelineOutcome, PipelineStatus,
 };
 use serde_json::{Value, json};
 
@@ -10,6 +10,10 @@ use super::support::{ALICE, BOB, BOT, Fixture, OUTSIDER, REPORTER};
 #[tokio::test]
 async fn merge_gates_run_in_gitlab_order_and_merge_changes_the_target() {
     let fx = Fixture::start().await;
+    // Semi-linear history, so a target that moved on is `need_rebase`.
+    fx.sim
+        .update_settings(fx.project, |s| s.merge_method = MergeMethod::RebaseMerge)
+        .unwrap();
     let iid = fx.open_mr("bot/one", &[("bindings/a.json", "{}\n")]).await;
     let merge = fx.mr_path(iid, "/merge");
     let wrong_sha = json!({ "sha": "0".repeat(40) });
@@ -181,6 +185,9 @@ async fn cannot_merge_status_is_406_when_configured() {
         ..GitLabSimOptions::default()
     };
     let fx = Fixture::with_options(options).await;
+    fx.sim
+        .update_settings(fx.project, |s| s.merge_method = MergeMethod::RebaseMerge)
+        .unwrap();
     let iid = fx.ready_mr("bot/one", &[("a", "a")]).await;
     fx.sim
         .push(fx.project, fx.bot, "main", &[("b", Some("b"))])

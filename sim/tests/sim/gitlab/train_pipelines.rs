@@ -1,0 +1,161 @@
+//! Pipelines as a merge train meets them: each branch's pipeline on its own clock, at
+//! the same time as the others; durations drawn per pipeline from a seeded range; and a
+//! poisoned file failing every pipeline whose tree holds it, including one of a branch
+//! stacked on the branch that brought it.
+
+use std::time::Duration;
+
+use changegate_sim::gitlab::GitLabSimOptions;
+use reqwest::Method;
+use serde_json::json;
+
+use super::support::{BOT, Fixture};
+use crate::control_client::call;
+
+/// The id of the head pipeline of merge request `iid`.
+fn pipeline_of(fx: &Fixture, iid: u64) -> u64 {
+    let mr = fx
+        .sim
+        .merge_request(fx.project, iid)
+        .expect("merge request");
+    mr.head_pipeline.expect("a head pipeline").0
+}
+
+#[tokio::test]
+async fn pipelines_of_different_branches_run_at_the_same_time() {
+    let duration = Duration::from_millis(400);
+    let fx = Fixture::with_options(GitLabSimOptions {
+        pipeline_duration: duration,
+        ..GitLabSimOptions::default()
+    })
+    .await;
+    let one = fx.open_mr("bot/one", &[("one.json", "1\n")]).await;
+    let two = fx.open_mr("bot/two", &[("two.json", "2\n")]).await;
+    // created → pending → running, for both.
+    for _ in 0..2 {
+        for iid in [one, two] {
+            fx.get(BOT, &fx.mr_path(iid, "")).await;
+        }
+    }
+    for iid in [one, two] {
+        let mr = fx.get(BOT, &fx.mr_path(iid, "")).await;
+        assert_eq!(mr.body["head_pipeline"]["status"], "running", "!{iid}");
+    }
+    tokio::time::sleep(duration + Duration::from_millis(50)).await;
+    for iid in [one, two] {
+        let mr = fx.get(BOT, &fx.mr_path(iid, "")).await;
+        assert_eq!(
+            mr.body["head_pipeline"]["status"], "success",
+            "!{iid} finished after one pipeline's time, not two"
+        );
+    }
+}
+
+#[tokio::test]
+async fn pipeline_durations_are_drawn_within_the_range_from_the_seed() {
+    let (low, high) = (Duration::from_secs(5), Duration::from_secs(15));
+    let durations = |seed| async move {
+        let fx = Fixture::with_options(GitLabSimOptions {
+            pipeline_duration: low,
+            pipeline_duration_max: Some(high),
+            pipeline_seed: seed,
+            ..GitLabSimOptions::default()
+        })
+        .await;
+        let mut drawn = Vec::new();
+        for n in 0..6 {
+            let iid = fx.open_mr(&format!("bot/{n}"), &[("a.json", "{}\n")]).await;
+            let id = pipeline_of(&fx, iid);
+            drawn.push(fx.sim.pipeline_duration(fx.project, id).unwrap());
+        }
+        drawn
+    };
+    let first = durations(11).await;
+    assert!(first.iter().all(|d| (low..=high).contains(d)), "{first:?}");
+    assert!(first.iter().any(|d| *d != first[0]), "they vary: {first:?}");
+    assert_eq!(first, durations(11).await, "the same seed, the same draws");
+    assert_ne!(first, durations(12).await);
+}
+
+#[tokio::test]
+async fn pipeline_durations_can_change_over_the_control_api() {
+    let fx = Fixture::start().await;
+    let url = format!("{}/_sim/pipeline_durations", fx.sim.base_url());
+    let set = call(
+        Method::PUT,
+        &url,
+        Some(json!({ "min_ms": 200, "max_ms": 300 })),
+    )
+    .await;
+    assert_eq!(set.status, 204);
+    let iid = fx.open_mr("bot/one", &[("a.json", "{}\n")]).await;
+    let id = pipeline_of(&fx, iid);
+    let seen = call(
+        Method::GET,
+        &format!(
+            "{}/_sim/projects/config%2Frepo/pipelines/{id}",
+            fx.sim.base_url()
+        ),
+        None,
+    )
+    .await;
+    let ms = seen.body["duration_ms"].as_u64().unwrap();
+    assert!((200..=300).contains(&ms), "{}", seen.body);
+    let upside_down = call(
+        Method::PUT,
+        &url,
+        Some(json!({ "min_ms": 300, "max_ms": 200 })),
+    )
+    .await;
+    assert_eq!(upside_down.status, 400);
+}
+
+#[tokio::test]
+async fn a_poisoned_file_fails_the_pipelines_of_its_branch_and_of_a_branch_stacked_on_it() {
+    let fx = Fixture::start().await;
+    fx.sim
+        .update_settings(fx.project, |s| {
+            s.failing_content = Some("BREAKS-CI".to_owned());
+        })
+        .unwrap();
+    let poisoned = fx
+        .open_mr("bot/a", &[("a.json", "{\"x\": \"BREAKS-CI\"}\n")])
+        .await;
+    fx.poll_pipeline(poisoned, "failed").await;
+
+    // Stacked on the poisoned head, with only clean files of its own.
+    let a_head = fx.sim.branch_head(fx.project, "bot/a").unwrap();
+    let created = fx
+        .post(
+            BOT,
+            &format!("{}/repository/branches", fx.root),
+            json!({ "branch": "bot/b", "ref": a_head }),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let committed = fx
+        .post(
+            BOT,
+            &format!("{}/repository/commits", fx.root),
+            json!({
+                "branch": "bot/b",
+                "commit_message": "bot: clean",
+                "actions": [{ "action": "create", "file_path": "b.json", "content": "{}\n" }],
+            }),
+        )
+        .await;
+    assert_eq!(committed.status, 201, "{}", committed.text);
+    let stacked = fx
+        .post(
+            BOT,
+            &format!("{}/merge_requests", fx.root),
+            json!({ "source_branch": "bot/b", "target_branch": "main", "title": "bot: b" }),
+        )
+        .await;
+    let stacked = stacked.body["iid"].as_u64().unwrap();
+    fx.poll_pipeline(stacked, "failed").await;
+
+    // The same clean file on a branch from main passes.
+    let clean = fx.open_mr("bot/c", &[("b.json", "{}\n")]).await;
+    fx.poll_pipeline(clean, "success").await;
+}
