@@ -101,6 +101,9 @@ impl MergeQueue {
         let mut claimed = Vec::new();
         // The lock-free pre-check: no waiting request, no transaction.
         for partition in waiting_partitions(db).await.map_err(StoreError::from)? {
+            if room.in_flight > 1 && self.paced(db, &partition).await? {
+                continue;
+            }
             // A train takes as many new batches as it has room for (halves
             // of a failed batch are groups of their own, so each is one).
             for _ in 0..room.in_flight.max(1) {

@@ -20,11 +20,13 @@ use secrecy::SecretString;
 use crate::config::Settings;
 use crate::db::Db;
 use crate::db::batches::{BatchRow, append_membership, get_batch, live_members};
+use crate::db::estimates::merged_runs;
 use crate::db::train::{active_train, built_behind, record_footing, send_back};
 use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, StoreError, StoreTx, move_members};
 use crate::write_tx;
 
+use super::estimate::Medians;
 use super::runner::{ACTOR, IN_FLIGHT, MergeQueue, build_branch};
 
 /// How long a project's merge method is trusted once read.
@@ -308,6 +310,24 @@ impl MergeQueue {
                 .await?;
         }
         gitlab.delete_branch(token, &batch.project, &branch).await
+    }
+
+    /// Whether the train of `partition` takes no new batch yet: one boarded
+    /// less than half a pipeline ago (the median of its project's last
+    /// merged batches). A batch every half pipeline keeps the wait to board
+    /// under half a pipeline; more batches would each carry fewer requests
+    /// for little less waiting, and every one is a pipeline more.
+    pub(super) async fn paced(&self, db: &Db, partition: &str) -> Result<bool, StoreError> {
+        let train = active_train(db, partition).await?;
+        let Some(newest) = train.iter().max_by_key(|car| car.created_at) else {
+            return Ok(false);
+        };
+        let runs = merged_runs(db, &newest.project).await?;
+        let Some(medians) = Medians::of(&runs, &[]) else {
+            return Ok(false);
+        };
+        let boarded = (chrono::Utc::now().naive_utc() - newest.created_at).as_seconds_f64();
+        Ok(boarded < medians.pipeline / 2.0)
     }
 
     /// The first batch ahead of `batch`, of its project, whose pipeline has

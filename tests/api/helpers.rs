@@ -411,6 +411,48 @@ impl std::io::Write for Logs {
     }
 }
 
+/// Installs, once, a global subscriber that records nothing but says every
+/// level may be wanted. tracing keeps one global "highest level anyone
+/// wants" and a per-callsite interest cache, rebuilt whenever a dispatcher
+/// comes or goes; two threads rebuilding at once (tests starting and
+/// dropping their captures in parallel) can leave them computed without a
+/// capture that was just set, and its thread's events are then filtered
+/// out before they reach it. With this one always asking for every level
+/// and for each event to be asked about, no rebuild can filter an event
+/// out: each goes to its thread's capture, or is dropped here.
+fn keep_every_level_live() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = tracing::dispatcher::set_global_default(tracing::Dispatch::new(EveryLevelLive));
+    });
+}
+
+/// See [`keep_every_level_live`].
+struct EveryLevelLive;
+
+impl tracing::Subscriber for EveryLevelLive {
+    fn register_callsite(
+        &self,
+        _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        false
+    }
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::TRACE)
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {}
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
 impl Logs {
     /// Starts capturing; stops when the guard is dropped.
     pub fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
@@ -427,6 +469,7 @@ impl Logs {
     /// A subscriber capturing lines at `level` and above, to be made the
     /// default of threads of one's own (a runtime's workers).
     pub fn dispatch_at(level: tracing::Level) -> (Self, tracing::Dispatch) {
+        keep_every_level_live();
         let logs = Self::default();
         let writer = logs.clone();
         let subscriber = tracing_subscriber::fmt()

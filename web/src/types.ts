@@ -58,6 +58,10 @@ export interface Operation {
   batchId?: number;
   /** That batch's number among its project's batches, as its MR title and the messages name it. */
   batchNumber?: number;
+  /** While its batch is in the merge train: how many batches are ahead of it (0: the next to merge). */
+  batchesAhead?: number;
+  /** While it waits on the merge queue: its place and expected times. */
+  queue?: QueuePlace;
   createdAt: string;
   updatedAt: string;
   /** The newer request for the same subject and target that took the binding over. */
@@ -66,6 +70,21 @@ export interface Operation {
   actions?: OperatorAction[];
   /** In the operators' list: actions an operator may look for that cannot succeed now, and why. */
   withheldActions?: { action: OperatorAction; reason: string }[];
+}
+
+/** A request's place in the merge queue, and when it is expected to land. */
+export interface QueuePlace {
+  /** Its batch's place: 1 is the next batch to merge. */
+  position: number;
+  /** Batches in the queue, its own included. */
+  of: number;
+  /** Its batch's number, once it is in one. */
+  batch?: number;
+  /** Absent while there is no estimate (see `basis`). */
+  expectedMergeAt?: string;
+  expectedDeployAt?: string;
+  /** What the times come from, or why there are none yet. */
+  basis: string;
 }
 
 /** An operator action on an operation. */
@@ -160,9 +179,17 @@ export interface Batch {
   number: number;
   /** RUNNING, SUCCEEDED, FAILED or BLOCKED. */
   status: string;
-  /** OPENING, PIPELINE or MERGING: meaningful while RUNNING. */
+  /** OPENING, PIPELINE, PASSED (waiting for the batches ahead) or MERGING: meaningful while RUNNING. */
   phase: string;
   project: string;
+  /** Its place in its partition's merge train while active (1: the front). */
+  trainPosition: number;
+  /** The batch it was built on; absent when built on the target branch. */
+  aheadBatchId?: number;
+  /** The head its pipeline tests. */
+  headSha?: string;
+  /** How often it was built again (a batch ahead failed, or the target branch moved). */
+  rebuilds: number;
   /** The half of a failed batch it retries, as a path of batch ids (`3a`, `3a/5b`); empty for a first try. */
   splitGroup: string;
   /** The same path, each failed batch with its number, first try first. */

@@ -248,25 +248,10 @@ pub async fn get_operation_status(
         return Err(ApiError::NotFound);
     }
     let status = status_of(&db, &page.operation, page.status).await?;
-    let ahead = match &page.batch {
-        Some(batch) => batches_ahead(&db, batch.id).await?,
-        None => None,
-    };
-    let queue = if status.is_some_and(|s| IN_MERGE_QUEUE.contains(&s)) {
-        let settings = state.config.current();
-        queue_estimate(&db, &settings, &page.operation.operation_id)
-            .await?
-            .map(QueueView::from)
-    } else {
-        None
-    };
-    Ok(Json(
-        OperationView::of(page.operation, status)
-            .in_batch(page.batch)
-            .in_train(ahead)
-            .in_queue(queue)
-            .superseded_by(page.superseded_by),
-    ))
+    let view = OperationView::of(page.operation, status)
+        .in_batch(page.batch)
+        .superseded_by(page.superseded_by);
+    Ok(Json(view.in_merge_queue(&state, &db, status).await?))
 }
 
 impl OperationView {
@@ -284,18 +269,31 @@ impl OperationView {
         }
     }
 
-    /// The same view, saying how many batches are ahead of its batch in
-    /// the merge train while the batch is in it.
-    pub fn in_train(self, batches_ahead: Option<i64>) -> Self {
-        Self {
-            batches_ahead,
-            ..self
+    /// The same view, with how many batches are ahead of its batch in the
+    /// merge train, and its place and expected times in the merge queue,
+    /// while it waits there (`status` is its binding's).
+    pub async fn in_merge_queue(
+        self,
+        state: &AppState,
+        db: &Db,
+        status: Option<BindingStatus>,
+    ) -> Result<Self, sqlx::Error> {
+        if !status.is_some_and(|s| IN_MERGE_QUEUE.contains(&s)) {
+            return Ok(self);
         }
-    }
-
-    /// The same view, with its place in the merge queue.
-    pub fn in_queue(self, queue: Option<QueueView>) -> Self {
-        Self { queue, ..self }
+        let batches_ahead = match self.batch_id {
+            Some(batch) => batches_ahead(db, batch).await?,
+            None => None,
+        };
+        let settings = state.config.current();
+        let queue = queue_estimate(db, &settings, &self.operation_id)
+            .await?
+            .map(QueueView::from);
+        Ok(Self {
+            batches_ahead,
+            queue,
+            ..self
+        })
     }
 
     /// The same view for an operation whose relation `successor` took

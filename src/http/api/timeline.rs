@@ -3,7 +3,7 @@
 //! relation, so a person can see what happened, when, and what is live now.
 
 use axum::Json;
-use axum::extract::Path;
+use axum::extract::{Path, State};
 use serde::Serialize;
 
 use super::status::{OperationView, StepView, rfc3339, visible_to};
@@ -11,6 +11,7 @@ use crate::db::operation_snapshot::{OperationSnapshot, read_operation_snapshot};
 use crate::domain::{OperationId, StepStatus};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AuthUser, Database};
+use crate::state::AppState;
 
 /// What a timeline entry records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -112,6 +113,7 @@ pub struct Timeline {
     responses((status = 200, description = "The operation, its steps and its relation", body = Timeline),
         (status = 404, description = "NOT_FOUND: unknown, or not yours")))]
 pub async fn get_timeline(
+    State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     Database(db): Database,
     Path(operation_id): Path<String>,
@@ -165,7 +167,9 @@ pub async fn get_timeline(
         .collect();
     let operation = OperationView::of(page.operation, status)
         .in_batch(page.batch)
-        .superseded_by(page.superseded_by);
+        .superseded_by(page.superseded_by)
+        .in_merge_queue(&state, &db, status)
+        .await?;
     Ok(Json(Timeline {
         operation,
         items,

@@ -32,12 +32,21 @@ pub(super) async fn one_car(w: &World, subjects: &[(&str, &str)]) -> Vec<String>
     }
     approve_all(w, &ids).await;
     until(w, &ids[0], |v| v["step"]["name"] == "QUEUED").await;
-    let run = w
-        .app
-        .post_as("admin", "/admin/v1/batches/run", &json!({}))
-        .await;
-    assert_eq!(run.status(), 200);
-    ids
+    // Rounds until they are claimed: a train takes a new batch at most
+    // every half pipeline (measured), so one round may be too soon.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let run = w
+            .app
+            .post_as("admin", "/admin/v1/batches/run", &json!({}))
+            .await;
+        assert_eq!(run.status(), 200);
+        if view(w, &ids[0]).await["step"]["name"] != "QUEUED" {
+            return ids;
+        }
+        assert!(Instant::now() < deadline, "never claimed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Polls operation `id` until `done` holds for its view.

@@ -49,6 +49,17 @@ function splitOrigin(batch: Batch): (Node | string)[] {
     .flatMap((step, i) => [i ? ", from " : "", `half ${step.half} of `, batchLink(step.batchId, step.number)]);
 }
 
+/** A running batch's place in its train, what it is built on, and its rebuilds. */
+function trainPlace(batch: Batch): (Node | string)[] {
+  const parts: (Node | string)[] = [];
+  if (batch.status === "RUNNING") {
+    parts.push(h("span", { "data-train-position": batch.trainPosition }, batch.trainPosition === 1 ? "front" : `car ${batch.trainPosition}`));
+    if (batch.aheadBatchId !== undefined) parts.push(", on ", h("a", { href: `${TAB}?batch=${batch.aheadBatchId}` }, "the batch ahead"));
+  }
+  if (batch.rebuilds) parts.push(`${parts.length ? ", " : ""}built ${batch.rebuilds + 1} times`);
+  return parts;
+}
+
 /** The first try of a batch's split tree: the root of its path, or itself. */
 function firstTry(batch: Batch): Pick<SplitStep, "batchId" | "number"> {
   return batch.splitFrom[0] ?? { batchId: batch.id, number: batch.number };
@@ -120,11 +131,11 @@ function batchList(root: HTMLElement): void {
   replace(
     root,
     h("div", { class: "toolbar" },
-      h("p", { class: "hint" }, "Approved requests wait here and are merged together, one MR per batch; a failing batch is retried in halves."),
+      h("p", { class: "hint" }, "Approved requests wait here and are merged together, one MR per batch. Running batches form a train: each is tested on top of the ones ahead and they merge in order; a failing batch is retried in halves, and the batches behind it are built again."),
       run,
       reconcile),
     h("table", { class: "list", id: "batches" },
-      h("thead", {}, h("tr", {}, ["Batch", "Status", "Split", "MR", "Idle", "Message", "Actions"].map((c) => h("th", {}, c)))),
+      h("thead", {}, h("tr", {}, ["Batch", "Status", "Train", "Split", "MR", "Idle", "Message", "Actions"].map((c) => h("th", {}, c)))),
       rows),
     message,
     more,
@@ -158,6 +169,7 @@ function batchList(root: HTMLElement): void {
       { "data-batch": batch.id, "data-status": batch.status },
       h("td", {}, batchLink(batch.id, batch.number)),
       h("td", {}, batchBadge(batch.status), batch.status === "RUNNING" ? h("span", { class: "phase" }, ` ${batch.phase}`) : null),
+      h("td", { class: "train" }, trainPlace(batch)),
       h("td", {}, splitOrigin(batch)),
       h("td", {}, mrLink(batch)),
       h("td", { title: when(batch.updatedAt) }, age(batch.updatedAt)),

@@ -9,7 +9,7 @@
 import { ApiError, get } from "../api";
 import { h, replace, when } from "../dom";
 import { advice, badge, operationBadge, timeline } from "../status";
-import type { EntryKind, HistoryEntry, OperationTimeline, Related } from "../types";
+import type { EntryKind, HistoryEntry, OperationTimeline, QueuePlace, Related } from "../types";
 
 const POLL_MS = 2000;
 
@@ -90,8 +90,12 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
     // The URL comes from GitLab: link only what is plainly a web address.
     const mrLink = mr ? gitlabLink(mr.url, `!${mr.iid}`, { id: "mr-link" }) : null;
     const batch = op.batchNumber !== undefined
-      ? h("span", { id: "batch" }, `#${op.batchNumber}`, batchMembers && batchMembers > 1 ? `, with ${batchMembers - 1} other request${batchMembers > 2 ? "s" : ""}` : ", on its own")
+      ? h("span", { id: "batch" }, `#${op.batchNumber}`, batchMembers && batchMembers > 1 ? `, with ${batchMembers - 1} other request${batchMembers > 2 ? "s" : ""}` : ", on its own",
+          op.batchesAhead === undefined ? null
+            : h("span", { id: "batches-ahead", "data-ahead": op.batchesAhead },
+                op.batchesAhead === 0 ? "; next to merge" : `; ${op.batchesAhead} batch${op.batchesAhead === 1 ? "" : "es"} ahead merge first`))
       : null;
+    const queue = op.queue ? expected(op.queue) : null;
     replace(
       body,
       h("dl", { class: "facts" },
@@ -101,6 +105,7 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
         h("dt", {}, "Step"), h("dd", { id: "step" }, `${op.step.name} (${op.step.code})`),
         h("dt", {}, "Latest"), h("dd", { id: "message" }, op.message),
         batch ? [h("dt", {}, "Merge batch"), h("dd", {}, batch)] : null,
+        queue ? [h("dt", {}, "Expected"), h("dd", {}, queue)] : null,
         h("dt", {}, "Submitted"), h("dd", {}, when(op.createdAt)),
         h("dt", {}, "Updated"), h("dd", {}, when(op.updatedAt)),
       ),
@@ -160,4 +165,19 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
     stopped = true;
     window.clearTimeout(timer);
   };
+}
+
+/** When a waiting request is expected to land, and what that comes from. */
+function expected(queue: QueuePlace): HTMLElement {
+  const place = `place ${queue.position} of ${queue.of} in the merge queue`;
+  if (!queue.expectedMergeAt) {
+    return h("span", { id: "queue", "data-position": queue.position }, `${place}; `, h("span", { id: "queue-estimate" }, queue.basis));
+  }
+  const clock = (at: string) => new Date(at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  return h("span", { id: "queue", "data-position": queue.position, title: queue.basis },
+    `${place}; `,
+    h("span", { id: "queue-estimate", "data-merge-at": queue.expectedMergeAt },
+      `merged about ${clock(queue.expectedMergeAt)}`,
+      queue.expectedDeployAt ? `, live about ${clock(queue.expectedDeployAt)}` : ""),
+    h("span", { class: "hint" }, ` (${queue.basis})`));
 }
