@@ -6,11 +6,18 @@
 //! GitLab calls. changegate runs in-process with its real workflow against
 //! the three simulators on loopback, on SQLite.
 //!
+//! Then the queue's expected times: the same arrivals at `max_in_flight = 4`
+//! with pipelines of 5–15 s (drawn per pipeline) and one failing request;
+//! each request's `expectedMergeAt` as shown when it became `QUEUED` against
+//! when it merged, as a fraction of its wait.
+//!
 //! ```sh
 //! cargo bench --bench merge_train
 //! ```
 
 use std::time::{Duration, Instant};
+
+use chrono::NaiveDateTime;
 
 use changegate::app::Application;
 use changegate::config::{LiveConfig, Settings, source};
@@ -33,11 +40,25 @@ struct Measured {
     pipelines: usize,
     calls: usize,
     merged: usize,
+    /// |expected − actual| / wait, of each request shown an expected time.
+    estimate_errors: Vec<f64>,
+    /// Requests shown no expected time when they became `QUEUED`.
+    unestimated: usize,
 }
 
-async fn run(depth: u32, failing: bool, database_url: &str) -> Measured {
+/// Pipelines of 5–15 s, drawn per pipeline, for the expected-time run.
+const VARIED: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(15));
+
+async fn run(depth: u32, failing: bool, varied: bool, database_url: &str) -> Measured {
+    let (shortest, longest) = if varied {
+        (VARIED.0, Some(VARIED.1))
+    } else {
+        (PIPELINE, None)
+    };
     let gitlab = GitLabSim::start(GitLabSimOptions {
-        pipeline_duration: PIPELINE,
+        pipeline_duration: shortest,
+        pipeline_duration_max: longest,
+        pipeline_seed: 7,
         pipeline_steps_per_poll: 3,
         ..GitLabSimOptions::default()
     })
@@ -128,6 +149,8 @@ async fn run(depth: u32, failing: bool, database_url: &str) -> Measured {
     }
 
     let mut arrivals = tokio::time::interval(ARRIVAL);
+    let mut watchers: tokio::task::JoinSet<(String, Option<NaiveDateTime>)> =
+        tokio::task::JoinSet::new();
     for n in 0..REQUESTS {
         arrivals.tick().await;
         let level = if failing && n == POISONED {
@@ -145,20 +168,38 @@ async fn run(depth: u32, failing: bool, database_url: &str) -> Measured {
             .send()
             .await
             .expect("apply");
-        assert_eq!(
-            answer.status(),
-            202,
-            "{}",
-            answer.text().await.unwrap_or_default()
-        );
+        assert_eq!(answer.status(), 202);
+        let answer: serde_json::Value = answer.json().await.expect("answer");
+        let id = answer["operationId"].as_str().expect("id").to_owned();
+        watchers.spawn(first_estimate(client.clone(), address.clone(), n, id));
     }
     let db = db.get().expect("database").clone();
     let deadline = Instant::now() + Duration::from_secs(600);
     while settled(&db).await < REQUESTS && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let mut waits = queued_to_merged(&db).await;
+    let shown = watchers.join_all().await;
+    let runs = queued_and_merged(&db).await;
+    let mut waits: Vec<f64> = runs
+        .values()
+        .map(|(queued, merged)| seconds(*queued, *merged))
+        .collect();
     waits.sort_by(f64::total_cmp);
+    let mut estimate_errors = Vec::new();
+    let mut unestimated = 0;
+    for (id, expected) in shown {
+        let Some((queued, merged)) = runs.get(id.as_str()) else {
+            continue;
+        };
+        match expected {
+            Some(expected) => {
+                let wait = seconds(*queued, *merged).max(1.0);
+                estimate_errors.push(seconds(*merged, expected).abs() / wait);
+            }
+            None => unestimated += 1,
+        }
+    }
+    estimate_errors.sort_by(f64::total_cmp);
     let mrs = (1..)
         .map_while(|iid| gitlab.merge_request(project, iid))
         .count();
@@ -168,6 +209,8 @@ async fn run(depth: u32, failing: bool, database_url: &str) -> Measured {
         pipelines: mrs + gitlab.calls(Endpoint::Rebase),
         calls: gitlab.requests().len(),
         merged: waits.len(),
+        estimate_errors,
+        unestimated,
     };
     shutdown.cancel();
     let _ = server.await;
@@ -190,29 +233,65 @@ async fn settled(db: &Db) -> usize {
     usize::try_from(count).unwrap_or_default()
 }
 
-/// Each merged request's seconds from its first `QUEUED` (10007) to its
-/// `HANDLE_MERGED` (10104), from the step history.
-async fn queued_to_merged(db: &Db) -> Vec<f64> {
-    let rows: Vec<(String, i64, chrono::NaiveDateTime)> =
-        changegate::with_pool!(db, reader, |pool| {
-            sqlx::query_as(
-                "SELECT operation_id, to_step, created_at FROM operation_history \
-                 WHERE to_step IN (10007, 10104) ORDER BY id",
-            )
-            .fetch_all(pool)
-            .await
-        })
-        .expect("history");
+/// Each merged request's first `QUEUED` (10007) and its `HANDLE_MERGED`
+/// (10104), from the step history (database time, UTC).
+async fn queued_and_merged(
+    db: &Db,
+) -> std::collections::HashMap<String, (NaiveDateTime, NaiveDateTime)> {
+    let rows: Vec<(String, i64, NaiveDateTime)> = changegate::with_pool!(db, reader, |pool| {
+        sqlx::query_as(
+            "SELECT operation_id, to_step, created_at FROM operation_history \
+             WHERE to_step IN (10007, 10104) ORDER BY id",
+        )
+        .fetch_all(pool)
+        .await
+    })
+    .expect("history");
     let mut queued = std::collections::HashMap::new();
-    let mut waits = Vec::new();
+    let mut runs = std::collections::HashMap::new();
     for (operation, step, at) in rows {
         if step == 10007 {
             queued.entry(operation).or_insert(at);
         } else if let Some(since) = queued.get(&operation) {
-            waits.push((at - *since).as_seconds_f64());
+            runs.insert(operation, (*since, at));
         }
     }
-    waits
+    runs
+}
+
+fn seconds(from: NaiveDateTime, to: NaiveDateTime) -> f64 {
+    (to - from).as_seconds_f64()
+}
+
+/// The `expectedMergeAt` operation `id` shows its requester when it is
+/// first seen waiting on the merge queue (`None`: no estimate then).
+async fn first_estimate(
+    client: reqwest::Client,
+    address: String,
+    requester: usize,
+    id: String,
+) -> (String, Option<NaiveDateTime>) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline {
+        let view: serde_json::Value = match client
+            .get(format!("{address}/api/v1/operations/{id}"))
+            .header("x-auth-request-user", format!("user{requester}"))
+            .send()
+            .await
+        {
+            Ok(answer) => answer.json().await.unwrap_or_default(),
+            Err(_) => serde_json::Value::Null,
+        };
+        if let Some(queue) = view.get("queue") {
+            let expected = queue["expectedMergeAt"]
+                .as_str()
+                .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+                .map(|at| at.naive_utc());
+            return (id, expected);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (id, None)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -234,7 +313,7 @@ fn main() {
             for depth in [1, 4] {
                 let dir = tempfile::tempdir().expect("temp dir");
                 let url = format!("sqlite://{}", dir.path().join("train.db").display());
-                let m = run(depth, failing, &url).await;
+                let m = run(depth, failing, false, &url).await;
                 println!(
                     "| {} | {depth} | {:.2} | {:.2} | {} | {} | {} |",
                     if failing { "one failing request" } else { "no failing request" },
@@ -246,5 +325,20 @@ fn main() {
                 );
             }
         }
+        println!();
+        println!(
+            "| expected times (max_in_flight 4, pipelines 5–15 s, one failing request) | median error | p90 error | requests with an estimate | without |"
+        );
+        println!("|---|---|---|---|---|");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("eta.db").display());
+        let m = run(4, true, true, &url).await;
+        println!(
+            "| |expectedMergeAt − merged| / wait | {:.0}% | {:.0}% | {} | {} |",
+            100.0 * percentile(&m.estimate_errors, 0.50),
+            100.0 * percentile(&m.estimate_errors, 0.90),
+            m.estimate_errors.len(),
+            m.unestimated
+        );
     });
 }
