@@ -126,6 +126,9 @@ impl MergeQueue {
         };
         let settings = self.config.current();
         for batch_id in stuck(db, settings.batch.timeout).await? {
+            if !self.overdue(db, batch_id, settings.batch.timeout).await? {
+                continue;
+            }
             tracing::warn!(
                 batch = batch_id,
                 "merge batch ran past batch.timeout; settling it"

@@ -330,6 +330,36 @@ impl MergeQueue {
         Ok(boarded < medians.pipeline / 2.0)
     }
 
+    /// Whether a batch that started more than `timeout` ago has itself run
+    /// that long: in a train, the time a batch waited for the batches ahead
+    /// is theirs, not its own. Only the front is ever overdue, counted from
+    /// when the batch it was built on merged (or from its start).
+    pub(super) async fn overdue(
+        &self,
+        db: &Db,
+        batch_id: i64,
+        timeout: Duration,
+    ) -> Result<bool, StoreError> {
+        let Some(batch) = get_batch(db, batch_id).await? else {
+            return Ok(false);
+        };
+        let train = active_train(db, &batch.partition_key).await?;
+        if train.first().is_some_and(|front| front.id != batch.id) {
+            return Ok(false);
+        }
+        let mut since = batch.created_at;
+        if let Some(ahead) = batch.ahead_batch_id
+            && let Some(ahead) = get_batch(db, ahead).await?
+            && ahead.status != "RUNNING"
+        {
+            since = since.max(ahead.updated_at);
+        }
+        let ran = (chrono::Utc::now().naive_utc() - since)
+            .to_std()
+            .unwrap_or_default();
+        Ok(ran > timeout)
+    }
+
     /// The first batch ahead of `batch`, of its project, whose pipeline has
     /// not passed yet: a failure of `batch`'s pipeline may be its doing.
     pub(super) async fn unproven_ahead(

@@ -109,8 +109,9 @@ pub async fn built_behind(
 
 /// Sends batches back to OPENING to be built again, each on a branch of its
 /// own: their MR and footing are forgotten (the next build closes the MR
-/// and deletes the branch of the last), and their version moves on, so a
-/// round of theirs in progress writes nothing. `expected` guards one batch
+/// and deletes the branch of the last), their version moves on, so a round
+/// of theirs in progress writes nothing, and their start is now (a build
+/// has `batch.timeout` of its own). `expected` guards one batch
 /// by its version (a batch building itself again); the batches behind a
 /// failed one are sent back whatever their version, as what they were
 /// built on is gone. The affected rows.
@@ -128,13 +129,13 @@ pub async fn send_back(
     } else {
         ""
     };
+    let now = dialect::now_ms(tx.backend());
     let sql = format!(
         "UPDATE merge_batch SET phase = 'OPENING', mr_iid = NULL, mr_url = NULL, \
          ahead_batch_id = NULL, base_sha = NULL, head_sha = NULL, rebuilds = rebuilds + 1, \
          opened_at = NULL, passed_at = NULL, merging_at = NULL, \
-         polls = 0, obstacle = NULL, message = ?, version = version + 1, updated_at = {} \
-         WHERE id IN ({}) AND status = 'RUNNING'{guard}",
-        dialect::now_ms(tx.backend()),
+         polls = 0, obstacle = NULL, message = ?, version = version + 1, updated_at = {now}, \
+         created_at = {now} WHERE id IN ({}) AND status = 'RUNNING'{guard}",
         placeholders(ids.len())
     );
     with_tx!(tx, |conn| {

@@ -277,3 +277,47 @@ fn batch_message_waits(view: &Value) -> bool {
     view.to_string()
         .contains("before deciding whose change failed it")
 }
+
+#[tokio::test]
+async fn the_timeout_sweep_counts_only_a_batchs_own_time_at_the_front_of_the_train() {
+    if train_depth() < 2 {
+        return;
+    }
+    let db = sqlite_db().await;
+    let mut options = manual_rounds();
+    options.batch_keys = "interval = \"1h\"\ntimeout = \"2s\"".to_owned();
+    let w = world_with(&db.url, options).await;
+    w.gitlab
+        .update_settings(w.project, |s| s.merge_method = MergeMethod::Merge)
+        .unwrap();
+    w.gitlab
+        .script_pipelines(w.project, [PipelineOutcome::StuckRunning; 3])
+        .unwrap();
+    let front = one_car(&w, &[("member0", "read")]).await;
+    pipeline_of(&w, 1).await;
+    let behind = one_car(&w, &[("member1", "read")]).await;
+    pipeline_of(&w, 2).await;
+    let first = batch_of(&w, &db.db, &front[0]).await;
+    // The front runs past batch.timeout and is settled; the batch behind,
+    // nearly as old, has not run past it at the front: it is built again
+    // (its pipeline stuck too), and settled only once it ran that long as
+    // the front.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let settled = get_batch(&db.db, first.id).await.unwrap().unwrap();
+        if settled.status != "RUNNING" {
+            assert_eq!(settled.status, "FAILED");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the front was never settled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let second = batch_of(&w, &db.db, &behind[0]).await;
+    assert_eq!(second.status, "RUNNING", "{second:?}");
+    assert_eq!(second.rebuilds, 1, "built again without the batch ahead");
+    let all: Vec<String> = front.iter().chain(&behind).cloned().collect();
+    for v in rounds_until_settled(&w, &all).await {
+        assert_eq!(v["status"], "VALIDATED", "{v}");
+    }
+}
