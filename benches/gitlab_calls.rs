@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 use changegate::app::Application;
 use changegate::config::{LiveConfig, Settings, source};
 use changegate::db::Db;
-use changegate_sim::approval::{ApprovalSim, ApprovalSimOptions, Decision, DecisionPolicy};
-use changegate_sim::callback::{DeliverySettings, generate_secret};
-use changegate_sim::deploy::{DeploySim, DeploySimOptions};
-use changegate_sim::gitlab::{AccessLevel, Endpoint, GitLabSim, GitLabSimOptions};
+use changegate_sim::gitlab::{Endpoint, GitLabSimOptions};
 use serde_json::{Value, json};
+
+#[path = "support/outside.rs"]
+mod support;
+use support::outside;
 
 const SIZES: [usize; 3] = [1, 50, 500];
 const DEADLINE: Duration = Duration::from_secs(300);
@@ -62,46 +63,8 @@ fn name(endpoint: Endpoint) -> String {
 }
 
 async fn run(members: usize) -> Run {
-    let gitlab = GitLabSim::start(GitLabSimOptions::default())
-        .await
-        .expect("gitlab simulator");
-    let project = gitlab.create_project("config/repo");
-    for (user, token) in [
-        ("bot", "bot-token"),
-        ("rev-a", "a-token"),
-        ("rev-b", "b-token"),
-    ] {
-        let id = gitlab.add_user(user, token);
-        gitlab
-            .add_member(project, id, AccessLevel::Developer)
-            .expect("member");
-    }
-    let delivery = DeliverySettings {
-        timeout: Duration::from_secs(10),
-        retries: 20,
-        retry_backoff: Duration::from_millis(50),
-    };
-    let approval = ApprovalSim::start(ApprovalSimOptions {
-        secret: generate_secret(),
-        policy: DecisionPolicy::Auto {
-            result: Decision::Approved,
-            delay: Duration::ZERO,
-        },
-        delivery: delivery.clone(),
-        ..ApprovalSimOptions::default()
-    })
-    .await
-    .expect("approval simulator");
-    let deploy = DeploySim::start(
-        gitlab.observer(),
-        DeploySimOptions {
-            secret: generate_secret(),
-            delivery,
-            ..DeploySimOptions::default()
-        },
-    )
-    .await
-    .expect("deploy simulator");
+    let world = outside(GitLabSimOptions::default()).await;
+    let gitlab = &world.gitlab;
     let dir = tempfile::tempdir().expect("temp dir");
     let database_url = format!("sqlite://{}", dir.path().join("calls.db").display());
     // No scheduled claim: the bench claims the one batch itself, once every
@@ -114,13 +77,8 @@ async fn run(members: usize) -> Run {
          [targets.\"demo.feature-flags\"]\ndescription = \"bench\"\n\
          [executor]\nworkers = 16\nqueue_capacity = 4096\npoll_interval = \"100ms\"\n\
          [batch]\ninterval = \"1h\"\nmax_requests = 500\n\
-         [gitlab]\nbase_url = {:?}\nproject = \"config/repo\"\nbot_token = \"bot-token\"\nreviewer_tokens = [\"a-token\", \"b-token\"]\n\
-         [approval]\nprovider = \"http\"\nurl = \"{}/approvals\"\ncallback_secret = {:?}\n\
-         [deploy]\ncallback_secret = {:?}\n",
-        gitlab.base_url(),
-        approval.base_url(),
-        approval.secret(),
-        deploy.secret()
+         {}",
+        world.sections()
     );
     let (settings, problems) = Settings::from_table(&source::parse(&text).expect("toml"), None);
     assert!(problems.is_empty(), "{problems:?}");
@@ -131,8 +89,7 @@ async fn run(members: usize) -> Run {
     let db = app.state().db.clone();
     let shutdown = app.shutdown_token();
     let server = tokio::spawn(app.run_until_stopped());
-    approval.set_callback_url(format!("{address}/callbacks/approval"));
-    deploy.set_callback_url(format!("{address}/callbacks/deploy"));
+    world.call_back(&address);
     changegate::clients::http::install_crypto_provider();
     let client = reqwest::Client::builder()
         .no_proxy()
@@ -180,6 +137,10 @@ async fn run(members: usize) -> Run {
     );
     wait_for(&db, "VALIDATED", members).await;
     let wall = started.elapsed();
+    assert!(
+        gitlab.merge_request(world.project, 2).is_none(),
+        "every member merged in the one batch MR"
+    );
     let mut calls = BTreeMap::new();
     for request in &gitlab.requests()[before..] {
         *calls.entry(name(request.endpoint)).or_default() += 1;

@@ -22,11 +22,12 @@ use chrono::NaiveDateTime;
 use changegate::app::Application;
 use changegate::config::{LiveConfig, Settings, source};
 use changegate::db::Db;
-use changegate_sim::approval::{ApprovalSim, ApprovalSimOptions, Decision, DecisionPolicy};
-use changegate_sim::callback::{DeliverySettings, generate_secret};
-use changegate_sim::deploy::{DeploySim, DeploySimOptions};
-use changegate_sim::gitlab::{AccessLevel, Endpoint, GitLabSim, GitLabSimOptions, MergeMethod};
+use changegate_sim::gitlab::{Endpoint, GitLabSimOptions, MergeMethod};
 use serde_json::json;
+
+#[path = "support/outside.rs"]
+mod support;
+use support::outside;
 
 const REQUESTS: usize = 120;
 const ARRIVAL: Duration = Duration::from_millis(250);
@@ -55,58 +56,21 @@ async fn run(depth: u32, failing: bool, varied: bool, database_url: &str) -> Mea
     } else {
         (PIPELINE, None)
     };
-    let gitlab = GitLabSim::start(GitLabSimOptions {
+    let world = outside(GitLabSimOptions {
         pipeline_duration: shortest,
         pipeline_duration_max: longest,
         pipeline_seed: 7,
         pipeline_steps_per_poll: 3,
         ..GitLabSimOptions::default()
     })
-    .await
-    .expect("gitlab simulator");
-    let project = gitlab.create_project("config/repo");
+    .await;
+    let (gitlab, project) = (&world.gitlab, world.project);
     gitlab
         .update_settings(project, |s| {
             s.merge_method = MergeMethod::Merge;
             s.failing_content = Some("POISON".to_owned());
         })
         .expect("project settings");
-    for (user, token) in [
-        ("bot", "bot-token"),
-        ("rev-a", "a-token"),
-        ("rev-b", "b-token"),
-    ] {
-        let id = gitlab.add_user(user, token);
-        gitlab
-            .add_member(project, id, AccessLevel::Developer)
-            .expect("member");
-    }
-    let delivery = DeliverySettings {
-        timeout: Duration::from_secs(10),
-        retries: 20,
-        retry_backoff: Duration::from_millis(50),
-    };
-    let approval = ApprovalSim::start(ApprovalSimOptions {
-        secret: generate_secret(),
-        policy: DecisionPolicy::Auto {
-            result: Decision::Approved,
-            delay: Duration::ZERO,
-        },
-        delivery: delivery.clone(),
-        ..ApprovalSimOptions::default()
-    })
-    .await
-    .expect("approval simulator");
-    let deploy = DeploySim::start(
-        gitlab.observer(),
-        DeploySimOptions {
-            secret: generate_secret(),
-            delivery,
-            ..DeploySimOptions::default()
-        },
-    )
-    .await
-    .expect("deploy simulator");
     let text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = {database_url:?}\nmax_connections = 20\n\
          [log]\nlevel = \"error\"\n[access]\nmode = \"OPEN\"\n[rate_limit]\napply = 0\n\
@@ -114,13 +78,8 @@ async fn run(depth: u32, failing: bool, varied: bool, database_url: &str) -> Mea
          [targets.\"team.access\"]\ndescription = \"bench\"\nparams = [\"level\"]\n\
          [executor]\nworkers = 16\npoll_interval = \"200ms\"\n\
          [batch]\ninterval = \"1s\"\nmax_in_flight = {depth}\n\
-         [gitlab]\nbase_url = {:?}\nproject = \"config/repo\"\nbot_token = \"bot-token\"\nreviewer_tokens = [\"a-token\", \"b-token\"]\n\
-         [approval]\nprovider = \"http\"\nurl = \"{}/approvals\"\ncallback_secret = {:?}\n\
-         [deploy]\ncallback_secret = {:?}\n",
-        gitlab.base_url(),
-        approval.base_url(),
-        approval.secret(),
-        deploy.secret()
+         {}",
+        world.sections()
     );
     let (settings, problems) = Settings::from_table(&source::parse(&text).expect("toml"), None);
     assert!(problems.is_empty(), "{problems:?}");
@@ -131,8 +90,7 @@ async fn run(depth: u32, failing: bool, varied: bool, database_url: &str) -> Mea
     let db = app.state().db.clone();
     let shutdown = app.shutdown_token();
     let server = tokio::spawn(app.run_until_stopped());
-    approval.set_callback_url(format!("{address}/callbacks/approval"));
-    deploy.set_callback_url(format!("{address}/callbacks/deploy"));
+    world.call_back(&address);
     changegate::clients::http::install_crypto_provider();
     let client = reqwest::Client::builder()
         .no_proxy()
