@@ -11,8 +11,6 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use changegate::app::Application;
-use changegate::config::{LiveConfig, Settings, source};
 use changegate::db::Db;
 use changegate_sim::gitlab::{Endpoint, GitLabSimOptions};
 use serde_json::{Value, json};
@@ -80,32 +78,9 @@ async fn run(members: usize) -> Run {
          {}",
         world.sections()
     );
-    let (settings, problems) = Settings::from_table(&source::parse(&text).expect("toml"), None);
-    assert!(problems.is_empty(), "{problems:?}");
-    let app = Application::build(LiveConfig::new(settings, None, None))
-        .await
-        .expect("app");
-    let address = format!("http://127.0.0.1:{}", app.port());
-    let db = app.state().db.clone();
-    let shutdown = app.shutdown_token();
-    let server = tokio::spawn(app.run_until_stopped());
-    world.call_back(&address);
-    changegate::clients::http::install_crypto_provider();
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("client");
-    while client
-        .get(format!("{address}/readyz"))
-        .send()
-        .await
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let db = db.get().expect("database").clone();
+    let running = world.start_changegate(&text).await;
+    let (address, client) = (&running.address, &running.client);
+    let db = &running.db;
 
     for n in 0..members {
         let answer = client
@@ -117,7 +92,7 @@ async fn run(members: usize) -> Run {
             .expect("apply");
         assert_eq!(answer.status(), 202, "{:?}", answer.text().await);
     }
-    wait_for(&db, "MR_CREATING", members).await;
+    wait_for(db, "MR_CREATING", members).await;
     let before = gitlab.requests().len();
     let started = Instant::now();
     let claimed: Value = client
@@ -135,7 +110,7 @@ async fn run(members: usize) -> Run {
         json!([{ "batchId": 1, "batchNumber": 1, "members": members }]),
         "one batch of every member"
     );
-    wait_for(&db, "VALIDATED", members).await;
+    wait_for(db, "VALIDATED", members).await;
     let wall = started.elapsed();
     assert!(
         gitlab.merge_request(world.project, 2).is_none(),
@@ -145,8 +120,7 @@ async fn run(members: usize) -> Run {
     for request in &gitlab.requests()[before..] {
         *calls.entry(name(request.endpoint)).or_default() += 1;
     }
-    shutdown.cancel();
-    let _ = server.await;
+    running.stop().await;
     Run { calls, wall }
 }
 

@@ -11,8 +11,6 @@
 
 use std::time::{Duration, Instant};
 
-use changegate::app::Application;
-use changegate::config::{LiveConfig, Settings, source};
 use changegate_sim::gitlab::GitLabSimOptions;
 use serde_json::json;
 
@@ -51,30 +49,8 @@ async fn run(name: &str, database_url: &str) {
          {}",
         world.sections()
     );
-    let (settings, problems) = Settings::from_table(&source::parse(&text).expect("toml"), None);
-    assert!(problems.is_empty(), "{problems:?}");
-    let app = Application::build(LiveConfig::new(settings, None, None))
-        .await
-        .expect("app");
-    let address = format!("http://127.0.0.1:{}", app.port());
-    let db = app.state().db.clone();
-    let shutdown = app.shutdown_token();
-    let server = tokio::spawn(app.run_until_stopped());
-    world.call_back(&address);
-    changegate::clients::http::install_crypto_provider();
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
-    while client
-        .get(format!("{address}/readyz"))
-        .send()
-        .await
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let running = world.start_changegate(&text).await;
+    let (address, client) = (&running.address, &running.client);
 
     let started = Instant::now();
     let mut submitters = tokio::task::JoinSet::new();
@@ -100,10 +76,10 @@ async fn run(name: &str, database_url: &str) {
     }
     submitters.join_all().await;
     let submitted = started.elapsed();
-    let db = db.get().expect("database").clone();
+    let db = &running.db;
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let validated: i64 = changegate::with_pool!(&db, reader, |pool| {
+        let validated: i64 = changegate::with_pool!(db, reader, |pool| {
             sqlx::query_scalar("SELECT COUNT(*) FROM binding WHERE status = 'VALIDATED'")
                 .fetch_one(pool)
                 .await
@@ -122,8 +98,7 @@ async fn run(name: &str, database_url: &str) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    shutdown.cancel();
-    let _ = server.await;
+    running.stop().await;
 }
 
 fn main() {

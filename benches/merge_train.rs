@@ -19,8 +19,6 @@ use std::time::{Duration, Instant};
 
 use chrono::NaiveDateTime;
 
-use changegate::app::Application;
-use changegate::config::{LiveConfig, Settings, source};
 use changegate::db::Db;
 use changegate_sim::gitlab::{Endpoint, GitLabSimOptions, MergeMethod};
 use serde_json::json;
@@ -81,30 +79,8 @@ async fn run(depth: u32, failing: bool, varied: bool, database_url: &str) -> Mea
          {}",
         world.sections()
     );
-    let (settings, problems) = Settings::from_table(&source::parse(&text).expect("toml"), None);
-    assert!(problems.is_empty(), "{problems:?}");
-    let app = Application::build(LiveConfig::new(settings, None, None))
-        .await
-        .expect("app");
-    let address = format!("http://127.0.0.1:{}", app.port());
-    let db = app.state().db.clone();
-    let shutdown = app.shutdown_token();
-    let server = tokio::spawn(app.run_until_stopped());
-    world.call_back(&address);
-    changegate::clients::http::install_crypto_provider();
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
-    while client
-        .get(format!("{address}/readyz"))
-        .send()
-        .await
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let running = world.start_changegate(&text).await;
+    let (address, client) = (&running.address, &running.client);
 
     let mut arrivals = tokio::time::interval(ARRIVAL);
     let mut watchers: tokio::task::JoinSet<(String, Option<NaiveDateTime>)> =
@@ -131,13 +107,13 @@ async fn run(depth: u32, failing: bool, varied: bool, database_url: &str) -> Mea
         let id = answer["operationId"].as_str().expect("id").to_owned();
         watchers.spawn(first_estimate(client.clone(), address.clone(), n, id));
     }
-    let db = db.get().expect("database").clone();
+    let db = &running.db;
     let deadline = Instant::now() + Duration::from_secs(600);
-    while settled(&db).await < REQUESTS && Instant::now() < deadline {
+    while settled(db).await < REQUESTS && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let shown = watchers.join_all().await;
-    let runs = queued_and_merged(&db).await;
+    let runs = queued_and_merged(db).await;
     let mut waits: Vec<f64> = runs
         .values()
         .map(|(queued, merged)| seconds(*queued, *merged))
@@ -170,8 +146,7 @@ async fn run(depth: u32, failing: bool, varied: bool, database_url: &str) -> Mea
         estimate_errors,
         unestimated,
     };
-    shutdown.cancel();
-    let _ = server.await;
+    running.stop().await;
     measured
 }
 

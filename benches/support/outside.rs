@@ -91,3 +91,61 @@ impl Outside {
             .set_callback_url(format!("{address}/callbacks/deploy"));
     }
 }
+
+/// changegate running in-process against the simulators.
+pub struct Running {
+    pub address: String,
+    pub db: changegate::db::Db,
+    pub client: reqwest::Client,
+    shutdown: tokio_util::sync::CancellationToken,
+    server: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Outside {
+    /// Starts changegate with the configuration `text` (which holds
+    /// [`Outside::sections`]), has the simulators call it back, and waits
+    /// until it is ready.
+    pub async fn start_changegate(&self, text: &str) -> Running {
+        use changegate::config::{LiveConfig, Settings, source};
+        let (settings, problems) = Settings::from_table(&source::parse(text).expect("toml"), None);
+        assert!(problems.is_empty(), "{problems:?}");
+        let app = changegate::app::Application::build(LiveConfig::new(settings, None, None))
+            .await
+            .expect("app");
+        let address = format!("http://127.0.0.1:{}", app.port());
+        let db = app.state().db.clone();
+        let shutdown = app.shutdown_token();
+        let server = tokio::spawn(app.run_until_stopped());
+        self.call_back(&address);
+        changegate::clients::http::install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("client");
+        while client
+            .get(format!("{address}/readyz"))
+            .send()
+            .await
+            .map(|r| r.status() != 200)
+            .unwrap_or(true)
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let db = db.get().expect("database").clone();
+        Running {
+            address,
+            db,
+            client,
+            shutdown,
+            server,
+        }
+    }
+}
+
+impl Running {
+    /// Stops changegate and waits until it has.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = self.server.await;
+    }
+}
