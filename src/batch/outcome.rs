@@ -224,6 +224,23 @@ impl MergeQueue {
         Ok(false)
     }
 
+    /// The batch as it is now, its MR closed and its branch deleted, when
+    /// it is still RUNNING and did not merge meanwhile (which then wins,
+    /// see [`Self::merged_meanwhile`]); `None` when there is nothing left
+    /// to end.
+    pub(super) async fn unmerged(
+        &self,
+        db: &Db,
+        batch: &BatchRow,
+    ) -> Result<Option<BatchRow>, StoreError> {
+        if self.merged_meanwhile(db, batch).await? {
+            return Ok(None);
+        }
+        Ok(get_batch(db, batch.id)
+            .await?
+            .filter(|b| b.status == "RUNNING"))
+    }
+
     /// A failed batch: FAILED (the guarded batch write first, so a second
     /// settler rolls back), then its members either split in halves to be
     /// retried as later rounds (bisection, for failures one member can
@@ -236,13 +253,7 @@ impl MergeQueue {
         message: &str,
         noted: &[TimelineEvent],
     ) -> Result<(), StoreError> {
-        if self.merged_meanwhile(db, batch).await? {
-            return Ok(());
-        }
-        let Some(batch) = get_batch(db, batch.id)
-            .await?
-            .filter(|b| b.status == "RUNNING")
-        else {
+        let Some(batch) = self.unmerged(db, batch).await? else {
             return Ok(());
         };
         let ids = live_members(db, batch.id).await?;

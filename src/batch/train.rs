@@ -445,13 +445,7 @@ impl MergeQueue {
         reason: Rebuild,
         message: &str,
     ) -> Result<(), StoreError> {
-        if self.merged_meanwhile(db, batch).await? {
-            return Ok(());
-        }
-        let Some(batch) = get_batch(db, batch.id)
-            .await?
-            .filter(|b| b.status == "RUNNING")
-        else {
+        let Some(batch) = self.unmerged(db, batch).await? else {
             return Ok(());
         };
         let members = live_members(db, batch.id).await?;
