@@ -12,7 +12,9 @@
 //! when it merged, as a fraction of its wait.
 //!
 //! ```sh
-//! cargo bench --bench merge_train
+//! cargo bench --bench merge_train            # both parts
+//! cargo bench --bench merge_train -- train   # the train runs only
+//! cargo bench --bench merge_train -- eta     # the expected times only
 //! ```
 
 use std::time::{Duration, Instant};
@@ -238,40 +240,60 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 fn main() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
-        println!(
-            "| run | max_in_flight | QUEUED→MERGED p50 (pipelines) | p95 (pipelines) | merged | pipelines run | GitLab calls |"
-        );
-        println!("|---|---|---|---|---|---|---|");
-        for failing in [false, true] {
-            for depth in [1, 4] {
-                let dir = tempfile::tempdir().expect("temp dir");
-                let url = format!("sqlite://{}", dir.path().join("train.db").display());
-                let m = run(depth, failing, false, &url).await;
-                println!(
-                    "| {} | {depth} | {:.2} | {:.2} | {} | {} | {} |",
-                    if failing { "one failing request" } else { "no failing request" },
-                    m.p50,
-                    m.p95,
-                    m.merged,
-                    m.pipelines,
-                    m.calls
-                );
-            }
+        // `-- train` or `-- eta` runs one part only.
+        let only: Option<String> = std::env::args()
+            .skip(1)
+            .find(|a| a == "train" || a == "eta");
+        if only.as_deref() != Some("eta") {
+            train_runs().await;
         }
-        println!();
-        println!(
-            "| expected times (max_in_flight 4, pipelines 5–15 s, one failing request) | median error | p90 error | requests with an estimate | without |"
-        );
-        println!("|---|---|---|---|---|");
-        let dir = tempfile::tempdir().expect("temp dir");
-        let url = format!("sqlite://{}", dir.path().join("eta.db").display());
-        let m = run(4, true, true, &url).await;
-        println!(
-            "| |expectedMergeAt − merged| / wait | {:.0}% | {:.0}% | {} | {} |",
-            100.0 * percentile(&m.estimate_errors, 0.50),
-            100.0 * percentile(&m.estimate_errors, 0.90),
-            m.estimate_errors.len(),
-            m.unestimated
-        );
+        if only.as_deref() != Some("train") {
+            estimate_run().await;
+        }
     });
+}
+
+async fn train_runs() {
+    println!(
+        "| run | max_in_flight | QUEUED→MERGED p50 (pipelines) | p95 (pipelines) | merged | pipelines run | GitLab calls |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for failing in [false, true] {
+        for depth in [1, 4] {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let url = format!("sqlite://{}", dir.path().join("train.db").display());
+            let m = run(depth, failing, false, &url).await;
+            println!(
+                "| {} | {depth} | {:.2} | {:.2} | {} | {} | {} |",
+                if failing {
+                    "one failing request"
+                } else {
+                    "no failing request"
+                },
+                m.p50,
+                m.p95,
+                m.merged,
+                m.pipelines,
+                m.calls
+            );
+        }
+    }
+}
+
+async fn estimate_run() {
+    println!();
+    println!(
+        "| expected times (max_in_flight 4, pipelines 5–15 s, one failing request) | median error | p90 error | requests with an estimate | without |"
+    );
+    println!("|---|---|---|---|---|");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("eta.db").display());
+    let m = run(4, true, true, &url).await;
+    println!(
+        "| |expectedMergeAt − merged| / wait | {:.0}% | {:.0}% | {} | {} |",
+        100.0 * percentile(&m.estimate_errors, 0.50),
+        100.0 * percentile(&m.estimate_errors, 0.90),
+        m.estimate_errors.len(),
+        m.unestimated
+    );
 }

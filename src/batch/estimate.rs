@@ -110,17 +110,36 @@ impl Car {
     }
 }
 
+/// How new batches board a train.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Boarding {
+    /// Batches not claimed yet that board, one after another.
+    pub batches: usize,
+    /// At most this many batches in flight (`batch.max_in_flight`).
+    pub depth: usize,
+    /// Seconds between claim rounds (`batch.interval`).
+    pub interval: f64,
+    /// Seconds since the newest batch of the train boarded, if any: a
+    /// train takes a new batch at most every half pipeline.
+    pub newest_boarded: Option<f64>,
+}
+
 /// Seconds from now until each car of the train (front first) merges, and
-/// then each of `boarding` batches not claimed yet, which board as room
-/// frees up (`depth` batches in flight, a claim round every `interval`).
-pub fn merge_times(
-    cars: &[Car],
-    boarding: usize,
-    medians: &Medians,
-    depth: usize,
-    interval: f64,
-) -> Vec<f64> {
-    let mut merges: Vec<f64> = Vec::with_capacity(cars.len() + boarding);
+/// then each of the batches `boarding`, which board as room frees up and
+/// the train's pace allows.
+pub fn merge_times(cars: &[Car], boarding: &Boarding, medians: &Medians) -> Vec<f64> {
+    let Boarding {
+        batches,
+        depth,
+        interval,
+        newest_boarded,
+    } = *boarding;
+    let pace = if depth > 1 {
+        medians.pipeline / 2.0
+    } else {
+        0.0
+    };
+    let mut merges: Vec<f64> = Vec::with_capacity(cars.len() + batches);
     let mut previous: f64 = 0.0;
     for car in cars {
         let merge = match *car {
@@ -134,16 +153,19 @@ pub fn merge_times(
         previous = previous.max(merge);
         merges.push(previous);
     }
-    for _ in 0..boarding {
-        // A new batch is claimed at the next round once a place is free:
-        // when the batch `depth` places ahead of it has merged.
+    let mut paced = newest_boarded.map_or(0.0, |age| (pace - age).max(0.0));
+    for _ in 0..batches {
+        // A new batch is claimed at the next round once a place is free
+        // (the batch `depth` places ahead of it has merged) and the pace
+        // allows.
         let freed = merges
             .len()
             .checked_sub(depth.max(1))
             .map_or(0.0, |index| merges[index]);
-        let claimed = freed + interval / 2.0;
+        let claimed = freed.max(paced) + interval / 2.0;
         let merge = (claimed + medians.pipeline).max(previous) + medians.merge_round;
         previous = merge;
+        paced = claimed + pace;
         merges.push(merge);
     }
     merges
@@ -205,8 +227,18 @@ pub async fn queue_estimate(
         .map(|batch| Car::of(batch, now.naive_utc()))
         .collect();
     let depth = settings.batch.max_in_flight as usize;
-    let interval = settings.batch.interval.as_secs_f64();
-    let merges = merge_times(&cars, boarding, &medians, depth, interval);
+    let newest_boarded = train
+        .iter()
+        .map(|batch| batch.created_at)
+        .max()
+        .map(|at| (now.naive_utc() - at).as_seconds_f64().max(0.0));
+    let boarding = Boarding {
+        batches: boarding,
+        depth,
+        interval: settings.batch.interval.as_secs_f64(),
+        newest_boarded,
+    };
+    let merges = merge_times(&cars, &boarding, &medians);
     let at = |seconds: f64| now + TimeDelta::milliseconds((seconds * 1000.0) as i64);
     let merge = merges[index];
     Ok(Some(QueueEstimate {
@@ -241,6 +273,15 @@ mod tests {
         samples: 5,
     };
 
+    fn boarding(batches: usize, depth: usize, newest_boarded: Option<f64>) -> Boarding {
+        Boarding {
+            batches,
+            depth,
+            interval: 2.0,
+            newest_boarded,
+        }
+    }
+
     #[test]
     fn a_train_merges_one_after_another_each_no_sooner_than_its_own_pipeline() {
         let cars = [
@@ -248,23 +289,32 @@ mod tests {
             Car::Pipeline { since: 5.0 },
             Car::Opening,
         ];
-        let merges = merge_times(&cars, 0, &MEDIANS, 4, 1.0);
+        let merges = merge_times(&cars, &boarding(0, 4, None), &MEDIANS);
         assert_eq!(merges, vec![3.0, 6.0, 11.0]);
     }
 
     #[test]
     fn a_passed_batch_waits_for_the_front_and_a_merging_one_is_nearly_done() {
         let cars = [Car::Merging { since: 0.5 }, Car::Passed, Car::Passed];
-        assert_eq!(merge_times(&cars, 0, &MEDIANS, 4, 1.0), vec![0.5, 1.5, 2.5]);
+        assert_eq!(
+            merge_times(&cars, &boarding(0, 4, None), &MEDIANS),
+            vec![0.5, 1.5, 2.5]
+        );
     }
 
     #[test]
     fn a_waiting_request_boards_once_a_place_is_free() {
-        // Room in the train: claimed at the next round.
-        let room = merge_times(&[Car::Pipeline { since: 0.0 }], 1, &MEDIANS, 4, 2.0);
+        let front = [Car::Pipeline { since: 0.0 }];
+        // Room in the train, the front boarded long ago: claimed at the
+        // next round (a second on average).
+        let room = merge_times(&front, &boarding(1, 4, Some(60.0)), &MEDIANS);
         assert_eq!(room, vec![11.0, 12.0]);
+        // The front boarded 2 s ago: the next boards half a pipeline after
+        // it, and the one after half a pipeline later still.
+        let paced = merge_times(&front, &boarding(2, 4, Some(2.0)), &MEDIANS);
+        assert_eq!(paced, vec![11.0, 15.0, 21.0]);
         // A full train of one: claimed once the front merged.
-        let full = merge_times(&[Car::Pipeline { since: 0.0 }], 1, &MEDIANS, 1, 2.0);
+        let full = merge_times(&front, &boarding(1, 1, Some(60.0)), &MEDIANS);
         assert_eq!(full, vec![11.0, 23.0]);
     }
 
