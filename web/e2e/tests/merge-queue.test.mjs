@@ -93,7 +93,9 @@ test("an operator finds the batch that merged a request, with its MR and member"
     return (await row.getAttribute("data-status", { timeout: 1000 }).catch(() => null)) === "SUCCEEDED";
   });
   assert.equal(await row.locator(".badge").innerText(), "SUCCEEDED");
-  assert.equal(await row.locator("td").nth(2).innerText(), "first try");
+  // Merged: no longer in the train, and built once.
+  assert.equal(await row.locator("td.train").innerText(), "");
+  assert.equal(await row.locator("td").nth(3).innerText(), "first try");
   const mrLink = row.locator("a.mr-link");
   assert.match(await mrLink.innerText(), /^!\d+$/);
   assert.match(await mrLink.getAttribute("href"), /\/config\/repo\/-\/merge_requests\/\d+$/);
