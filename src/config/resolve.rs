@@ -24,14 +24,14 @@ pub struct Resolved<T> {
 }
 
 impl<T> Resolved<T> {
-    fn ok(value: T) -> Self {
+    pub(super) fn ok(value: T) -> Self {
         Self {
             value,
             warning: None,
         }
     }
 
-    fn warn(value: T, warning: impl Into<String>) -> Self {
+    pub(super) fn warn(value: T, warning: impl Into<String>) -> Self {
         Self {
             value,
             warning: Some(warning.into()),
@@ -162,7 +162,8 @@ pub enum ApproveImpl {
 /// request retrying for days.
 pub const MAX_APPROVAL_RETRIES: u32 = 10;
 
-fn blank(raw: Option<&Value>) -> bool {
+/// Missing, or a string of only spaces.
+pub(super) fn blank(raw: Option<&Value>) -> bool {
     match raw {
         None => true,
         Some(Value::String(s)) => s.trim().is_empty(),
@@ -170,7 +171,8 @@ fn blank(raw: Option<&Value>) -> bool {
     }
 }
 
-fn describe(raw: &Value) -> String {
+/// A raw value as a warning quotes it.
+pub(super) fn describe(raw: &Value) -> String {
     match raw {
         Value::String(s) => format!("{s:?}"),
         other => format!("{other} ({})", other.type_str()),
@@ -213,26 +215,15 @@ pub fn access_window(window: Option<&Value>, timezone: Option<&Value>) -> Resolv
     if blank(window) {
         return Resolved::ok(AccessWindow::Unset);
     }
-    let tz = if blank(timezone) {
-        Tz::UTC
-    } else {
-        match timezone {
-            Some(Value::String(name)) => match name.trim().parse::<Tz>() {
-                Ok(tz) => tz,
-                Err(_) => {
-                    return Resolved::warn(
-                        AccessWindow::Never,
-                        format!("unknown time zone {name:?}; window closed"),
-                    );
-                }
-            },
-            Some(other) => {
-                return Resolved::warn(
-                    AccessWindow::Never,
-                    format!("time zone {} is not a name; window closed", describe(other)),
-                );
-            }
-            None => Tz::UTC,
+    let tz = match time_zone(timezone) {
+        Resolved {
+            value: Some(tz), ..
+        } => tz,
+        Resolved { warning, .. } => {
+            return Resolved::warn(
+                AccessWindow::Never,
+                format!("{}; window closed", warning.unwrap_or_default()),
+            );
         }
     };
     let parsed = match window {
@@ -254,6 +245,28 @@ pub fn access_window(window: Option<&Value>, timezone: Option<&Value>) -> Resolv
             format!(
                 "{} is not a window like \"09:00-18:00\"; window closed",
                 window.map(describe).unwrap_or_default()
+            ),
+        ),
+    }
+}
+
+/// `access.timezone`, the IANA zone the access window and the change
+/// windows are read in: missing or blank → UTC (never the host's zone);
+/// unknown or not a name → `None`, and what reads it stays closed.
+pub fn time_zone(raw: Option<&Value>) -> Resolved<Option<Tz>> {
+    if blank(raw) {
+        return Resolved::ok(Some(Tz::UTC));
+    }
+    match raw {
+        Some(Value::String(name)) => match name.trim().parse::<Tz>() {
+            Ok(tz) => Resolved::ok(Some(tz)),
+            Err(_) => Resolved::warn(None, format!("unknown time zone {name:?}")),
+        },
+        other => Resolved::warn(
+            None,
+            format!(
+                "time zone {} is not a name",
+                other.map(describe).unwrap_or_default()
             ),
         ),
     }
