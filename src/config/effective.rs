@@ -62,8 +62,9 @@ fn duration(value: std::time::Duration) -> String {
 ///
 /// The document lists the sections, not their keys (each is an object with
 /// `additionalProperties`): the keys mirror `config/default.toml` one for
-/// one, and `rateLimit` and `targets` are keyed by bucket and by target, so
-/// a schema of every key would repeat the file and drift from it.
+/// one, and `rateLimit`, `targets` and `windows` are keyed by bucket, by
+/// target and by window, so a schema of every key would repeat the file and
+/// drift from it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EffectiveConfig {
@@ -83,6 +84,10 @@ pub struct EffectiveConfig {
     authz: Value,
     #[schema(schema_with = section)]
     targets: Value,
+    #[schema(schema_with = section)]
+    windows: Value,
+    #[schema(schema_with = section)]
+    scheduling: Value,
     #[schema(schema_with = section)]
     idempotency: Value,
     #[schema(schema_with = section)]
@@ -156,8 +161,27 @@ pub fn effective(settings: &Settings) -> EffectiveConfig {
                 "ruleCodes": target.rule_codes,
                 "selfOnly": target.self_only,
                 "paramsSchema": target.params.schema(),
+                "windows": target.windows,
+                "revertRequiresApproval": target.revert_requires_approval,
             });
             (key.clone(), value)
+        })
+        .collect();
+    let windows: serde_json::Map<String, Value> = s
+        .windows
+        .iter()
+        .map(|(name, window)| {
+            let value = match &window.rule {
+                Some(rule) => json!({
+                    "kind": window.kind.as_str(),
+                    "dtstart": rule.dtstart.format("%Y-%m-%dT%H:%M:%S").to_string(),
+                    "duration": duration(rule.duration),
+                    "rrule": rule.rrule,
+                    "timezone": rule.timezone.name(),
+                }),
+                None => json!("invalid (never opens)"),
+            };
+            (name.to_owned(), value)
         })
         .collect();
     EffectiveConfig {
@@ -207,6 +231,8 @@ pub fn effective(settings: &Settings) -> EffectiveConfig {
             "grants": s.authz.grants,
         }),
         targets: Value::Object(targets),
+        windows: Value::Object(windows),
+        scheduling: json!({ "maxAhead": duration(s.scheduling.max_ahead) }),
         idempotency: json!({
             "ttl": duration(s.idempotency.ttl),
             "cleanupInterval": duration(s.idempotency.cleanup_interval),

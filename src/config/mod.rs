@@ -8,6 +8,7 @@ pub mod projects;
 mod reader;
 pub mod resolve;
 mod retention;
+mod scheduling;
 mod schema;
 mod secrets;
 mod sections;
@@ -19,12 +20,14 @@ mod telemetry;
 mod tls;
 mod watch;
 mod webhook_keys;
+mod windows;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use live::{LevelSetter, LiveConfig, ReloadOutcome};
 pub use retention::RetentionSettings;
+pub use scheduling::SchedulingSettings;
 pub use secrets::SecretFiles;
 pub use sections::{
     AuthzProvider, AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings,
@@ -39,6 +42,7 @@ pub use telemetry::TelemetrySettings;
 pub use tls::TlsSettings;
 pub use watch::watch;
 pub use webhook_keys::{KeyBytes, SealingKeys};
+pub use windows::{Opening, Window, WindowKind, WindowRule, Windows};
 
 /// Where the configuration file is looked for when none is named.
 pub const DEFAULT_CONFIG_PATH: &str = "config/default.toml";

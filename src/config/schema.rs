@@ -1,7 +1,7 @@
 //! The keys each section of the configuration file accepts: an unknown key
 //! is reported, never silently ignored.
 
-use super::{retention, sections, telemetry, tls};
+use super::{retention, scheduling, sections, telemetry, tls};
 
 /// Keys each section accepts; `None` means any key (a map such as `rate_limit`).
 pub(super) const SCHEMA: &[(&str, Option<&[&str]>)] = &[
@@ -28,6 +28,8 @@ pub(super) const SCHEMA: &[(&str, Option<&[&str]>)] = &[
     ("authz", Some(sections::AUTHZ_KEYS)),
     ("identity", Some(sections::IDENTITY_KEYS)),
     ("targets", None),
+    ("windows", None),
+    ("scheduling", Some(scheduling::SCHEDULING_KEYS)),
     ("idempotency", Some(sections::IDEMPOTENCY_KEYS)),
     ("executor", Some(sections::EXECUTOR_KEYS)),
     (

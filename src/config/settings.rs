@@ -15,6 +15,7 @@ use toml::{Table, Value};
 use super::reader::Reader;
 use super::resolve::{self, AccessMode, AccessWindow, ApproveImpl, FlowOrder};
 use super::retention::{self, RetentionSettings};
+use super::scheduling::{self, SchedulingSettings};
 use super::schema::SCHEMA;
 use super::secrets::{self, SecretFiles};
 use super::sections::{
@@ -24,6 +25,7 @@ use super::sections::{
 use super::targets::{self, TargetSettings};
 use super::telemetry::{self, TelemetrySettings};
 use super::tls::{self, TlsSettings};
+use super::windows::Windows;
 use super::{Problem, sections};
 
 /// One immutable snapshot of the whole configuration. Hot reload swaps in a
@@ -46,6 +48,10 @@ pub struct Settings {
     pub authz: AuthzSettings,
     /// Dynamic: the target catalog.
     pub targets: BTreeMap<String, TargetSettings>,
+    /// Dynamic: the change windows targets can require, `[windows.<name>]`.
+    pub windows: Windows,
+    /// Dynamic: requests scheduled for later.
+    pub scheduling: SchedulingSettings,
     /// Idempotency records.
     pub idempotency: IdempotencySettings,
     /// Static: the bounded worker pool.
@@ -377,7 +383,9 @@ impl Settings {
 
         let identity = sections::identity(&mut r, &mut secret_files);
         let authz = sections::authz(&mut r);
-        let targets = targets::targets(&mut r);
+        let windows = scheduling::windows(&mut r);
+        let targets = targets::targets(&mut r, &windows);
+        let scheduling = scheduling::scheduling(&mut r);
         let idempotency = sections::idempotency(&mut r);
         let executor = sections::executor(&mut r);
         let polling = sections::poll_schedule(&mut r);
@@ -498,6 +506,8 @@ impl Settings {
             identity,
             authz,
             targets,
+            windows,
+            scheduling,
             idempotency,
             executor,
             flow_order,

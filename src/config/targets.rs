@@ -9,6 +9,8 @@ use std::path::Path;
 use toml::Value;
 
 use super::reader::Reader;
+use super::resolve;
+use super::windows::Windows;
 use crate::files::document::FileFormat;
 use crate::files::layout::Layout;
 use crate::files::params::ParamsSchema;
@@ -32,6 +34,13 @@ pub struct TargetSettings {
     /// `path`, `format`, `template` and `edit`: where the binding is
     /// written and what it says.
     pub layout: Layout,
+    /// `windows`: the change windows (`[windows.<name>]`) its requests
+    /// merge in; none: any time. A name `[windows]` lacks keeps the target
+    /// from merging until the configuration is fixed.
+    pub windows: Vec<String>,
+    /// `revert_requires_approval` (default true): a revert of one of its
+    /// changes goes through the approvals a new request meets.
+    pub revert_requires_approval: bool,
 }
 
 const TARGET_KEYS: &[&str] = &[
@@ -46,9 +55,11 @@ const TARGET_KEYS: &[&str] = &[
     "format",
     "template",
     "edit",
+    "windows",
+    "revert_requires_approval",
 ];
 
-pub(super) fn targets(r: &mut Reader<'_>) -> BTreeMap<String, TargetSettings> {
+pub(super) fn targets(r: &mut Reader<'_>, windows: &Windows) -> BTreeMap<String, TargetSettings> {
     let mut catalog = BTreeMap::new();
     let Some(Value::Table(table)) = r.at(&["targets"]) else {
         return catalog;
@@ -66,11 +77,31 @@ pub(super) fn targets(r: &mut Reader<'_>) -> BTreeMap<String, TargetSettings> {
             self_only: r.bool_at(&["targets", key, "self_only"], true),
             params,
             layout,
+            windows: required_windows(r, key, windows),
+            revert_requires_approval: r.resolved(
+                &format!("targets.{key}.revert_requires_approval"),
+                resolve::flag(r.at(&["targets", key, "revert_requires_approval"]), true),
+            ),
         };
         catalog.insert(key.clone(), target);
     }
     overlapping_edits(r, &catalog);
     catalog
+}
+
+/// `targets.<key>.windows`: each name `[windows]` lacks is a warning; it
+/// stays in the list, where [`Windows::opening`] answers never for it.
+fn required_windows(r: &mut Reader<'_>, key: &str, windows: &Windows) -> Vec<String> {
+    let names = r.string_list_at(&["targets", key, "windows"]);
+    for name in &names {
+        if windows.get(name).is_none() {
+            r.warning(
+                &format!("targets.{key}.windows"),
+                format!("{name:?} is not a [windows] entry; the target never merges"),
+            );
+        }
+    }
+    names
 }
 
 /// Two targets whose keys in one shared file can meet (one the same as or
