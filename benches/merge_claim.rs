@@ -16,7 +16,7 @@ use changegate::config::{Settings, source};
 use changegate::db::batch_queue::enqueue;
 use changegate::db::{self, Db};
 use changegate::domain::{BindingStatus, OperationId, OperationKind, StepStatus};
-use changegate::store::{self, Change, NewRequest};
+use changegate::store::{self, Change, Controls, NewRequest};
 
 const MEMBERS: usize = 500;
 const ROUNDS: usize = 7;
@@ -43,6 +43,7 @@ async fn waiting(db: &Db, round: usize) {
             busy: false,
             expired: false,
             trace_parent: None,
+            controls: Controls::default(),
         };
         store::submit(db, &request).await.expect("submit");
         let id = request.operation_id.as_string();
@@ -55,7 +56,7 @@ async fn waiting(db: &Db, round: usize) {
             .await
             .expect("approve");
         let mut tx = db.begin().await.expect("begin");
-        enqueue(&mut tx, &id, "", "config/repo")
+        enqueue(&mut tx, &id, "", "config/repo", None)
             .await
             .expect("enqueue");
         tx.commit().await.expect("commit");
@@ -73,7 +74,7 @@ async fn measure(name: &str, url: &str) {
             members: MEMBERS as u32,
             in_flight: 1,
         };
-        let claimed = claim_batch(&db, "", room).await.expect("claim");
+        let claimed = claim_batch(&db, "", room, &|_| true).await.expect("claim");
         times.push(started.elapsed());
         assert!(matches!(claimed, Claimed::Batch { ref members, .. } if members.len() == MEMBERS));
         let mut tx = db.begin().await.expect("begin");

@@ -14,6 +14,7 @@ pub mod identity;
 pub mod instance;
 pub mod jobs;
 pub mod observer;
+pub mod schedule;
 pub mod sealing;
 pub mod signature;
 pub mod state;

@@ -218,7 +218,7 @@ async fn time_jobs(plans: &mut Plans, dbs: &[Db; 2], settings: &[Settings; 2]) -
             plans,
             &claim,
             which,
-            claim_batch(&dbs[which], "", ONE_BATCH),
+            claim_batch(&dbs[which], "", ONE_BATCH, &|_| true),
         )
         .await;
         assert!(matches!(claimed, Ok(Claimed::Batch { .. })), "{claimed:?}");
@@ -229,7 +229,9 @@ async fn time_jobs(plans: &mut Plans, dbs: &[Db; 2], settings: &[Settings; 2]) -
         for which in BOTH {
             let db = &dbs[which];
             let started = Instant::now();
-            let claimed = claim_batch(db, "", ONE_BATCH).await.expect("claim");
+            let claimed = claim_batch(db, "", ONE_BATCH, &|_| true)
+                .await
+                .expect("claim");
             rounds[which].push(started.elapsed());
             assert!(
                 matches!(claimed, Claimed::Batch { ref members, .. } if members.len() == MEMBERS as usize),

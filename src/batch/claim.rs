@@ -8,7 +8,9 @@
 //!    insert, which concurrent inserts produce instead of clean duplicate-key
 //!    errors: a normal answer, tried again next round;
 //! 2. a plain (non-locking) read of the oldest waiting requests, created
-//!    before the database's now, so enqueues never wait (I3);
+//!    before the database's now, so enqueues never wait (I3), whose time
+//!    has come (`notBefore`) and whose target's change windows are open:
+//!    the group of the first of them;
 //! 3. the batch's number, the next of its project's (the counter row stays
 //!    locked until commit);
 //! 4. the members' operations and bindings, locked in that order and moved
@@ -22,7 +24,7 @@
 //! No lock is held beyond this transaction: a batch runs for minutes, its
 //! slot is data (the batch's status), not a lock.
 
-use crate::db::batch_queue::{claim, next_batch_number, oldest_waiting, waiting_group};
+use crate::db::batch_queue::{CLAIM_SCAN, Waiting, claim, due_waiting, next_batch_number};
 use crate::db::batches::{append_membership, describe_batch};
 use crate::db::train::{insert_car, places_taken};
 use crate::db::{Db, is_retryable_conflict, is_unique_violation, retrying};
@@ -59,16 +61,29 @@ pub struct Room {
     pub in_flight: u32,
 }
 
+/// Whether a target's change windows let a request land now.
+pub type OpenNow<'a> = &'a (dyn Fn(&str) -> bool + Sync);
+
 /// Claims up to `room.members` waiting requests of `partition_key` into a
-/// new batch at the back of its train. A claim that lost a lock race is
-/// tried again whole.
-pub async fn claim_batch(db: &Db, partition_key: &str, room: Room) -> Result<Claimed, StoreError> {
-    retrying(|| claim_once(db, partition_key, room)).await
+/// new batch at the back of its train, of targets `open` lets land now. A
+/// claim that lost a lock race is tried again whole.
+pub async fn claim_batch(
+    db: &Db,
+    partition_key: &str,
+    room: Room,
+    open: OpenNow<'_>,
+) -> Result<Claimed, StoreError> {
+    retrying(|| claim_once(db, partition_key, room, open)).await
 }
 
-async fn claim_once(db: &Db, partition_key: &str, room: Room) -> Result<Claimed, StoreError> {
+async fn claim_once(
+    db: &Db,
+    partition_key: &str,
+    room: Room,
+    open: OpenNow<'_>,
+) -> Result<Claimed, StoreError> {
     let mut tx = StoreTx::begin(db).await?;
-    match claim_in(&mut tx, partition_key, room).await {
+    match claim_in(&mut tx, partition_key, room, open).await {
         Ok(Claimed::Batch {
             id,
             number,
@@ -105,6 +120,7 @@ pub async fn claim_in(
     tx: &mut StoreTx,
     partition_key: &str,
     room: Room,
+    open: OpenNow<'_>,
 ) -> Result<Claimed, StoreError> {
     let (active, last) = places_taken(tx.db(), partition_key).await?;
     if active >= i64::from(room.in_flight.max(1)) {
@@ -117,17 +133,19 @@ pub async fn claim_in(
         }
         Err(err) => return Err(err.into()),
     };
-    let Some(first) = oldest_waiting(tx.db(), partition_key).await? else {
+    let due: Vec<Waiting> = due_waiting(tx.db(), partition_key, CLAIM_SCAN)
+        .await?
+        .into_iter()
+        .filter(|waiting| open(&waiting.target_key))
+        .collect();
+    let Some(first) = due.first().cloned() else {
         return Ok(Claimed::Empty);
     };
-    let waiting = waiting_group(
-        tx.db(),
-        partition_key,
-        &first.project,
-        &first.split_group,
-        room.members.max(1),
-    )
-    .await?;
+    let waiting: Vec<Waiting> = due
+        .into_iter()
+        .filter(|w| w.project == first.project && w.split_group == first.split_group)
+        .take(room.members.max(1) as usize)
+        .collect();
     let ids: Vec<i64> = waiting.iter().map(|w| w.id).collect();
     let members: Vec<String> = waiting.into_iter().map(|w| w.operation_id).collect();
     // Numbered per GitLab project, not per partition: a batch's members are

@@ -53,6 +53,12 @@ pub fn count_round_failure(round: &'static str) {
     metrics::counter!("changegate_merge_queue_round_failures_total", "round" => round).increment(1);
 }
 
+/// A request went to the urgent lane: marked urgent by an operator, or an
+/// operator's revert submitted urgent.
+pub fn count_urgent() {
+    metrics::counter!("changegate_urgent_requests_total").increment(1);
+}
+
 /// Describes the merge queue's metrics and starts its counters at zero, so
 /// that rates and ratios over them work before the first batch ends.
 pub fn describe_metrics() {
@@ -68,6 +74,11 @@ pub fn describe_metrics() {
         "changegate_merge_queue_round_failures_total",
         "Merge queue rounds (claim, drive) that failed, mostly on the database."
     );
+    metrics::describe_counter!(
+        "changegate_urgent_requests_total",
+        "Requests sent to the merge queue's urgent lane (marked urgent, or an urgent revert)."
+    );
+    metrics::counter!("changegate_urgent_requests_total").increment(0);
     for ended in Ended::ALL {
         metrics::counter!("changegate_batches_finished_total", "outcome" => ended.label())
             .increment(0);

@@ -3,7 +3,6 @@
 
 mod claim;
 mod departed;
-mod enqueue;
 mod estimate;
 mod fit;
 mod metrics;
@@ -17,9 +16,8 @@ mod turn;
 mod unwritable;
 mod writes;
 
-pub use claim::{Claimed, Room, claim_batch, claim_in};
-pub use enqueue::{apply_decision, partition_of};
+pub use claim::{Claimed, OpenNow, Room, claim_batch, claim_in};
 pub use estimate::{QueueEstimate, queue_estimate};
-pub use metrics::{count_round_failure, describe_metrics};
+pub use metrics::{count_round_failure, count_urgent, describe_metrics};
 pub use runner::{ClaimError, MergeQueue, NotNow};
 pub use settle::Settled;

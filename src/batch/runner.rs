@@ -17,6 +17,8 @@ use crate::db::operations::{OperationRow, operations_by_ids};
 use crate::db::{Db, DbSlot};
 use crate::domain::{BindingStatus, IN_MERGE_QUEUE, StepStatus};
 use crate::files::layout::FileChange;
+use crate::schedule::windows_open;
+use crate::store::is_urgent_lane;
 use crate::store::{Change, MergeRequestRef, StoreError, move_members};
 use crate::workflow::{
     ChangeSet, MAX_DESCRIPTION_BYTES, OpenFailure, Opened, Round, Workflow, bot, file_change,
@@ -98,16 +100,22 @@ impl MergeQueue {
             members: settings.batch.max_requests,
             in_flight: settings.batch.max_in_flight,
         };
+        let now = chrono::Utc::now();
+        let open = |target_key: &str| windows_open(&settings, target_key, now);
         let mut claimed = Vec::new();
         // The lock-free pre-check: no waiting request, no transaction.
         for partition in waiting_partitions(db).await.map_err(StoreError::from)? {
-            if room.in_flight > 1 && self.paced(db, &partition).await? {
+            // An urgent lane is never paced: it goes in the next round.
+            if room.in_flight > 1
+                && !is_urgent_lane(&partition)
+                && self.paced(db, &partition).await?
+            {
                 continue;
             }
             // A train takes as many new batches as it has room for (halves
             // of a failed batch are groups of their own, so each is one).
             for _ in 0..room.in_flight.max(1) {
-                let claim = claim_batch(db, &partition, room).await?;
+                let claim = claim_batch(db, &partition, room, &open).await?;
                 let more = matches!(claim, Claimed::Batch { .. });
                 claimed.push(claim);
                 if !more {

@@ -3,6 +3,7 @@
 //! batch (and numbers the batch), and how members leave it or go back to
 //! it. Each query names the index it uses.
 
+use chrono::NaiveDateTime;
 use sqlx::AssertSqlSafe;
 
 use super::{Db, DbTx, IN_LIST_CHUNK, dialect, is_unique_violation, placeholders};
@@ -15,14 +16,16 @@ pub async fn enqueue(
     operation_id: &str,
     partition_key: &str,
     project: &str,
+    not_before: Option<NaiveDateTime>,
 ) -> Result<bool, sqlx::Error> {
-    let sql =
-        "INSERT INTO merge_batch_request (operation_id, partition_key, project) VALUES (?, ?, ?)";
+    let sql = "INSERT INTO merge_batch_request (operation_id, partition_key, project, not_before) \
+               VALUES (?, ?, ?, ?)";
     let inserted = with_tx!(tx, |conn| {
         sqlx::query(sql)
             .bind(operation_id)
             .bind(partition_key)
             .bind(project)
+            .bind(not_before)
             .execute(conn)
             .await
             .map(|_| ())
@@ -34,12 +37,17 @@ pub async fn enqueue(
     }
 }
 
-/// Partitions with waiting requests: the lock-free pre-check that skips
-/// empty rounds. Served by `ix_merge_batch_request_waiting`.
+/// Partitions with waiting requests whose time has come: the lock-free
+/// pre-check that skips empty rounds. Served by
+/// `ix_merge_batch_request_waiting`.
 pub async fn waiting_partitions(db: &Db) -> Result<Vec<String>, sqlx::Error> {
-    let sql = "SELECT DISTINCT partition_key FROM merge_batch_request WHERE batch_id IS NULL";
+    let sql = format!(
+        "SELECT DISTINCT partition_key FROM merge_batch_request WHERE batch_id IS NULL \
+         AND (not_before IS NULL OR not_before <= {})",
+        dialect::now_ms(db.backend())
+    );
     with_pool!(db, reader, |pool| {
-        sqlx::query_scalar(sql).fetch_all(pool).await
+        sqlx::query_scalar(AssertSqlSafe(sql)).fetch_all(pool).await
     })
 }
 
@@ -54,48 +62,36 @@ pub struct Waiting {
     pub project: String,
     /// Its split group.
     pub split_group: String,
+    /// Its target.
+    pub target_key: String,
 }
 
-/// The oldest waiting request of a partition, created before the database's
-/// now: a plain (non-locking) read, so enqueues never wait on a claim (I3).
-/// Served by `ix_merge_batch_request_waiting`.
-pub async fn oldest_waiting(
-    tx: &mut DbTx,
-    partition_key: &str,
-) -> Result<Option<Waiting>, sqlx::Error> {
-    let sql = format!(
-        "SELECT id, operation_id, project, split_group FROM merge_batch_request \
-         WHERE partition_key = ? AND batch_id IS NULL AND created_at < {} ORDER BY id LIMIT 1",
-        dialect::now_ms(tx.backend())
-    );
-    with_tx!(tx, |conn| {
-        sqlx::query_as(AssertSqlSafe(sql))
-            .bind(partition_key)
-            .fetch_optional(conn)
-            .await
-    })
-}
+/// How many waiting rows one claim reads at most: enough to find a group
+/// of requests that may land now past those waiting for a change window.
+pub const CLAIM_SCAN: u32 = 1000;
 
-/// Up to `limit` waiting requests of one project and split group, oldest
-/// first: a plain read (I3). Served by `ix_merge_batch_request_waiting`.
-pub async fn waiting_group(
+/// The partition's waiting requests that may land by their time: created
+/// before the database's now and with no `not_before` after it, oldest
+/// first, with their targets (whose change windows the caller checks). A
+/// plain (non-locking) read, so enqueues never wait on a claim (I3).
+/// Served by `ix_merge_batch_request_waiting`, then the operation's unique
+/// key.
+pub async fn due_waiting(
     tx: &mut DbTx,
     partition_key: &str,
-    project: &str,
-    split_group: &str,
     limit: u32,
 ) -> Result<Vec<Waiting>, sqlx::Error> {
+    let now = dialect::now_ms(tx.backend());
     let sql = format!(
-        "SELECT id, operation_id, project, split_group FROM merge_batch_request \
-         WHERE partition_key = ? AND batch_id IS NULL AND created_at < {} \
-         AND project = ? AND split_group = ? ORDER BY id LIMIT ?",
-        dialect::now_ms(tx.backend())
+        "SELECT r.id, r.operation_id, r.project, r.split_group, \
+         COALESCE(o.target_key, '') AS target_key \
+         FROM merge_batch_request r LEFT JOIN operation o ON o.operation_id = r.operation_id \
+         WHERE r.partition_key = ? AND r.batch_id IS NULL AND r.created_at < {now} \
+         AND (r.not_before IS NULL OR r.not_before <= {now}) ORDER BY r.id LIMIT ?"
     );
     with_tx!(tx, |conn| {
         sqlx::query_as(AssertSqlSafe(sql))
             .bind(partition_key)
-            .bind(project)
-            .bind(split_group)
             .bind(limit)
             .fetch_all(conn)
             .await
@@ -178,6 +174,40 @@ pub async fn rejoin_waiting_set(tx: &mut DbTx, operation_id: &str) -> Result<(),
             .execute(conn)
             .await
             .map(|_| ())
+    })
+}
+
+/// Moves `operation_id`'s row of the waiting set to `lane`, in the caller's
+/// transaction: at once when it waits, else when its batch lets it go
+/// (a batch's members go back to wait in their own rows' partitions).
+pub async fn move_to_lane(
+    tx: &mut DbTx,
+    operation_id: &str,
+    lane: &str,
+) -> Result<(), sqlx::Error> {
+    let sql = "UPDATE merge_batch_request SET partition_key = ? WHERE operation_id = ?";
+    with_tx!(tx, |conn| {
+        sqlx::query(sql)
+            .bind(lane)
+            .bind(operation_id)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })
+}
+
+/// The partition `operation_id` waits (or last waited) in, if it is in the
+/// merge queue, in the caller's transaction.
+pub async fn partition_of_request(
+    tx: &mut DbTx,
+    operation_id: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    let sql = "SELECT partition_key FROM merge_batch_request WHERE operation_id = ?";
+    with_tx!(tx, |conn| {
+        sqlx::query_scalar(sql)
+            .bind(operation_id)
+            .fetch_optional(conn)
+            .await
     })
 }
 

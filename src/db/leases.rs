@@ -182,3 +182,21 @@ pub async fn make_due_now(tx: &mut DbTx, operation_id: &str) -> Result<(), sqlx:
             .map(|_| ())
     })
 }
+
+/// Makes `operation_id` due at `at` (a scheduled request's time), inside
+/// the caller's transaction.
+pub async fn make_due_at(
+    tx: &mut DbTx,
+    operation_id: &str,
+    at: chrono::NaiveDateTime,
+) -> Result<(), sqlx::Error> {
+    let sql = "UPDATE operation SET due_at = ?, attempts = 0 WHERE operation_id = ?";
+    with_tx!(tx, |conn| {
+        sqlx::query(sql)
+            .bind(at)
+            .bind(operation_id)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })
+}

@@ -63,11 +63,17 @@ pub struct OperationRow {
     /// The W3C traceparent of the request that submitted it, when traces
     /// were exported then (migration 0015).
     pub trace_parent: Option<String>,
+    /// The requester's earliest time for it to land (migration 0022).
+    pub not_before: Option<NaiveDateTime>,
+    /// An operator marked it urgent (migration 0022).
+    pub urgent: bool,
+    /// The request it reverts (migration 0022).
+    pub revert_of: Option<String>,
 }
 
 const COLUMNS: &str = "id, operation_id, kind, subject_id, target_key, requested_by, flow_order, \
     step_code, message, obstacle, unreachable_since, params, reason, expires_at, mr_iid, mr_url, version, due_at, attempts, \
-    created_at, updated_at, trace_parent";
+    created_at, updated_at, trace_parent, not_before, urgent, revert_of";
 
 /// What a new operation row holds.
 #[derive(Debug, Clone)]
@@ -94,6 +100,12 @@ pub struct NewOperation<'a> {
     pub expires_at: Option<NaiveDateTime>,
     /// The submitting request's traceparent, if traces are exported.
     pub trace_parent: Option<&'a str>,
+    /// The requester's earliest time for it to land.
+    pub not_before: Option<NaiveDateTime>,
+    /// Submitted urgent (an operator's revert).
+    pub urgent: bool,
+    /// The request it reverts.
+    pub revert_of: Option<&'a str>,
 }
 
 /// Inserts an operation at version 1. A duplicate `operation_id` is a unique violation.
@@ -112,9 +124,10 @@ pub fn insert_operations_statement<'a>(
     Statement {
         sql: format!(
             "INSERT INTO operation (operation_id, kind, subject_id, target_key, requested_by, \
-             flow_order, step_code, params, reason, expires_at, trace_parent, due_at) VALUES {}",
+             flow_order, step_code, params, reason, expires_at, trace_parent, not_before, urgent, \
+             revert_of, due_at) VALUES {}",
             dialect::value_rows(rows, |new| format!(
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {})",
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {})",
                 due_at_of(backend, new.step)
             ))
         ),
@@ -133,6 +146,9 @@ pub fn insert_operations_statement<'a>(
                     SqlValue::Text(new.reason),
                     SqlValue::OptTime(new.expires_at),
                     SqlValue::OptText(new.trace_parent),
+                    SqlValue::OptTime(new.not_before),
+                    SqlValue::Int(i64::from(new.urgent)),
+                    SqlValue::OptText(new.revert_of),
                 ]
             })
             .collect(),
@@ -460,5 +476,30 @@ pub async fn member_trace_parents(
                WHERE r.batch_id = ? AND o.trace_parent IS NOT NULL ORDER BY o.operation_id";
     with_pool!(db, reader, |pool| {
         sqlx::query_as(sql).bind(batch_id).fetch_all(pool).await
+    })
+}
+
+/// Marks an operation urgent, in the caller's transaction; `false` when it
+/// was already.
+pub async fn mark_urgent(tx: &mut DbTx, operation_id: &str) -> Result<bool, sqlx::Error> {
+    let sql = "UPDATE operation SET urgent = TRUE WHERE operation_id = ? AND urgent = FALSE";
+    with_tx!(tx, |conn| {
+        sqlx::query(sql)
+            .bind(operation_id)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected() == 1)
+    })
+}
+
+/// The newest request that reverts `operation_id`, if any. Served by
+/// `ix_operation_revert_of`.
+pub async fn reverted_by(db: &Db, operation_id: &str) -> Result<Option<String>, sqlx::Error> {
+    let sql = "SELECT operation_id FROM operation WHERE revert_of = ? ORDER BY id DESC LIMIT 1";
+    with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(sql)
+            .bind(operation_id)
+            .fetch_optional(pool)
+            .await
     })
 }

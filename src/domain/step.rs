@@ -84,6 +84,8 @@ steps! {
     GitlabAccessDenied = 10016, "GITLAB_ACCESS_DENIED", "GitLab refused changegate's token, or the token lacks a right the step needs.";
     GitlabProjectNotFound = 10017, "GITLAB_PROJECT_NOT_FOUND", "The GitLab project does not exist, or changegate's token cannot see it.";
     CreateUnrenderable = 10018, "CREATE_UNRENDERABLE", "The file could not be written as the target says (its template failed, the output did not parse, or the shared file could not be edited); nothing was sent to GitLab.";
+    Scheduled = 10019, "SCHEDULED", "Waiting for the time the requester chose (notBefore), or for the target's next change window, before it goes on.";
+    Withdrawn = 10020, "WITHDRAWN", "Withdrawn by the requester or an operator before it reached the repository; nothing was written.";
     HandleStarted = 10101, "HANDLE_STARTED", "Reviewer bots are approving.";
     HandleApproved = 10102, "HANDLE_APPROVED", "Both reviewer bots approved.";
     HandleMerging = 10103, "HANDLE_MERGING", "Merging the MR.";

@@ -10,7 +10,7 @@ use crate::config::resolve::FlowOrder;
 use crate::db::Db;
 use crate::db::bindings::list_expired;
 use crate::domain::{OperationId, OperationKind};
-use crate::store::{self, NewRequest, StoreError};
+use crate::store::{self, Controls, NewRequest, StoreError};
 use crate::workflow::Executor;
 
 /// The identity changegate acts as.
@@ -38,6 +38,7 @@ pub async fn run_once(db: &Db, executor: &Executor) -> anyhow::Result<Outcome> {
             busy: false,
             expired: true,
             trace_parent: None,
+            controls: Controls::default(),
         };
         match store::submit(db, &request).await {
             Ok(_) => {

@@ -151,6 +151,9 @@ impl FirstApplies {
                     reason: &request.reason,
                     expires_at: request.expires_at,
                     trace_parent: request.trace_parent.as_deref(),
+                    not_before: request.controls.not_before,
+                    urgent: request.controls.urgent,
+                    revert_of: request.controls.revert_of.as_deref(),
                 },
             )
             .collect();

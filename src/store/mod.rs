@@ -7,6 +7,7 @@
 //! history, and appends one outbox event per real status flip.
 
 mod bulk;
+mod decision;
 mod first;
 mod group;
 mod submit;
@@ -14,8 +15,9 @@ mod transition;
 mod tx;
 
 pub use bulk::{MergeRequestRef, lock_members, move_members};
+pub use decision::{apply_decision, is_urgent_lane, partition_of, urgent_lane};
 pub use group::SubmissionQueue;
-pub use submit::{IdempotencyClaim, NewRequest, Submitted, may_replace, submit};
+pub use submit::{Controls, IdempotencyClaim, NewRequest, Submitted, may_replace, submit};
 pub use transition::{
     Change, Flip, Transitioned, flip, flip_in, note_in, transition, transition_in,
 };

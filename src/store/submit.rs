@@ -48,6 +48,20 @@ pub struct NewRequest {
     /// The W3C traceparent of the request that submits it, kept with the
     /// operation so that its later work joins that trace.
     pub trace_parent: Option<String>,
+    /// What the requester (or an operator) asked beyond the file.
+    pub controls: Controls,
+}
+
+/// When a request may land, whether it jumps the queue, and what it
+/// reverts (SPEC §12).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Controls {
+    /// The earliest time it may land (UTC).
+    pub not_before: Option<NaiveDateTime>,
+    /// Goes in the urgent lane (an operator's revert).
+    pub urgent: bool,
+    /// The request it reverts.
+    pub revert_of: Option<String>,
 }
 
 /// An idempotency key, claimed in the same transaction as the operation so
@@ -243,6 +257,9 @@ async fn record(
         reason: &request.reason,
         expires_at: request.expires_at,
         trace_parent: request.trace_parent.as_deref(),
+        not_before: request.controls.not_before,
+        urgent: request.controls.urgent,
+        revert_of: request.controls.revert_of.as_deref(),
     };
     claim_ids(tx, request, &new_operation).await?;
     claim_relation(tx, request, existing, &owner).await?;

@@ -4,10 +4,13 @@
 
 use crate::clients::approval::{ApprovalError, ApprovalRequest};
 use crate::config::ApprovalProvider;
+use crate::config::Settings;
 use crate::db::Db;
 use crate::db::operations::OperationRow;
+use crate::domain::ApprovalDecision;
 use crate::domain::{BindingStatus, StepStatus};
-use crate::store::{self, Change, StoreError};
+use crate::store::{self, Change, StoreError, apply_decision};
+use crate::write_tx;
 
 use super::Workflow;
 
@@ -21,6 +24,14 @@ impl Workflow {
         operation: &OperationRow,
     ) -> Result<(), StoreError> {
         let settings = self.config.current();
+        if operation.revert_of.is_some()
+            && settings
+                .targets
+                .get(&operation.target_key)
+                .is_some_and(|target| !target.revert_requires_approval)
+        {
+            return approve_revert(db, &settings, operation).await;
+        }
         let id = operation.operation_id.as_str();
         let sending = Change {
             step: StepStatus::ApprovalSending,
@@ -86,4 +97,31 @@ impl Workflow {
             Err(err) => Err(err),
         }
     }
+}
+
+/// A revert of a target whose `revert_requires_approval` is false: approved
+/// by changegate itself, as the target's configuration says, and on its way
+/// as any approved request.
+async fn approve_revert(
+    db: &Db,
+    settings: &Settings,
+    operation: &OperationRow,
+) -> Result<(), StoreError> {
+    let message = format!(
+        "a revert: approved without asking, as targets.{}.revert_requires_approval is false",
+        operation.target_key
+    );
+    write_tx!(db, |tx| {
+        apply_decision(
+            tx,
+            settings,
+            operation,
+            ApprovalDecision::Approved,
+            ACTOR,
+            Some(&message),
+        )
+        .await
+        .map(drop)
+    })
+    .await
 }

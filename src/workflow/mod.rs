@@ -11,6 +11,7 @@ mod merge_state;
 mod open;
 mod pipeline;
 mod review;
+mod scheduled;
 mod settle;
 
 pub(crate) use events::{head_pipeline_run, merged as merged_events, rebasing as rebasing_event};
@@ -282,13 +283,14 @@ impl Workflow {
                 "approve_and_merge",
                 self.approve_and_merge(db, &operation).await,
             ),
-            // A close walks the same MR steps while its binding stays CLOSING.
+            // A close walks the same MR steps while its binding stays
+            // CLOSING, once its time and its target's window have come.
             (
                 Some(BindingStatus::Closing),
-                StepStatus::CloseRequested | StepStatus::CloseExpired,
+                StepStatus::CloseRequested | StepStatus::CloseExpired | StepStatus::Scheduled,
             ) => (
                 "open_merge_request",
-                self.open_merge_request(db, &operation).await,
+                self.close_when_due(db, &operation).await,
             ),
             (
                 Some(BindingStatus::Closing),

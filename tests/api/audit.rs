@@ -131,10 +131,15 @@ async fn every_refused_operator_action_is_audited_with_its_reason() {
 
         let mut tx = db.begin().await.unwrap();
         let member = uuid::Uuid::new_v4().to_string();
-        assert!(enqueue(&mut tx, &member, "", "config/repo").await.unwrap());
+        assert!(
+            enqueue(&mut tx, &member, "", "config/repo", None)
+                .await
+                .unwrap()
+        );
         tx.commit().await.unwrap();
-        let Claimed::Batch { id: batch, .. } =
-            claim_batch(db, "", one_at_a_time(10)).await.unwrap()
+        let Claimed::Batch { id: batch, .. } = claim_batch(db, "", one_at_a_time(10), &|_| true)
+            .await
+            .unwrap()
         else {
             panic!("a batch");
         };

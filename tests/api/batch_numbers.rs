@@ -28,7 +28,11 @@ async fn enqueue_in(db: &Db, partition: &str, project: &str, count: usize) {
     let mut tx = db.begin().await.unwrap();
     for _ in 0..count {
         let id = uuid::Uuid::new_v4().to_string();
-        assert!(enqueue(&mut tx, &id, partition, project).await.unwrap());
+        assert!(
+            enqueue(&mut tx, &id, partition, project, None)
+                .await
+                .unwrap()
+        );
     }
     tx.commit().await.unwrap();
     // The claim takes rows created before the database's now (ms precision).
@@ -93,10 +97,14 @@ async fn batch_numbers_have_no_gaps_after_claims_that_roll_back_or_race() {
         // with nothing to claim: none of them uses up a number.
         enqueue_in(&db, "", PROJECT, 3).await;
         let mut tx = StoreTx::begin(&db).await.unwrap();
-        let claimed = claim_in(&mut tx, "", one_at_a_time(10)).await.unwrap();
+        let claimed = claim_in(&mut tx, "", one_at_a_time(10), &|_| true)
+            .await
+            .unwrap();
         assert_eq!(number(&claimed), Some(1), "{name}: {claimed:?}");
         tx.rollback().await.unwrap();
-        let first = claim_batch(&db, "", one_at_a_time(10)).await.unwrap();
+        let first = claim_batch(&db, "", one_at_a_time(10), &|_| true)
+            .await
+            .unwrap();
         let Claimed::Batch { id, number: 1, .. } = first else {
             panic!("{name}: the first committed batch is #1: {first:?}");
         };
@@ -108,7 +116,9 @@ async fn batch_numbers_have_no_gaps_after_claims_that_roll_back_or_race() {
         assert!(finish_running(&db).await);
         for _ in 0..3 {
             assert_eq!(
-                claim_batch(&db, "", one_at_a_time(10)).await.unwrap(),
+                claim_batch(&db, "", one_at_a_time(10), &|_| true)
+                    .await
+                    .unwrap(),
                 Claimed::Empty
             );
         }
@@ -191,13 +201,21 @@ async fn each_project_numbers_its_batches_from_one_whatever_their_partition() {
         // off): the oldest waiting request's project goes first.
         for project in ["team/a", "team/b", "team/a", "team/a", "team/b"] {
             enqueue_in(db, "", project, 2).await;
-            claimed.push(claim_batch(db, "", one_at_a_time(10)).await.unwrap());
+            claimed.push(
+                claim_batch(db, "", one_at_a_time(10), &|_| true)
+                    .await
+                    .unwrap(),
+            );
             assert!(finish_running(db).await);
         }
         // Then one partition per project: the numbers go on.
         for project in ["team/b", "team/a"] {
             enqueue_in(db, project, project, 1).await;
-            claimed.push(claim_batch(db, project, one_at_a_time(10)).await.unwrap());
+            claimed.push(
+                claim_batch(db, project, one_at_a_time(10), &|_| true)
+                    .await
+                    .unwrap(),
+            );
         }
         let mut seen = Vec::new();
         for outcome in &claimed {
@@ -318,7 +336,9 @@ async fn the_migration_numbers_earlier_batches_per_project_in_id_order() {
             "{name}"
         );
         enqueue_in(&db, "x", "team/a", 1).await;
-        let claimed = claim_batch(&db, "x", one_at_a_time(10)).await.unwrap();
+        let claimed = claim_batch(&db, "x", one_at_a_time(10), &|_| true)
+            .await
+            .unwrap();
         assert_eq!(number(&claimed), Some(6), "{name}: {claimed:?}");
         db.close().await;
     }

@@ -35,7 +35,11 @@ async fn enqueue_many(db: &Db, count: usize) -> Vec<String> {
         let mut tx = db.begin().await.unwrap();
         for _ in chunk {
             let id = uuid::Uuid::new_v4().to_string();
-            assert!(enqueue(&mut tx, &id, "", "config/repo").await.unwrap());
+            assert!(
+                enqueue(&mut tx, &id, "", "config/repo", None)
+                    .await
+                    .unwrap()
+            );
             ids.push(id);
         }
         tx.commit().await.unwrap();
@@ -50,7 +54,7 @@ async fn enqueue_many(db: &Db, count: usize) -> Vec<String> {
 async fn queued_requests(db: &Db, count: usize) -> Vec<String> {
     use changegate::config::resolve::FlowOrder;
     use changegate::domain::{BindingStatus, OperationId, OperationKind, StepStatus};
-    use changegate::store::{Change, NewRequest};
+    use changegate::store::{Change, Controls, NewRequest};
 
     let mut ids = Vec::new();
     for n in 0..count {
@@ -68,6 +72,7 @@ async fn queued_requests(db: &Db, count: usize) -> Vec<String> {
             busy: false,
             expired: false,
             trace_parent: None,
+            controls: Controls::default(),
         };
         changegate::store::submit(db, &request).await.unwrap();
         let id = request.operation_id.as_string();
@@ -80,7 +85,9 @@ async fn queued_requests(db: &Db, count: usize) -> Vec<String> {
             .await
             .unwrap();
         let mut tx = db.begin().await.unwrap();
-        enqueue(&mut tx, &id, "", "config/repo").await.unwrap();
+        enqueue(&mut tx, &id, "", "config/repo", None)
+            .await
+            .unwrap();
         tx.commit().await.unwrap();
         ids.push(id);
     }
@@ -213,7 +220,9 @@ async fn enqueues_complete_while_a_claim_transaction_is_held_open() {
     let db = test_db.db.clone();
     enqueue_many(&db, 50).await;
     let mut claim = StoreTx::begin(&db).await.unwrap();
-    let claimed = claim_in(&mut claim, "", one_at_a_time(500)).await.unwrap();
+    let claimed = claim_in(&mut claim, "", one_at_a_time(500), &|_| true)
+        .await
+        .unwrap();
     assert!(matches!(claimed, Claimed::Batch { ref members, .. } if members.len() == 50));
 
     let started = Instant::now();
@@ -250,7 +259,9 @@ async fn enqueue_is_idempotent_and_an_empty_round_holds_no_slot() {
     for test_db in each_backend().await {
         let db = &test_db.db;
         assert_eq!(
-            claim_batch(db, "", one_at_a_time(10)).await.unwrap(),
+            claim_batch(db, "", one_at_a_time(10), &|_| true)
+                .await
+                .unwrap(),
             Claimed::Empty
         );
         assert_eq!(
@@ -260,21 +271,25 @@ async fn enqueue_is_idempotent_and_an_empty_round_holds_no_slot() {
             test_db.name
         );
         let mut tx = db.begin().await.unwrap();
-        assert!(enqueue(&mut tx, "op-1", "", "p").await.unwrap());
+        assert!(enqueue(&mut tx, "op-1", "", "p", None).await.unwrap());
         assert!(
-            !enqueue(&mut tx, "op-1", "", "p").await.unwrap(),
+            !enqueue(&mut tx, "op-1", "", "p", None).await.unwrap(),
             "already queued"
         );
         tx.commit().await.unwrap();
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let first = claim_batch(db, "", one_at_a_time(10)).await.unwrap();
+        let first = claim_batch(db, "", one_at_a_time(10), &|_| true)
+            .await
+            .unwrap();
         assert!(matches!(first, Claimed::Batch { ref members, .. } if members == &["op-1"]));
         let mut tx = db.begin().await.unwrap();
-        assert!(enqueue(&mut tx, "op-2", "", "p").await.unwrap());
+        assert!(enqueue(&mut tx, "op-2", "", "p", None).await.unwrap());
         tx.commit().await.unwrap();
         tokio::time::sleep(Duration::from_millis(5)).await;
         assert_eq!(
-            claim_batch(db, "", one_at_a_time(10)).await.unwrap(),
+            claim_batch(db, "", one_at_a_time(10), &|_| true)
+                .await
+                .unwrap(),
             Claimed::SlotOccupied,
             "{}: one active batch",
             test_db.name
@@ -287,7 +302,9 @@ async fn of_several_racing_settlers_exactly_one_settles_a_batch() {
     for test_db in each_backend().await {
         let db = test_db.db.clone();
         queued_requests(&db, 5).await;
-        let Claimed::Batch { id, .. } = claim_batch(&db, "", one_at_a_time(10)).await.unwrap()
+        let Claimed::Batch { id, .. } = claim_batch(&db, "", one_at_a_time(10), &|_| true)
+            .await
+            .unwrap()
         else {
             panic!("a batch");
         };
@@ -398,8 +415,9 @@ async fn a_batch_whose_mr_merged_meanwhile_settles_as_merged() {
     );
     let queue = MergeQueue::new(slot, config, workflow);
 
-    let Claimed::Batch { id: batch_id, .. } =
-        claim_batch(&db, "", one_at_a_time(10)).await.unwrap()
+    let Claimed::Batch { id: batch_id, .. } = claim_batch(&db, "", one_at_a_time(10), &|_| true)
+        .await
+        .unwrap()
     else {
         panic!("a batch");
     };
@@ -462,7 +480,9 @@ pub(crate) async fn claim_until_empty(db: &Db, partition: &str) -> Vec<Claimed> 
     let mut outcomes = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
-        let outcome = claim_batch(db, partition, one_at_a_time(7)).await.unwrap();
+        let outcome = claim_batch(db, partition, one_at_a_time(7), &|_| true)
+            .await
+            .unwrap();
         let empty = outcome == Claimed::Empty;
         outcomes.push(outcome);
         if empty {

@@ -91,6 +91,10 @@ const RELEASED: &[(&str, &str)] = &[
         "891f014fae620c24b3fe4d1679e4200002f1c086f1c2aec049ebe04e77b09f1d",
     ),
     (
+        "migrations/mysql/0022_requester_controls.sql",
+        "3044766d581835635079c84e63a6ad4014abcd69ed3771988d3bc50ec65c6497",
+    ),
+    (
         "migrations/sqlite/0001_state_store.sql",
         "d2492dcb3a0c0e9057ce11b3ab8401f9855ccded6feeff2c84a0eb737109325d",
     ),
@@ -173,6 +177,10 @@ const RELEASED: &[(&str, &str)] = &[
     (
         "migrations/sqlite/0021_merge_train.sql",
         "38531dc3be33f5bbb7c78908f6bc9bdcf781ce37a8e08f4ce0d608572c438545",
+    ),
+    (
+        "migrations/sqlite/0022_requester_controls.sql",
+        "4ecbf7e93543452fb97d85d57a0b719bde1fcad9d00550afb32c963a879d4ee7",
     ),
 ];
 

@@ -200,12 +200,12 @@ async fn a_deploy_naming_a_batch_merge_commit_validates_its_members_exactly() {
         // Merged a moment ago (too young for the watermark rule), in a batch.
         let id = merged(db, "e", 7, true).await;
         let mut tx = db.begin().await.unwrap();
-        changegate::db::batch_queue::enqueue(&mut tx, &id, "", "Config/Repo")
+        changegate::db::batch_queue::enqueue(&mut tx, &id, "", "Config/Repo", None)
             .await
             .unwrap();
         tx.commit().await.unwrap();
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let claimed = changegate::batch::claim_batch(db, "", one_at_a_time(10))
+        let claimed = changegate::batch::claim_batch(db, "", one_at_a_time(10), &|_| true)
             .await
             .unwrap();
         assert!(

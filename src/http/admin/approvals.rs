@@ -7,7 +7,6 @@ use serde::Serialize;
 
 use super::attempt::Attempt;
 use super::bodies::{OptionalReason, audited};
-use crate::batch::apply_decision;
 use crate::config::ApprovalProvider;
 use crate::db::operations::get_operation;
 use crate::domain::{ApprovalDecision, BindingStatus, OperationId};
@@ -15,6 +14,7 @@ use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AppJson, AuthUser, Database};
 use crate::http::layers::authz::Authorized;
 use crate::state::AppState;
+use crate::store::apply_decision;
 use crate::write_tx;
 
 /// The answer to a decision.

@@ -6,7 +6,6 @@ use serde::Deserialize;
 
 use super::signed::{ApprovalSystem, SignedJson};
 use super::{Answer, CallbackAnswer, first_receipt, trace_operation, valid_callback_id};
-use crate::batch::apply_decision;
 use crate::config::Settings;
 use crate::config::resolve::FlowOrder;
 use crate::db::callbacks::CallbackSource;
@@ -16,6 +15,7 @@ use crate::domain::{ApprovalDecision, BindingStatus, OperationId};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::Database;
 use crate::state::AppState;
+use crate::store::apply_decision;
 use crate::store::{StoreError, StoreTx};
 
 /// The decision.

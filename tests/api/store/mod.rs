@@ -12,7 +12,7 @@ mod writes;
 use changegate::config::resolve::FlowOrder;
 use changegate::db::Db;
 use changegate::domain::{BindingStatus, OperationId, OperationKind, StepStatus};
-use changegate::store::{self, Change, NewRequest};
+use changegate::store::{self, Change, Controls, NewRequest};
 
 /// An apply request for `subject` on `target` by `subject` itself.
 pub fn apply(subject: &str, target: &str) -> NewRequest {
@@ -30,6 +30,7 @@ pub fn apply(subject: &str, target: &str) -> NewRequest {
         busy: false,
         expired: false,
         trace_parent: None,
+        controls: Controls::default(),
     }
 }
 
