@@ -57,6 +57,9 @@ pub enum ApiError {
     /// The action does not apply to the resource's current state.
     #[error("{0}")]
     Conflict(&'static str),
+    /// The same, with a message that names the requests involved.
+    #[error("{0}")]
+    ConflictWith(String),
     /// A concurrent duplicate whose original vanished: safe to retry.
     #[error("a request with this key was being processed and did not complete; retry")]
     RetryLater,
@@ -141,7 +144,7 @@ impl ApiError {
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED"),
             Self::InProgress { .. } | Self::BeingChanged => (StatusCode::CONFLICT, "IN_PROGRESS"),
             Self::RetryLater => (StatusCode::CONFLICT, "RETRY_LATER"),
-            Self::Conflict(_) => (StatusCode::CONFLICT, "CONFLICT"),
+            Self::Conflict(_) | Self::ConflictWith(_) => (StatusCode::CONFLICT, "CONFLICT"),
             Self::IdempotencyKeyReused => {
                 (StatusCode::UNPROCESSABLE_ENTITY, "IDEMPOTENCY_KEY_REUSED")
             }

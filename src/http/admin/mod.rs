@@ -13,5 +13,6 @@ mod ok;
 pub mod operations;
 pub mod overview;
 pub mod reconcile;
+pub mod urgent;
 mod webhook_views;
 pub mod webhooks;

@@ -192,14 +192,14 @@ pub async fn list(
 }
 
 /// The operation id in a path, in its canonical form.
-fn parse_operation_id(operation_id: &str) -> ApiResult<String> {
+pub(super) fn parse_operation_id(operation_id: &str) -> ApiResult<String> {
     OperationId::parse(operation_id)
         .map(|id| id.as_string())
         .map_err(|_| ApiError::NotFound)
 }
 
 /// The operation and the status of its binding, which it must still own.
-async fn owned(db: &Db, id: &str) -> ApiResult<(OperationRow, BindingStatus)> {
+pub(super) async fn owned(db: &Db, id: &str) -> ApiResult<(OperationRow, BindingStatus)> {
     let (operation, status, _) = get_operation_with_status(db, id)
         .await?
         .ok_or(ApiError::NotFound)?;
@@ -209,7 +209,7 @@ async fn owned(db: &Db, id: &str) -> ApiResult<(OperationRow, BindingStatus)> {
     Ok((operation, status))
 }
 
-fn changed_meanwhile() -> ApiError {
+pub(super) fn changed_meanwhile() -> ApiError {
     ApiError::Conflict("the request changed meanwhile; reload it and try again")
 }
 
@@ -221,7 +221,7 @@ pub struct ActedOn {
     operation: OperationView,
 }
 
-async fn answer(db: &Db, id: &str) -> ApiResult<Json<ActedOn>> {
+pub(super) async fn answer(db: &Db, id: &str) -> ApiResult<Json<ActedOn>> {
     let (operation, status, _) = get_operation_with_status(db, id)
         .await?
         .ok_or(ApiError::NotFound)?;
@@ -410,7 +410,7 @@ async fn attempt_force_fail(
     answer(db, &id).await
 }
 
-fn store_error(err: StoreError) -> ApiError {
+pub(super) fn store_error(err: StoreError) -> ApiError {
     match err {
         StoreError::Preempted => changed_meanwhile(),
         StoreError::NotFound => ApiError::NotFound,

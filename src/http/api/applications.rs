@@ -32,6 +32,11 @@ pub struct ApplyBody {
     params: Option<Value>,
     /// When changegate removes the binding again (RFC 3339, in the future).
     expires_at: Option<DateTime<Utc>>,
+    /// The earliest time it may land (RFC 3339, in the future, at most
+    /// `scheduling.max_ahead` ahead). Approval is asked at once; once
+    /// approved it waits, `SCHEDULED`, and joins the first merge round at
+    /// or after this time.
+    not_before: Option<DateTime<Utc>>,
     /// Why the change is needed.
     #[schema(schema_with = crate::http::reason::request_reason_schema)]
     reason: String,
@@ -51,6 +56,9 @@ pub struct CloseBody {
     /// Whose binding; default: the caller. As in an application.
     #[schema(pattern = r"^[A-Za-z0-9_@+-][A-Za-z0-9._@+-]{0,127}$")]
     subject_id: Option<String>,
+    /// The earliest time the removal may start (RFC 3339, in the future, at
+    /// most `scheduling.max_ahead` ahead); it waits `SCHEDULED` until then.
+    not_before: Option<DateTime<Utc>>,
     /// Why the binding should go.
     #[schema(schema_with = crate::http::reason::request_reason_schema)]
     reason: String,
@@ -70,7 +78,9 @@ impl ApplyBody {
             subject_id: self.subject_id,
             params: self.params,
             expires_at: self.expires_at,
+            not_before: self.not_before,
             reason: self.reason,
+            revert: None,
         }
     }
 }
@@ -85,7 +95,9 @@ impl CloseBody {
             subject_id: self.subject_id,
             params: None,
             expires_at: None,
+            not_before: self.not_before,
             reason: self.reason,
+            revert: None,
         }
     }
 }

@@ -7,9 +7,11 @@ mod catalog;
 mod document;
 mod preview;
 mod queue;
+mod revert;
 pub(crate) mod status;
 mod submission;
 mod timeline;
+mod withdraw;
 
 use axum::Router;
 use utoipa::OpenApi;
@@ -37,6 +39,22 @@ const CLOSE: RouteSpec = RouteSpec {
         message: "too many removal requests; wait a minute before trying again",
     }),
     activity: Some("close"),
+};
+/// A revert is a new request: the `apply` rule, and the applications' limit.
+const REVERT: RouteSpec = RouteSpec {
+    name: "apply",
+    rate_limit: Some(RateLimitSpec {
+        bucket: "apply",
+        default_limit: 10,
+        message: "too many applications; wait a minute before applying again",
+    }),
+    activity: Some("revert"),
+};
+/// Withdrawing one's own request before it lands: the `apply` rule.
+const WITHDRAW: RouteSpec = RouteSpec {
+    name: "apply",
+    rate_limit: None,
+    activity: Some("withdraw"),
 };
 /// Previews of an apply or a close: the `read` rule (the submit's own rule
 /// is reported as a blocker), a limit of their own, typed as the user types,
@@ -71,6 +89,11 @@ const ADMIN_FORCE_FAIL: RouteSpec = RouteSpec {
     name: "operator",
     rate_limit: None,
     activity: Some("admin.force_fail"),
+};
+const ADMIN_URGENT: RouteSpec = RouteSpec {
+    name: "operator",
+    rate_limit: None,
+    activity: Some("admin.urgent"),
 };
 const ADMIN_BATCH_RUN: RouteSpec = RouteSpec {
     name: "operator",
@@ -220,6 +243,18 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
             state,
             &ADMIN_FORCE_FAIL,
             routes!(super::admin::operations::force_fail),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_URGENT,
+            routes!(super::admin::urgent::mark_urgent_request),
+        ))
+        .routes(guarded(state, &REVERT, routes!(revert::revert_operation)))
+        .routes(guarded(state, &PREVIEW, routes!(revert::preview_revert)))
+        .routes(guarded(
+            state,
+            &WITHDRAW,
+            routes!(withdraw::withdraw_operation),
         ))
         .routes(guarded(
             state,

@@ -235,7 +235,7 @@ fn refusal(err: ApiError) -> Blocker {
 }
 
 /// The submission's dry run.
-async fn preview(
+pub(super) async fn preview(
     state: &AppState,
     db: &Db,
     caller: &Authorized,
@@ -434,6 +434,9 @@ fn operation_row(request: &NewRequest) -> OperationRow {
         created_at: now,
         updated_at: now,
         trace_parent: None,
+        not_before: request.controls.not_before,
+        urgent: request.controls.urgent,
+        revert_of: request.controls.revert_of.clone(),
     }
 }
 

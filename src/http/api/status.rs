@@ -2,7 +2,7 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use chrono::NaiveDateTime;
+use chrono::{NaiveDateTime, Utc};
 use serde::Serialize;
 
 use super::queue::QueueView;
@@ -10,7 +10,9 @@ use crate::batch::queue_estimate;
 use crate::db::Db;
 use crate::db::batches::InBatch;
 use crate::db::history::last_status;
-use crate::db::operations::{OperationRow, get_operation_page, get_operation_with_status};
+use crate::db::operations::{
+    OperationPage, OperationRow, get_operation_page, get_operation_with_status, reverted_by,
+};
 use crate::db::train::batches_ahead;
 use crate::domain::{
     AWAITING_APPROVAL, BindingStatus, IN_MERGE_QUEUE, Next, OperationId, OperationKind, StepStatus,
@@ -19,6 +21,7 @@ use crate::domain::{
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AuthUser, Database};
 use crate::http::layers::authz::Authorized;
+use crate::schedule::{Hold, hold};
 use crate::state::AppState;
 
 /// The status of one operation.
@@ -51,6 +54,28 @@ pub struct OperationView {
     /// While it waits on the merge queue: its place and expected times.
     #[serde(skip_serializing_if = "Option::is_none")]
     queue: Option<QueueView>,
+    /// The earliest time it may land, as its requester asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    not_before: Option<String>,
+    /// The same, as stored, to tell what it waits for.
+    #[serde(skip)]
+    #[schema(ignore)]
+    not_before_at: Option<NaiveDateTime>,
+    /// While it is `SCHEDULED`: what it waits for, and until when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scheduled: Option<ScheduledView>,
+    /// An operator sent it to the merge queue's urgent lane.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    urgent: bool,
+    /// The request this one reverts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<uuid::Uuid>)]
+    revert_of: Option<String>,
+    /// The newest request that reverts this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<uuid::Uuid>)]
+    reverted_by: Option<String>,
     #[schema(value_type = String, format = DateTime)]
     created_at: String,
     #[schema(value_type = String, format = DateTime)]
@@ -70,6 +95,37 @@ pub struct OperationView {
     /// console shows them disabled, the reason on hover.
     #[serde(skip_serializing_if = "Option::is_none")]
     withheld_actions: Option<Vec<WithheldAction>>,
+}
+
+/// What a `SCHEDULED` request waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduledView {
+    /// `NOT_BEFORE` (its requester's time), `WINDOW` (its target's next
+    /// change window) or `NO_WINDOW` (none opens within a year).
+    waits_for: &'static str,
+    /// When it may land, if ever.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    until: Option<String>,
+    /// In words.
+    description: String,
+}
+
+impl ScheduledView {
+    fn of(hold: Hold) -> Option<Self> {
+        let waits_for = match hold {
+            Hold::Free => return None,
+            Hold::NotBefore(_) => "NOT_BEFORE",
+            Hold::Window(_) => "WINDOW",
+            Hold::NoWindow => "NO_WINDOW",
+        };
+        Some(Self {
+            waits_for,
+            until: hold.until().map(|at| rfc3339(at.naive_utc())),
+            description: hold.describe(),
+        })
+    }
 }
 
 /// An operator action that cannot succeed now, and why.
@@ -247,11 +303,31 @@ pub async fn get_operation_status(
     if !visible_to(&caller, &page.operation, page.binding_owner.as_deref()) {
         return Err(ApiError::NotFound);
     }
-    let status = status_of(&db, &page.operation, page.status).await?;
+    Ok(Json(view_of(&state, &db, page).await?))
+}
+
+/// Everything the status answer shows of `page`.
+async fn view_of(state: &AppState, db: &Db, page: OperationPage) -> ApiResult<OperationView> {
+    let status = status_of(db, &page.operation, page.status).await?;
+    let reverted_by = reverted_by(db, &page.operation.operation_id).await?;
     let view = OperationView::of(page.operation, status)
         .in_batch(page.batch)
-        .superseded_by(page.superseded_by);
-    Ok(Json(view.in_merge_queue(&state, &db, status).await?))
+        .superseded_by(page.superseded_by)
+        .scheduled(state)
+        .reverted_by(reverted_by);
+    Ok(view.in_merge_queue(state, db, status).await?)
+}
+
+/// The status answer of `operation_id`, for the caller that just acted on it.
+pub(super) async fn operation_view(
+    state: &AppState,
+    db: &Db,
+    operation_id: &str,
+) -> ApiResult<OperationView> {
+    let page = get_operation_page(db, operation_id)
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    view_of(state, db, page).await
 }
 
 impl OperationView {
@@ -313,6 +389,28 @@ impl OperationView {
         }
     }
 
+    /// The same view, saying what a `SCHEDULED` request waits for now.
+    pub(super) fn scheduled(self, state: &AppState) -> Self {
+        if self.step.code != StepStatus::Scheduled.code() {
+            return self;
+        }
+        let settings = state.config.current();
+        let not_before = self.not_before_at;
+        let held = hold(&settings, &self.target_key, not_before, Utc::now());
+        Self {
+            scheduled: ScheduledView::of(held),
+            ..self
+        }
+    }
+
+    /// The same view, naming the newest request that reverts it.
+    pub(super) fn reverted_by(self, reverted_by: Option<String>) -> Self {
+        Self {
+            reverted_by,
+            ..self
+        }
+    }
+
     /// The same view, listing the operator actions that apply.
     pub fn with_actions(self, actions: Vec<OperatorAction>, withheld: Vec<WithheldAction>) -> Self {
         Self {
@@ -344,6 +442,12 @@ impl OperationView {
             batch_number: None,
             batches_ahead: None,
             queue: None,
+            not_before: operation.not_before.map(rfc3339),
+            not_before_at: operation.not_before,
+            scheduled: None,
+            urgent: operation.urgent,
+            revert_of: operation.revert_of,
+            reverted_by: None,
             created_at: rfc3339(operation.created_at),
             updated_at: rfc3339(operation.updated_at),
             superseded_by: None,

@@ -10,6 +10,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::applications::Accepted;
 use super::status::current_status;
+use crate::config::resolve::FlowOrder;
 use crate::config::resolve::{access_open, closed_by_configuration};
 use crate::config::{Settings, TargetSettings};
 use crate::db::bindings::get_binding;
@@ -23,7 +24,7 @@ use crate::http::error::{ApiError, ApiResult};
 use crate::http::layers::authz::Authorized;
 use crate::http::reason::{MAX_REQUEST_REASON_CHARS, checked_reason};
 use crate::state::AppState;
-use crate::store::{self, IdempotencyClaim, NewRequest, StoreError};
+use crate::store::{self, Controls, IdempotencyClaim, NewRequest, StoreError};
 use crate::traces::propagation;
 use crate::workflow::Reservation;
 
@@ -46,8 +47,20 @@ pub struct Submission {
     pub params: Option<Value>,
     /// Expiry.
     pub expires_at: Option<DateTime<Utc>>,
+    /// The earliest time it may land.
+    pub not_before: Option<DateTime<Utc>>,
     /// Reason.
     pub reason: String,
+    /// When it reverts another request: which, and whether it is urgent.
+    pub revert: Option<Revert>,
+}
+
+/// The request a submission reverts.
+pub struct Revert {
+    /// Its operation id.
+    pub of: String,
+    /// An operator submitted the revert as urgent.
+    pub urgent: bool,
 }
 
 fn invalid(message: &str) -> ApiError {
@@ -213,6 +226,9 @@ pub(super) fn check(
         }
         other => other,
     };
+    let not_before = scheduled_time(settings, submission.kind, submission.not_before)
+        .map_err(|err| refusals.push(err))
+        .unwrap_or_default();
     let client_id = match submission.operation_id.as_deref().map(OperationId::parse) {
         Some(Err(_)) => {
             refusals.push(invalid("field `operationId`: must be a UUID"));
@@ -253,6 +269,9 @@ pub(super) fn check(
         "subjectId": subject,
         "params": submitted,
         "expiresAt": expires_at_utc.map(|at| at.to_rfc3339()),
+        "notBefore": not_before.map(|at| at.to_rfc3339()),
+        "revertOf": submission.revert.as_ref().map(|revert| revert.of.as_str()),
+        "urgent": submission.revert.as_ref().is_some_and(|revert| revert.urgent),
         "reason": reason,
     }));
     if submission.kind == OperationKind::Apply {
@@ -290,11 +309,54 @@ pub(super) fn check(
         busy: false,
         expired: false,
         trace_parent: propagation::current_trace_parent(),
+        controls: Controls {
+            not_before: not_before.map(|at| at.naive_utc()),
+            urgent: submission
+                .revert
+                .as_ref()
+                .is_some_and(|revert| revert.urgent),
+            revert_of: submission.revert.map(|revert| revert.of),
+        },
     };
     Checked {
         request: Some(request),
         refusals,
     }
+}
+
+/// A request's `notBefore`, checked: in the future, at most
+/// `scheduling.max_ahead` ahead, and, for an apply, only where it waits in
+/// the merge queue (approval first, `batch.enabled`), the one place an
+/// approved apply waits for its time. Kept to the millisecond, as both
+/// databases store it.
+fn scheduled_time(
+    settings: &Settings,
+    kind: OperationKind,
+    not_before: Option<DateTime<Utc>>,
+) -> ApiResult<Option<DateTime<Utc>>> {
+    let Some(at) = not_before.map(|at| at.trunc_subsecs(3)) else {
+        return Ok(None);
+    };
+    let now = Utc::now();
+    if at <= now {
+        return Err(invalid("field `notBefore`: must be in the future"));
+    }
+    let max_ahead =
+        chrono::Duration::from_std(settings.scheduling.max_ahead).unwrap_or(chrono::Duration::MAX);
+    if at - now > max_ahead {
+        return Err(ApiError::InvalidArgument(format!(
+            "field `notBefore`: at most {} ahead (scheduling.max_ahead)",
+            humantime::format_duration(settings.scheduling.max_ahead)
+        )));
+    }
+    let queued = settings.batch.enabled && settings.flow_order == FlowOrder::ApprovalFirst;
+    if kind == OperationKind::Apply && !queued {
+        return Err(invalid(
+            "field `notBefore`: an apply can wait for its time only in the merge queue \
+             (workflow.flow_order = \"APPROVAL_FIRST\" with batch.enabled)",
+        ));
+    }
+    Ok(Some(at))
 }
 
 /// The request's file rendered once as the commit will render it: a

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::status::{OperationView, StepView, rfc3339, visible_to};
 use crate::db::operation_snapshot::{OperationSnapshot, read_operation_snapshot};
+use crate::db::operations::reverted_by;
 use crate::domain::{OperationId, StepStatus};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AuthUser, Database};
@@ -165,9 +166,12 @@ pub async fn get_timeline(
             created_at: rfc3339(related.created_at),
         })
         .collect();
+    let reverts = reverted_by(&db, &id).await?;
     let operation = OperationView::of(page.operation, status)
         .in_batch(page.batch)
         .superseded_by(page.superseded_by)
+        .scheduled(&state)
+        .reverted_by(reverts)
         .in_merge_queue(&state, &db, status)
         .await?;
     Ok(Json(Timeline {
