@@ -28,6 +28,8 @@ pub struct World {
 pub struct WorldOptions {
     /// Lines inside the `[database]` section.
     pub database_keys: String,
+    /// Lines added to the `[access]` section.
+    pub access_keys: String,
     /// Configuration sections appended to the file.
     pub extra: String,
     /// Lines inside the `[gitlab]` section.
@@ -52,6 +54,7 @@ impl Default for WorldOptions {
     fn default() -> Self {
         Self {
             database_keys: String::new(),
+            access_keys: String::new(),
             extra: String::new(),
             gitlab_keys: String::new(),
             batch_keys: "interval = \"200ms\"".to_owned(),
@@ -128,12 +131,16 @@ pub async fn world_with(db_url: &str, options: WorldOptions) -> World {
     .await
     .unwrap();
     let config = format!(
-        "{}\n{REQUESTER_CONFIG}\
+        "{}\n{}\
          [gitlab]\nbase_url = {:?}\nproject = \"config/repo\"\nbot_token = \"bot-token\"\nreviewer_tokens = [\"alice-token\", \"bob-token\"]\n{}\n\
          [executor]\npoll_interval = \"100ms\"\n{}\n[batch]\n{}\n\
          [approval]\nprovider = \"http\"\nurl = \"{}/approvals\"\ncallback_secret = {:?}\n\
          [deploy]\ncallback_secret = {:?}\n",
         options.database_keys,
+        REQUESTER_CONFIG.replace(
+            "mode = \"OPEN\"\n",
+            &format!("mode = \"OPEN\"\n{}", options.access_keys)
+        ),
         options
             .gitlab_url
             .as_deref()
