@@ -66,6 +66,16 @@ export interface Operation {
   updatedAt: string;
   /** The newer request for the same subject and target that took the binding over. */
   supersededBy?: string;
+  /** The earliest time it may land, as its requester asked. */
+  notBefore?: string;
+  /** While it is SCHEDULED: what it waits for, and until when. */
+  scheduled?: { waitsFor: "NOT_BEFORE" | "WINDOW" | "NO_WINDOW"; until?: string; description: string };
+  /** An operator sent it to the merge queue's urgent lane. */
+  urgent?: boolean;
+  /** The request this one reverts. */
+  revertOf?: string;
+  /** The newest request that reverts this one. */
+  revertedBy?: string;
   /** In the operators' list: the actions the server would accept now. */
   actions?: OperatorAction[];
   /** In the operators' list: actions an operator may look for that cannot succeed now, and why. */

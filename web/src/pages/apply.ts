@@ -24,6 +24,7 @@ export function applyPage(root: HTMLElement): () => void {
     h("label", { for: "subject" }, "For (subject)"), subject, fieldError("subjectId"));
   const params = h("div", { id: "params" });
   const expires = h("input", { id: "expires", name: "expiresAt", type: "datetime-local" });
+  const notBefore = h("input", { id: "not-before", name: "notBefore", type: "datetime-local", step: 1 });
   const reason = h("textarea", { id: "reason", name: "reason", rows: 3, maxlength: 2000 });
   const submit = h("button", { type: "submit", id: "submit" }, "Apply");
   const result = h("div", { id: "result", "aria-live": "polite" });
@@ -39,6 +40,7 @@ export function applyPage(root: HTMLElement): () => void {
     subjectRow,
     params,
     h("div", { class: "field" }, h("label", { for: "expires" }, "Remove automatically at (optional)"), expires, fieldError("expiresAt")),
+    h("div", { class: "field" }, h("label", { for: "not-before" }, "Not before (optional: approval is asked now, the change lands at or after this time)"), notBefore, fieldError("notBefore")),
     h("div", { class: "field" }, h("label", { for: "reason" }, "Reason"), reason, fieldError("reason")),
     h("div", { class: "actions" }, submit),
     result,
@@ -87,6 +89,10 @@ export function applyPage(root: HTMLElement): () => void {
     const t = selected();
     if (t && !t.selfOnly && subject.value.trim()) sent.subjectId = subject.value.trim();
     if (!paramFields.empty) sent.params = paramFields.values();
+    if (notBefore.value) {
+      const at = new Date(notBefore.value);
+      if (!Number.isNaN(at.getTime())) sent.notBefore = at.toISOString();
+    }
     if (expires.value) {
       const at = new Date(expires.value);
       if (!Number.isNaN(at.getTime())) sent.expiresAt = at.toISOString();

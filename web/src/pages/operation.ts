@@ -6,10 +6,12 @@
 // disagree; the page reads it again every two seconds until the request
 // settles.
 
-import { ApiError, get } from "../api";
+import { ApiError, call, get, newKey } from "../api";
+import { confirmAction } from "../confirm";
+import { type PreviewAnswer, previewView } from "../preview";
 import { h, replace, when } from "../dom";
 import { advice, badge, operationBadge, timeline } from "../status";
-import type { EntryKind, HistoryEntry, OperationTimeline, QueuePlace, Related } from "../types";
+import type { EntryKind, HistoryEntry, Operation, OperationTimeline, QueuePlace, Related, Submitted } from "../types";
 
 const POLL_MS = 2000;
 
@@ -106,6 +108,13 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
         h("dt", {}, "Latest"), h("dd", { id: "message" }, op.message),
         batch ? [h("dt", {}, "Merge batch"), h("dd", {}, batch)] : null,
         queue ? [h("dt", {}, "Expected"), h("dd", {}, queue)] : null,
+        op.scheduled
+          ? [h("dt", {}, "Scheduled"), h("dd", { id: "scheduled", "data-waits-for": op.scheduled.waitsFor, "data-until": op.scheduled.until ?? "" },
+              op.scheduled.until ? `lands at or after ${when(op.scheduled.until)}: ` : "", op.scheduled.description)]
+          : op.notBefore ? [h("dt", {}, "Not before"), h("dd", { id: "not-before" }, when(op.notBefore))] : null,
+        op.urgent ? [h("dt", {}, "Urgent"), h("dd", { id: "urgent" }, "in the merge queue's urgent lane")] : null,
+        op.revertOf ? [h("dt", {}, "Reverts"), h("dd", {}, h("a", { href: `/operations/${op.revertOf}`, id: "revert-of" }, op.revertOf))] : null,
+        op.revertedBy ? [h("dt", {}, "Reverted by"), h("dd", {}, h("a", { href: `/operations/${op.revertedBy}`, id: "reverted-by" }, op.revertedBy))] : null,
         h("dt", {}, "Submitted"), h("dd", {}, when(op.createdAt)),
         h("dt", {}, "Updated"), h("dd", {}, when(op.updatedAt)),
       ),
@@ -115,6 +124,7 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
           ? [" ", h("a", { href: `/operations/${op.supersededBy}`, id: "superseded-by" }, "See the newer request.")]
           : null,
         op.next === "REAPPLY" ? [" ", h("a", { href: `/?target=${encodeURIComponent(op.targetKey)}` }, "Apply again")] : null),
+      actions(op),
       h("ol", { class: "timeline", id: "timeline" },
         timeline(op).map((stage) =>
           h("li", { class: stage.state, "data-stage": stage.key, "data-state": stage.state },
@@ -141,6 +151,58 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
         : null,
       relation.length > 1 ? relationTable(relation) : null,
     );
+  }
+
+  // Revert, for a landed change nobody took over; Withdraw, for a request
+  // that has not reached the repository yet. The server decides in the end.
+  function actions(op: Operation): HTMLElement | null {
+    const landed = !op.supersededBy && (op.status === "VALIDATED" || op.status === "CLOSED") && !op.revertedBy;
+    const waiting = op.step.name === "SCHEDULED" || op.step.name === "QUEUED" || op.status === "APPROVAL_SENDING" || op.status === "APPROVAL_SENT";
+    if (!landed && !waiting) return null;
+    return h("div", { class: "actions" },
+      landed ? h("button", { type: "button", id: "revert", onclick: () => askRevert(op) }, "Revert") : null,
+      waiting ? h("button", { type: "button", id: "withdraw", onclick: () => askWithdraw(op) }, "Withdraw") : null);
+  }
+
+  function askRevert(op: Operation): void {
+    const key = newKey();
+    const path = `/api/v1/operations/${encodeURIComponent(op.operationId)}/revert`;
+    confirmAction({
+      title: "Revert this change",
+      text: op.status === "CLOSED"
+        ? `changegate will apply ${op.subjectId}'s binding to ${op.targetKey} again, with the parameters this removal took away, through the normal approval.`
+        : `changegate will remove ${op.subjectId}'s binding to ${op.targetKey}, as it was before this request, through the normal flow.`,
+      confirmLabel: "Revert",
+      reasonRequired: true,
+      act: async (reason) => {
+        const body = await call<Submitted>("POST", path, { reason }, { "Idempotency-Key": key });
+        return {
+          text: body.code === "DUPLICATE_SUBMIT" ? "The revert was already requested." : "Revert requested.",
+          follow: { href: `/operations/${body.operationId}`, label: "Follow the revert" },
+        };
+      },
+      done: () => void load(),
+      attach: (slot) => {
+        replace(slot, h("p", { class: "hint" }, "Loading what the revert restores…"));
+        call<PreviewAnswer>("POST", `${path}/preview`, { reason: "preview" })
+          .then((answer) => replace(slot, previewView(answer, true)))
+          .catch((error) => replace(slot, h("p", { class: "error" }, error instanceof ApiError ? error.describe() : String(error))));
+      },
+    });
+  }
+
+  function askWithdraw(op: Operation): void {
+    confirmAction({
+      title: "Withdraw this request",
+      text: "It stops here, before anything is written to the repository. You may apply again later.",
+      confirmLabel: "Withdraw",
+      reasonRequired: true,
+      act: async (reason) => {
+        await call("POST", `/api/v1/operations/${encodeURIComponent(op.operationId)}/withdraw`, { reason });
+        return "Withdrawn.";
+      },
+      done: () => void load(),
+    });
   }
 
   // Every apply and removal of the same subject and target, newest first.
