@@ -3,7 +3,9 @@
 //! how long the deploy took to confirm them), and where a waiting request
 //! stands. Each query names the index it uses.
 
-use super::Db;
+use sqlx::AssertSqlSafe;
+
+use super::{Db, dialect};
 use crate::domain::StepStatus;
 use crate::with_pool;
 use chrono::NaiveDateTime;
@@ -79,17 +81,24 @@ pub struct WaitingPlace {
 }
 
 /// Where `operation_id` stands when it waits in the merge queue's waiting
-/// set (approved, in no batch yet). Served by
-/// `uk_merge_batch_request_operation` and `ix_merge_batch_request_waiting`.
+/// set (approved, in no batch yet, its time come), counting only the older
+/// requests whose time has come too: a scheduled request has no place yet.
+/// Served by `uk_merge_batch_request_operation` and
+/// `ix_merge_batch_request_waiting`.
 pub async fn waiting_place(
     db: &Db,
     operation_id: &str,
 ) -> Result<Option<WaitingPlace>, sqlx::Error> {
-    let sql = "SELECT w.partition_key, w.project, (SELECT COUNT(*) FROM merge_batch_request o \
-               WHERE o.partition_key = w.partition_key AND o.batch_id IS NULL AND o.id < w.id) AS older \
-               FROM merge_batch_request w WHERE w.operation_id = ? AND w.batch_id IS NULL";
+    let now = dialect::now_ms(db.backend());
+    let sql = format!(
+        "SELECT w.partition_key, w.project, (SELECT COUNT(*) FROM merge_batch_request o \
+         WHERE o.partition_key = w.partition_key AND o.batch_id IS NULL AND o.id < w.id \
+         AND (o.not_before IS NULL OR o.not_before <= {now})) AS older \
+         FROM merge_batch_request w WHERE w.operation_id = ? AND w.batch_id IS NULL \
+         AND (w.not_before IS NULL OR w.not_before <= {now})"
+    );
     with_pool!(db, reader, |pool| {
-        sqlx::query_as(sql)
+        sqlx::query_as(AssertSqlSafe(sql))
             .bind(operation_id)
             .fetch_optional(pool)
             .await

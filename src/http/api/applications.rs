@@ -183,7 +183,9 @@ pub async fn close(
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Accepted {
-    /// `ACCEPTED` or `DUPLICATE_SUBMIT`.
+    /// `ACCEPTED` or `DUPLICATE_SUBMIT`; for a removal asked while the
+    /// binding's apply waits for its time (`SCHEDULED`), `WITHDRAWN`: that
+    /// apply is cancelled, and `operationId` names it.
     pub code: &'static str,
     /// The operation (the original one for a duplicate).
     pub operation_id: String,

@@ -354,7 +354,10 @@ impl OperationView {
         db: &Db,
         status: Option<BindingStatus>,
     ) -> Result<Self, sqlx::Error> {
-        if !status.is_some_and(|s| IN_MERGE_QUEUE.contains(&s)) {
+        // A scheduled request has no place yet: its page says when it may.
+        if !status.is_some_and(|s| IN_MERGE_QUEUE.contains(&s))
+            || self.step.code == StepStatus::Scheduled.code()
+        {
             return Ok(self);
         }
         let batches_ahead = match self.batch_id {

@@ -10,14 +10,16 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::applications::Accepted;
 use super::status::current_status;
+use super::withdraw::withdraw;
 use crate::config::resolve::FlowOrder;
 use crate::config::resolve::{access_open, closed_by_configuration};
 use crate::config::{Settings, TargetSettings};
-use crate::db::bindings::get_binding;
+use crate::db::bindings::{BindingRow, get_binding};
 use crate::db::idempotency::{IdempotencyRow, delete_expired_key, get_idempotency};
+use crate::db::operations::get_operation;
 use crate::db::{Db, is_retryable_conflict};
 use crate::domain::render::{canonical_json, valid_subject};
-use crate::domain::{OperationId, OperationKind, next_action};
+use crate::domain::{BindingStatus, OperationId, OperationKind, StepStatus, next_action};
 use crate::files::params::FieldError;
 use crate::files::template::TemplateContext;
 use crate::http::error::{ApiError, ApiResult};
@@ -93,12 +95,21 @@ pub async fn submit(
         span.set_attribute("operation.id", request.operation_id.as_string());
     }
     may_use_target(state, &settings, target, caller).await?;
-    if request.kind == OperationKind::Close && !caller.operator {
+    if request.kind == OperationKind::Close {
+        let binding = get_binding(db, &request.subject_id, &request.target_key).await?;
         // Only the binding's requester may remove it; anyone else learns
         // nothing about it.
-        let binding = get_binding(db, &request.subject_id, &request.target_key).await?;
-        if binding.is_some_and(|b| b.requested_by != caller.identity.as_str()) {
+        if !caller.operator
+            && binding
+                .as_ref()
+                .is_some_and(|b| b.requested_by != caller.identity.as_str())
+        {
             return Err(ApiError::NotFound);
+        }
+        if let Some(binding) = binding
+            && let Some(cancelled) = cancel_scheduled(db, caller, &binding, &request.reason).await?
+        {
+            return Ok(cancelled);
         }
     }
 
@@ -172,6 +183,42 @@ pub(super) struct Checked {
     pub request: Option<NewRequest>,
     /// Every refusal, first to last.
     pub refusals: Vec<ApiError>,
+}
+
+/// A removal asked while the binding's apply waits for its time cancels
+/// that apply (nothing of it is in the repository yet): the answer names
+/// it, `WITHDRAWN`.
+async fn cancel_scheduled(
+    db: &Db,
+    caller: &Authorized,
+    binding: &BindingRow,
+    reason: &str,
+) -> ApiResult<Option<Accepted>> {
+    if binding.status != BindingStatus::MrCreating {
+        return Ok(None);
+    }
+    let waiting = get_operation(db, &binding.operation_id).await?;
+    if !waiting.is_some_and(|op| op.step == StepStatus::Scheduled) {
+        return Ok(None);
+    }
+    let message = format!(
+        "cancelled before its time by a removal request of {}: {reason}",
+        caller.identity.as_str()
+    );
+    withdraw(
+        db,
+        &binding.operation_id,
+        BindingStatus::MrCreating,
+        &message,
+        caller.identity.as_str(),
+    )
+    .await?;
+    Ok(Some(Accepted {
+        code: "WITHDRAWN",
+        operation_id: binding.operation_id.clone(),
+        status: BindingStatus::Abandoned.to_string(),
+        next: next_action(BindingStatus::Abandoned, StepStatus::Withdrawn).as_str(),
+    }))
 }
 
 /// Every check a submit makes of a submission's own fields.

@@ -84,7 +84,7 @@ pub async fn withdraw_operation(
 /// a request claimed meanwhile is refused, never withdrawn from its batch.
 /// Leaving `MR_CREATING` takes it out of the waiting set in the same
 /// transaction (src/store/transition.rs).
-async fn withdraw(
+pub(super) async fn withdraw(
     db: &Db,
     id: &str,
     from: BindingStatus,

@@ -287,3 +287,69 @@ async fn a_window_opens_at_its_local_time_on_both_sides_of_a_daylight_saving_cha
         }
     }
 }
+
+#[tokio::test]
+async fn a_scheduled_removal_waits_for_its_time_and_a_removal_cancels_a_scheduled_apply() {
+    for test_db in each_backend().await {
+        let w = world(&test_db.url, "").await;
+        let applied = super::apply(&w.app).await;
+        wait_for(&w.app, &applied, |v| v["status"] == "VALIDATED").await;
+
+        let not_before = Utc::now() + Span::seconds(3);
+        let removal: Value = w
+            .app
+            .post_as(
+                "alice",
+                "/api/v1/bindings/demo.feature-flags/close",
+                &json!({ "reason": "at three", "notBefore": rfc3339(not_before) }),
+            )
+            .await
+            .json()
+            .await
+            .unwrap();
+        let removal = removal["operationId"].as_str().unwrap().to_owned();
+        let view = scheduled(&w, &removal).await;
+        assert_eq!(view["scheduled"]["until"], rfc3339(not_before), "{view}");
+        let view = wait_for(&w.app, &removal, |v| {
+            v["status"] == "CLOSED" || v["next"] == "CONTACT_TEAM"
+        })
+        .await;
+        assert_eq!(view["status"], "CLOSED", "{}: {view}", test_db.name);
+        let merges = w.gitlab.merge_log(w.project);
+        assert!(
+            merges.last().unwrap().merged_at >= not_before,
+            "{}: {merges:?}",
+            test_db.name
+        );
+
+        // An apply for later, then a removal before its time: it is cancelled.
+        let (_, answer) = apply_at(
+            &w,
+            "demo.feature-flags",
+            "alice",
+            Utc::now() + Span::hours(1),
+        )
+        .await;
+        let later = answer["operationId"].as_str().unwrap().to_owned();
+        scheduled(&w, &later).await;
+        let cancel = w
+            .app
+            .post_as(
+                "alice",
+                "/api/v1/bindings/demo.feature-flags/close",
+                &json!({ "reason": "not after all" }),
+            )
+            .await;
+        assert_eq!(cancel.status(), 202);
+        let cancel: Value = cancel.json().await.unwrap();
+        assert_eq!(cancel["code"], "WITHDRAWN", "{cancel}");
+        assert_eq!(cancel["operationId"], later.as_str());
+        let view = super::batched::view(&w, &later).await;
+        assert_eq!(
+            (view["status"].as_str(), view["step"]["name"].as_str()),
+            (Some("ABANDONED"), Some("WITHDRAWN")),
+            "{}: {view}",
+            test_db.name
+        );
+    }
+}

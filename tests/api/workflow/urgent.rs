@@ -90,6 +90,30 @@ async fn urgent_requests_overtake_a_batch_whose_pipeline_hangs_and_then_fails() 
             .filter(|entry| entry["action"] == "operation.urgent")
             .count();
         assert_eq!(marks, 2, "{}: {audit}", test_db.name);
+        // A revert submitted urgent goes to the lane too; only operators may.
+        let refused = w
+            .app
+            .post_as(
+                "member1",
+                &format!("/api/v1/operations/{early}/revert"),
+                &json!({ "reason": "undo", "urgent": true }),
+            )
+            .await;
+        assert_eq!(refused.status(), 403);
+        let revert: Value = w
+            .app
+            .post_as(
+                "admin",
+                &format!("/api/v1/operations/{early}/revert"),
+                &json!({ "reason": "undo the fix", "urgent": true }),
+            )
+            .await
+            .json()
+            .await
+            .unwrap();
+        let revert = revert["operationId"].as_str().unwrap().to_owned();
+        assert_eq!(view(&w, &revert).await["urgent"], true);
+
         let metrics = w.app.get("/metrics").await.text().await.unwrap();
         assert!(
             metrics
