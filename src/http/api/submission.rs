@@ -198,7 +198,7 @@ async fn cancel_scheduled(
         return Ok(None);
     }
     let waiting = get_operation(db, &binding.operation_id).await?;
-    if !waiting.is_some_and(|op| op.step == StepStatus::Scheduled) {
+    if waiting.is_none_or(|op| op.step != StepStatus::Scheduled) {
         return Ok(None);
     }
     let message = format!(
