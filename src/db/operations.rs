@@ -503,3 +503,28 @@ pub async fn reverted_by(db: &Db, operation_id: &str) -> Result<Option<String>, 
             .await
     })
 }
+
+/// The newest revert of each of `operation_ids` that has one, in one query
+/// per chunk of ids. Served by `ix_operation_revert_of`.
+pub async fn reverts_of(
+    db: &Db,
+    operation_ids: &[&str],
+) -> Result<std::collections::HashMap<String, String>, sqlx::Error> {
+    let mut reverts = std::collections::HashMap::new();
+    for chunk in operation_ids.chunks(super::IN_LIST_CHUNK) {
+        let sql = format!(
+            "SELECT revert_of, operation_id FROM operation WHERE revert_of IN ({}) ORDER BY id",
+            vec!["?"; chunk.len()].join(", ")
+        );
+        let found: Vec<(String, String)> = with_pool!(db, reader, |pool| {
+            let mut query = sqlx::query_as(AssertSqlSafe(sql));
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            query.fetch_all(pool).await
+        })?;
+        // Oldest first: the newest revert of each stays.
+        reverts.extend(found);
+    }
+    Ok(reverts)
+}

@@ -18,7 +18,7 @@ use crate::db::batches::{batch_of, batches_of, get_batch};
 use crate::db::history::last_statuses;
 use crate::db::leases::make_due_now;
 use crate::db::operation_listing::{OperationFilter, StatusFilter, list_operations};
-use crate::db::operations::{OperationRow, get_operation_with_status};
+use crate::db::operations::{OperationRow, get_operation_with_status, reverts_of};
 use crate::domain::operator::{self, Retry};
 use crate::domain::{BindingStatus, OperationId, StepStatus};
 use crate::http::api::status::{OperationView, OperatorAction};
@@ -162,6 +162,7 @@ pub async fn list(
         .map(|row| row.operation.operation_id.as_str())
         .collect();
     let mut batches = batches_of(&db, &listed).await?;
+    let mut reverts = reverts_of(&db, &listed).await?;
     let items = rows
         .into_iter()
         .map(|row| {
@@ -182,9 +183,11 @@ pub async fn list(
                 .status
                 .or_else(|| last.get(&operation.operation_id)?.parse().ok());
             let batch = batches.remove(&operation.operation_id);
+            let reverted_by = reverts.remove(&operation.operation_id);
             OperationView::of(operation, status)
                 .in_batch(batch)
                 .superseded_by(row.superseded_by)
+                .reverted_by(reverted_by)
                 .with_actions(actions, withheld)
         })
         .collect();

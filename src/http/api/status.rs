@@ -407,7 +407,7 @@ impl OperationView {
     }
 
     /// The same view, naming the newest request that reverts it.
-    pub(super) fn reverted_by(self, reverted_by: Option<String>) -> Self {
+    pub fn reverted_by(self, reverted_by: Option<String>) -> Self {
         Self {
             reverted_by,
             ..self

@@ -70,6 +70,25 @@ async fn a_revert_of_a_first_apply_removes_the_binding_and_both_requests_name_ea
         );
         let reverted = timeline(&w, &reverting).await;
         assert_eq!(reverted["operation"]["revertOf"], applied.as_str());
+        // The operators' list names both ends too.
+        let listed: Value = w
+            .app
+            .get_as("admin", "/admin/v1/operations?subjectId=alice")
+            .await
+            .json()
+            .await
+            .unwrap();
+        let row = |id: &str| {
+            listed["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|item| item["operationId"] == id)
+                .cloned()
+                .unwrap()
+        };
+        assert_eq!(row(&applied)["revertedBy"], reverting.as_str(), "{listed}");
+        assert_eq!(row(&reverting)["revertOf"], applied.as_str(), "{listed}");
     }
 }
 

@@ -144,6 +144,7 @@ export function operationsTab(root: HTMLElement): void {
       h("td", {}, operationBadge(op),
         op.urgent ? [" ", h("span", { class: "badge urgent", "data-urgent": "true", title: "in the merge queue's urgent lane" }, "URGENT")] : null,
         op.revertOf ? [" reverts ", h("a", { href: `/operations/${op.revertOf}`, class: "revert-of" }, op.revertOf.slice(0, 8))] : null,
+        op.revertedBy ? [" reverted by ", h("a", { href: `/operations/${op.revertedBy}`, class: "reverted-by" }, op.revertedBy.slice(0, 8))] : null,
         op.supersededBy
           ? [" by ", h("a", { href: `/operations/${op.supersededBy}`, class: "superseded-by" }, op.supersededBy.slice(0, 8))]
           : null),
