@@ -166,6 +166,7 @@ impl Application {
                 db: &db,
                 executor: &executor,
                 merge_queue: &merge_queue,
+                gitlab: &gitlab,
                 config: &config,
                 step_owner: instance.owner("w"),
                 retention_owner: instance.owner("r"),
@@ -347,6 +348,7 @@ struct JobParts<'a> {
     db: &'a DbSlot,
     executor: &'a Executor,
     merge_queue: &'a MergeQueue,
+    gitlab: &'a GitLabClient,
     config: &'a LiveConfig,
     /// The workers' step lease id.
     step_owner: String,
@@ -368,10 +370,18 @@ fn spawn_jobs(
         db,
         executor,
         merge_queue,
+        gitlab,
         config,
         step_owner,
         retention_owner,
     } = parts;
+    workers.spawn(drift_loop(
+        db.clone(),
+        config.clone(),
+        gitlab.clone(),
+        retention_owner.clone(),
+        shutdown.child_token(),
+    ));
     let limiter = limiter.clone();
     workers.spawn(jobs::run_loop(
         "rate_limit_eviction",
@@ -561,6 +571,33 @@ fn spawn_webhook_jobs(
 
 /// The merge queue's scheduler: drives running batches every `tick`, and
 /// claims a new batch every `batch.interval` (read live each time).
+/// The drift job, every `drift.interval` as the configuration says now
+/// (`0`: off until a reload sets one), under its job lease.
+async fn drift_loop(
+    db: DbSlot,
+    config: LiveConfig,
+    gitlab: GitLabClient,
+    owner: String,
+    shutdown: CancellationToken,
+) {
+    /// How often a switched-off job looks whether a reload switched it on.
+    const OFF: Duration = Duration::from_secs(30);
+    loop {
+        let settings = config.current();
+        let interval = settings.drift.interval;
+        if let (false, Some(db)) = (interval.is_zero(), db.get())
+            && let Err(err) = crate::drift::run_once(db, &settings, &gitlab, &owner).await
+        {
+            tracing::warn!(job = "drift", "round failed: {err:#}");
+        }
+        let pause = if interval.is_zero() { OFF } else { interval };
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
 async fn merge_queue_loop(queue: MergeQueue, tick: Duration, shutdown: CancellationToken) {
     let mut last_claim: Option<tokio::time::Instant> = None;
     loop {

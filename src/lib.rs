@@ -8,6 +8,7 @@ pub mod clients;
 pub mod config;
 pub mod db;
 pub mod domain;
+pub mod drift;
 pub mod files;
 pub mod http;
 pub mod identity;

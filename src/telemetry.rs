@@ -217,6 +217,7 @@ fn describe_metrics() {
     crate::store::describe_metrics();
     crate::workflow::describe_metrics();
     crate::batch::describe_metrics();
+    crate::drift::describe_metrics();
     crate::jobs::progress::describe_metrics();
     crate::clients::describe_metrics();
     crate::webhooks::worker::describe_metrics();

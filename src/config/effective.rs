@@ -107,6 +107,8 @@ pub struct EffectiveConfig {
     #[schema(schema_with = section)]
     reconcile: Value,
     #[schema(schema_with = section)]
+    drift: Value,
+    #[schema(schema_with = section)]
     retention: Value,
     #[schema(schema_with = section)]
     web: Value,
@@ -300,6 +302,7 @@ pub fn effective(settings: &Settings) -> EffectiveConfig {
             "previousSecretKeys": s.webhooks.sealing_keys.previous.iter().map(|_| REDACTED).collect::<Vec<_>>(),
             "previousSecretKeyFiles": s.secret_files.get("webhooks.previous_secret_key_files").iter().map(|file| path(Some(file))).collect::<Vec<_>>(),
         }),
+        drift: json!({ "interval": duration(s.drift.interval) }),
         reconcile: json!({
             "interval": duration(s.reconcile.interval),
             "minAge": duration(s.reconcile.min_age),

@@ -30,8 +30,8 @@ pub use retention::RetentionSettings;
 pub use scheduling::SchedulingSettings;
 pub use secrets::SecretFiles;
 pub use sections::{
-    AuthzProvider, AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings,
-    JwtSettings, PollSchedule, WebSettings, WebhookSettings,
+    AuthzProvider, AuthzSettings, DriftSettings, ExecutorSettings, IdempotencySettings,
+    IdentitySettings, JwtSettings, PollSchedule, WebSettings, WebhookSettings,
 };
 pub use settings::{
     AccessSettings, ApprovalProvider, ApprovalSettings, BatchSettings, DatabaseSettings,

@@ -85,6 +85,7 @@ pub(super) const SCHEMA: &[(&str, Option<&[&str]>)] = &[
     ),
     ("webhooks", Some(sections::WEBHOOK_KEYS)),
     ("reconcile", Some(sections::RECONCILE_KEYS)),
+    ("drift", Some(sections::DRIFT_KEYS)),
     ("retention", Some(retention::RETENTION_KEYS)),
     ("web", Some(sections::WEB_KEYS)),
     ("tls", Some(tls::TLS_KEYS)),

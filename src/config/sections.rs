@@ -155,6 +155,22 @@ pub struct WebSettings {
     pub demo_identity: bool,
 }
 
+/// `[drift]`: comparing the target branch with what changegate believes
+/// (SPEC §13).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriftSettings {
+    /// `interval`, dynamic, default `10m`; `0` turns the job off.
+    pub interval: Duration,
+}
+
+pub(super) const DRIFT_KEYS: &[&str] = &["interval"];
+
+pub(super) fn drift(r: &mut Reader<'_>) -> DriftSettings {
+    DriftSettings {
+        interval: r.static_duration("drift", "interval", Duration::from_secs(600)),
+    }
+}
+
 /// `[reconcile]`: closing out lost deploy callbacks (SPEC §8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReconcileSettings {

@@ -19,8 +19,8 @@ use super::scheduling::{self, SchedulingSettings};
 use super::schema::SCHEMA;
 use super::secrets::{self, SecretFiles};
 use super::sections::{
-    AuthzSettings, ExecutorSettings, IdempotencySettings, IdentitySettings, PollSchedule,
-    ReconcileSettings, WebSettings, WebhookSettings,
+    AuthzSettings, DriftSettings, ExecutorSettings, IdempotencySettings, IdentitySettings,
+    PollSchedule, ReconcileSettings, WebSettings, WebhookSettings,
 };
 use super::targets::{self, TargetSettings};
 use super::telemetry::{self, TelemetrySettings};
@@ -66,6 +66,8 @@ pub struct Settings {
     pub unreachable_deadline: Duration,
     /// Closing out lost deploy callbacks.
     pub reconcile: ReconcileSettings,
+    /// The drift job.
+    pub drift: DriftSettings,
     /// How long finished history is kept.
     pub retention: RetentionSettings,
     /// GitLab connection (static) and approve implementation (dynamic).
@@ -390,6 +392,7 @@ impl Settings {
         let executor = sections::executor(&mut r);
         let polling = sections::poll_schedule(&mut r);
         let reconcile = sections::reconcile(&mut r);
+        let drift = sections::drift(&mut r);
         let retention = retention::retention(&mut r);
         let web = sections::web(&mut r);
 
@@ -514,6 +517,7 @@ impl Settings {
             polling,
             unreachable_deadline,
             reconcile,
+            drift,
             retention,
             gitlab,
             approval,

@@ -203,6 +203,22 @@ pub async fn get_binding(
     })
 }
 
+/// The row of a relation, if any, read in the caller's transaction.
+pub async fn binding_in(
+    tx: &mut DbTx,
+    subject_id: &str,
+    target_key: &str,
+) -> Result<Option<BindingRow>, sqlx::Error> {
+    let sql = format!("SELECT {COLUMNS} FROM binding WHERE subject_id = ? AND target_key = ?");
+    with_tx!(tx, |conn| {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .bind(subject_id)
+            .bind(target_key)
+            .fetch_optional(conn)
+            .await
+    })
+}
+
 /// The row an operation owns, if it still owns one.
 pub async fn get_binding_of(
     db: &Db,

@@ -84,6 +84,42 @@ pub fn append_events_statement<'a>(events: &[NewEvent<'a>]) -> Statement<'a> {
     }
 }
 
+/// Event type of a file first found where the target branch and
+/// changegate disagree (SPEC §13).
+pub const BINDING_DRIFTED: &str = "binding.drifted";
+/// Event type of such a file no longer found so.
+pub const BINDING_DRIFT_RESOLVED: &str = "binding.drift_resolved";
+
+/// A drift event, in the caller's transaction: about the binding that names
+/// the file (`binding`: its operation and status), or about no binding
+/// (empty operation id, status `NONE`) for a file nobody's binding names.
+pub async fn append_drift_event(
+    tx: &mut DbTx,
+    event_type: &str,
+    subject_and_target: (&str, &str),
+    binding: Option<(&str, BindingStatus)>,
+    payload: &str,
+) -> Result<(), sqlx::Error> {
+    let (subject, target) = subject_and_target;
+    let (operation_id, status) = binding.map_or(("", "NONE"), |(operation, status)| {
+        (operation, status.as_str())
+    });
+    let sql = "INSERT INTO event (event_type, operation_id, subject_id, target_key, from_status, \
+               to_status, payload) VALUES (?, ?, ?, ?, NULL, ?, ?)";
+    crate::with_tx!(tx, |conn| {
+        sqlx::query(sql)
+            .bind(event_type)
+            .bind(operation_id)
+            .bind(subject)
+            .bind(target)
+            .bind(status)
+            .bind(payload)
+            .execute(conn)
+            .await
+            .map(drop)
+    })
+}
+
 /// An operation's events, oldest first.
 pub async fn list_events(db: &Db, operation_id: &str) -> Result<Vec<EventRow>, sqlx::Error> {
     let sql = "SELECT id, event_type, operation_id, subject_id, target_key, from_status, \

@@ -13,6 +13,7 @@ pub mod bindings;
 pub mod callbacks;
 pub mod departed;
 pub mod dialect;
+pub mod drift;
 pub mod estimates;
 pub mod events;
 pub mod failover;

@@ -323,7 +323,7 @@ fn page_select() -> String {
     )
 }
 
-fn prefixed_columns() -> String {
+pub(super) fn prefixed_columns() -> String {
     COLUMNS
         .split(", ")
         .map(|column| format!("o.{column}"))

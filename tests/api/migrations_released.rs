@@ -95,6 +95,10 @@ const RELEASED: &[(&str, &str)] = &[
         "3044766d581835635079c84e63a6ad4014abcd69ed3771988d3bc50ec65c6497",
     ),
     (
+        "migrations/mysql/0023_drift.sql",
+        "ffaf3ebbb17d7d1ffdfefb98fec8bdd41f8695565ca8edfe0f28b9cf2a702f9b",
+    ),
+    (
         "migrations/sqlite/0001_state_store.sql",
         "d2492dcb3a0c0e9057ce11b3ab8401f9855ccded6feeff2c84a0eb737109325d",
     ),
@@ -181,6 +185,10 @@ const RELEASED: &[(&str, &str)] = &[
     (
         "migrations/sqlite/0022_requester_controls.sql",
         "4ecbf7e93543452fb97d85d57a0b719bde1fcad9d00550afb32c963a879d4ee7",
+    ),
+    (
+        "migrations/sqlite/0023_drift.sql",
+        "53162bd33933eb089073efeffd69462ddf156446c8188e85181bc1e13e4f4831",
     ),
 ];
 

@@ -76,6 +76,8 @@ export interface Operation {
   revertOf?: string;
   /** The newest request that reverts this one. */
   revertedBy?: string;
+  /** The binding's file on the target branch is not what changegate wrote. */
+  drift?: { kind: "CHANGED" | "MISSING"; path: string; since: string; sinceCommit?: string };
   /** In the operators' list: the actions the server would accept now. */
   actions?: OperatorAction[];
   /** In the operators' list: actions an operator may look for that cannot succeed now, and why. */

@@ -5,6 +5,7 @@
 mod blobs;
 mod checklist;
 mod error;
+mod history;
 mod merge_requests;
 mod types;
 
@@ -17,6 +18,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 pub use error::{FailureClass, GitLabError, Permanent};
+pub use history::CommitSummary;
 
 use super::health::{Dependencies, System};
 use super::http::{CallError, SystemClient};

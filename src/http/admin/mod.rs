@@ -8,6 +8,7 @@ mod batch_views;
 pub mod batches;
 mod bodies;
 pub mod config;
+pub mod drift;
 pub mod health;
 mod ok;
 pub mod operations;

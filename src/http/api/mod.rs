@@ -246,6 +246,11 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
         ))
         .routes(guarded(
             state,
+            &ADMIN_READ,
+            routes!(super::admin::drift::list),
+        ))
+        .routes(guarded(
+            state,
             &ADMIN_URGENT,
             routes!(super::admin::urgent::mark_urgent_request),
         ))

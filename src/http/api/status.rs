@@ -9,6 +9,7 @@ use super::queue::QueueView;
 use crate::batch::queue_estimate;
 use crate::db::Db;
 use crate::db::batches::InBatch;
+use crate::db::drift::finding_of_binding;
 use crate::db::history::last_status;
 use crate::db::operations::{
     OperationPage, OperationRow, get_operation_page, get_operation_with_status, reverted_by,
@@ -76,6 +77,10 @@ pub struct OperationView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<uuid::Uuid>)]
     reverted_by: Option<String>,
+    /// While it holds its binding and the drift job finds the binding's
+    /// file on the target branch other than changegate wrote it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    drift: Option<DriftNote>,
     #[schema(value_type = String, format = DateTime)]
     created_at: String,
     #[schema(value_type = String, format = DateTime)]
@@ -95,6 +100,23 @@ pub struct OperationView {
     /// console shows them disabled, the reason on hover.
     #[serde(skip_serializing_if = "Option::is_none")]
     withheld_actions: Option<Vec<WithheldAction>>,
+}
+
+/// How the binding's file on the target branch differs from what
+/// changegate wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftNote {
+    /// `CHANGED` or `MISSING` (see `GET /admin/v1/drift`).
+    kind: String,
+    /// The file.
+    path: String,
+    /// Since when the drift job finds it so.
+    #[schema(value_type = String, format = DateTime)]
+    since: String,
+    /// The commit that last changed the file then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    since_commit: Option<String>,
 }
 
 /// What a `SCHEDULED` request waits for.
@@ -310,12 +332,33 @@ pub async fn get_operation_status(
 async fn view_of(state: &AppState, db: &Db, page: OperationPage) -> ApiResult<OperationView> {
     let status = status_of(db, &page.operation, page.status).await?;
     let reverted_by = reverted_by(db, &page.operation.operation_id).await?;
+    let drift = drift_of(db, &page.operation, page.status).await?;
     let view = OperationView::of(page.operation, status)
+        .drifted(drift)
         .in_batch(page.batch)
         .superseded_by(page.superseded_by)
         .scheduled(state)
         .reverted_by(reverted_by);
     Ok(view.in_merge_queue(state, db, status).await?)
+}
+
+/// The drift finding of the binding `operation` holds (`live`: its status),
+/// if any.
+pub(super) async fn drift_of(
+    db: &Db,
+    operation: &OperationRow,
+    live: Option<BindingStatus>,
+) -> Result<Option<DriftNote>, sqlx::Error> {
+    if live.is_none() {
+        return Ok(None);
+    }
+    let finding = finding_of_binding(db, &operation.subject_id, &operation.target_key).await?;
+    Ok(finding.map(|finding| DriftNote {
+        kind: finding.kind,
+        path: finding.path,
+        since: rfc3339(finding.since),
+        since_commit: finding.since_commit,
+    }))
 }
 
 /// The status answer of `operation_id`, for the caller that just acted on it.
@@ -406,6 +449,11 @@ impl OperationView {
         }
     }
 
+    /// The same view, saying how its binding's file drifted, if it did.
+    pub(super) fn drifted(self, drift: Option<DriftNote>) -> Self {
+        Self { drift, ..self }
+    }
+
     /// The same view, naming the newest request that reverts it.
     pub fn reverted_by(self, reverted_by: Option<String>) -> Self {
         Self {
@@ -451,6 +499,7 @@ impl OperationView {
             urgent: operation.urgent,
             revert_of: operation.revert_of,
             reverted_by: None,
+            drift: None,
             created_at: rfc3339(operation.created_at),
             updated_at: rfc3339(operation.updated_at),
             superseded_by: None,

@@ -258,6 +258,7 @@ async fn with_the_builtin_provider_the_request_waits_for_an_operator() {
 mod batch_numbers;
 mod batched;
 mod deploy_projects;
+mod drift;
 pub(crate) mod end_to_end;
 mod failure_classes;
 mod gitlab_faults;

@@ -112,6 +112,11 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
           ? [h("dt", {}, "Scheduled"), h("dd", { id: "scheduled", "data-waits-for": op.scheduled.waitsFor, "data-until": op.scheduled.until ?? "" },
               op.scheduled.until ? `lands at or after ${when(op.scheduled.until)}: ` : "", op.scheduled.description)]
           : op.notBefore ? [h("dt", {}, "Not before"), h("dd", { id: "not-before" }, when(op.notBefore))] : null,
+        op.drift
+          ? [h("dt", {}, "Repository"), h("dd", { id: "drift", "data-kind": op.drift.kind, class: "notice" },
+              `The file ${op.drift.path} on the target branch ${op.drift.kind === "MISSING" ? "is gone" : "differs from what changegate wrote"} since ${when(op.drift.since)}`,
+              op.drift.sinceCommit ? ` (commit ${op.drift.sinceCommit.slice(0, 8)})` : "", ".")]
+          : null,
         op.urgent ? [h("dt", {}, "Urgent"), h("dd", { id: "urgent" }, "in the merge queue's urgent lane")] : null,
         op.revertOf ? [h("dt", {}, "Reverts"), h("dd", {}, h("a", { href: `/operations/${op.revertOf}`, id: "revert-of" }, op.revertOf))] : null,
         op.revertedBy ? [h("dt", {}, "Reverted by"), h("dd", {}, h("a", { href: `/operations/${op.revertedBy}`, id: "reverted-by" }, op.revertedBy))] : null,

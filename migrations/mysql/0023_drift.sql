@@ -1,0 +1,30 @@
+-- Drift (SPEC §13): where the target branch and changegate disagree, as the
+-- last pass of the drift job found it. One row per file that differs now:
+-- a pass inserts what it sees for the first time (`since` is then), keeps
+-- `detected_at` current for what it sees again, and deletes what it no
+-- longer sees (the drift is resolved). `kind`: CHANGED (the file is not the
+-- binding's rendering), MISSING (a live binding has no file) or UNEXPECTED
+-- (a file in a managed directory with no live binding). `blob_id` is what
+-- the branch holds (none when missing); `since_commit` the commit that last
+-- changed the file when it was first found (read once, for the request's
+-- page; the report reads it afresh).
+--
+-- Expand only: a new table the previous release never reads.
+CREATE TABLE drift_finding (
+    id           BIGINT        NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    project      VARCHAR(191)  NOT NULL,
+    path         VARCHAR(512)  NOT NULL,
+    kind         VARCHAR(16)   NOT NULL,
+    target_key   VARCHAR(191)  NULL,
+    subject_id   VARCHAR(191)  NULL,
+    blob_id      VARCHAR(64)   NULL,
+    since_commit VARCHAR(64)   NULL,
+    since        DATETIME(3)   NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+    detected_at  DATETIME(3)   NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+    UNIQUE KEY uk_drift_finding_path (project, path),
+    -- a request's page: the finding of its binding's file
+    KEY ix_drift_finding_binding (target_key, subject_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- The drift job runs on one instance at a time, under this lease.
+INSERT INTO job_lease (name) VALUES ('drift');

@@ -1,0 +1,16 @@
+-- Drift (SPEC §13); see the MySQL twin for the design notes.
+CREATE TABLE drift_finding (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    project      TEXT    NOT NULL,
+    path         TEXT    NOT NULL,
+    kind         TEXT    NOT NULL,
+    target_key   TEXT    NULL,
+    subject_id   TEXT    NULL,
+    blob_id      TEXT    NULL,
+    since_commit TEXT    NULL,
+    since        TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    detected_at  TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+);
+CREATE UNIQUE INDEX uk_drift_finding_path ON drift_finding (project, path);
+CREATE INDEX ix_drift_finding_binding ON drift_finding (target_key, subject_id);
+INSERT INTO job_lease (name) VALUES ('drift');

@@ -1,0 +1,220 @@
+//! What the drift job reads and records (SPEC §13, migration 0023): the
+//! operations whose renderings the live bindings are, the relations with a
+//! request in flight, and the findings of the last pass. Each query names
+//! the index it uses.
+
+use std::collections::HashMap;
+
+use chrono::NaiveDateTime;
+use sqlx::AssertSqlSafe;
+
+use super::operations::{OperationRow, prefixed_columns};
+use super::{Db, DbTx, dialect};
+use crate::{with_pool, with_tx};
+
+/// The binding statuses whose file changegate believes is on the target
+/// branch, as the operation that owns the binding rendered it.
+const LIVE: &str = "('VALIDATED', 'MERGED')";
+/// The binding statuses whose file is expected to move: a request is in
+/// flight, or stopped half-way and waits for an operator.
+const MOVING: &str = "('APPROVAL_SENDING', 'APPROVAL_SENT', 'MR_CREATING', 'MR_CREATED', \
+    'MERGING', 'CLOSING', 'CREATE_FAILED', 'HANDLE_FAILED', 'CLOSE_FAILED')";
+
+/// The operation that owns each live binding (its rendering is what the
+/// branch should hold). A scan of `binding`, then the operation's unique key.
+pub async fn live_operations(db: &Db) -> Result<Vec<OperationRow>, sqlx::Error> {
+    let sql = format!(
+        "SELECT {} FROM binding b JOIN operation o ON o.operation_id = b.operation_id \
+         WHERE b.status IN {LIVE}",
+        prefixed_columns()
+    );
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(AssertSqlSafe(sql)).fetch_all(pool).await
+    })
+}
+
+/// `(subject, target)` of every binding whose file is expected to move.
+pub async fn moving_relations(db: &Db) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let sql = format!("SELECT subject_id, target_key FROM binding WHERE status IN {MOVING}");
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(AssertSqlSafe(sql)).fetch_all(pool).await
+    })
+}
+
+/// One file where the target branch and changegate disagree.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct FindingRow {
+    /// Row id.
+    pub id: i64,
+    /// The GitLab project.
+    pub project: String,
+    /// The file.
+    pub path: String,
+    /// `CHANGED`, `MISSING` or `UNEXPECTED`.
+    pub kind: String,
+    /// The binding's target, when a binding names the file.
+    pub target_key: Option<String>,
+    /// The binding's subject, when a binding names the file.
+    pub subject_id: Option<String>,
+    /// What the branch holds (none: missing).
+    pub blob_id: Option<String>,
+    /// The commit that last changed the file when it was first seen.
+    pub since_commit: Option<String>,
+    /// When a pass first saw it.
+    pub since: NaiveDateTime,
+    /// When a pass last saw it.
+    pub detected_at: NaiveDateTime,
+}
+
+/// A finding of one pass, to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewFinding {
+    /// The file.
+    pub path: String,
+    /// `CHANGED`, `MISSING` or `UNEXPECTED`.
+    pub kind: &'static str,
+    /// The binding's target, when a binding names the file.
+    pub target_key: Option<String>,
+    /// The binding's subject, when a binding names the file.
+    pub subject_id: Option<String>,
+    /// What the branch holds (none: missing).
+    pub blob_id: Option<String>,
+}
+
+const COLUMNS: &str =
+    "id, project, path, kind, target_key, subject_id, blob_id, since_commit, since, detected_at";
+
+/// Every finding, oldest first. Served by the primary key.
+pub async fn list_findings(db: &Db) -> Result<Vec<FindingRow>, sqlx::Error> {
+    let sql = format!("SELECT {COLUMNS} FROM drift_finding ORDER BY id");
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(AssertSqlSafe(sql)).fetch_all(pool).await
+    })
+}
+
+/// The findings of `project`, by path, in the caller's transaction (the
+/// pass that replaces them holds the job lease: no other writer).
+pub async fn findings_of(
+    tx: &mut DbTx,
+    project: &str,
+) -> Result<HashMap<String, FindingRow>, sqlx::Error> {
+    let sql = format!("SELECT {COLUMNS} FROM drift_finding WHERE project = ?");
+    let rows: Vec<FindingRow> = with_tx!(tx, |conn| {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .bind(project)
+            .fetch_all(conn)
+            .await
+    })?;
+    Ok(rows
+        .into_iter()
+        .map(|row| (row.path.clone(), row))
+        .collect())
+}
+
+/// Records a finding seen for the first time.
+pub async fn insert_finding(
+    tx: &mut DbTx,
+    project: &str,
+    finding: &NewFinding,
+) -> Result<(), sqlx::Error> {
+    let sql = "INSERT INTO drift_finding (project, path, kind, target_key, subject_id, blob_id) \
+               VALUES (?, ?, ?, ?, ?, ?)";
+    with_tx!(tx, |conn| {
+        sqlx::query(sql)
+            .bind(project)
+            .bind(&finding.path)
+            .bind(finding.kind)
+            .bind(&finding.target_key)
+            .bind(&finding.subject_id)
+            .bind(&finding.blob_id)
+            .execute(conn)
+            .await
+            .map(drop)
+    })
+}
+
+/// A finding seen again: its kind and blob as now, seen now.
+pub async fn refresh_finding(
+    tx: &mut DbTx,
+    id: i64,
+    finding: &NewFinding,
+) -> Result<(), sqlx::Error> {
+    let sql = format!(
+        "UPDATE drift_finding SET kind = ?, target_key = ?, subject_id = ?, blob_id = ?, \
+         detected_at = {} WHERE id = ?",
+        dialect::now_ms(tx.backend())
+    );
+    with_tx!(tx, |conn| {
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(finding.kind)
+            .bind(&finding.target_key)
+            .bind(&finding.subject_id)
+            .bind(&finding.blob_id)
+            .bind(id)
+            .execute(conn)
+            .await
+            .map(drop)
+    })
+}
+
+/// Records the commit that last changed a finding's file.
+pub async fn set_since_commit(
+    db: &Db,
+    project: &str,
+    path: &str,
+    sha: &str,
+) -> Result<(), sqlx::Error> {
+    let sql = "UPDATE drift_finding SET since_commit = ? WHERE project = ? AND path = ?";
+    with_pool!(db, writer, |pool| {
+        sqlx::query(sql)
+            .bind(sha)
+            .bind(project)
+            .bind(path)
+            .execute(pool)
+            .await
+            .map(drop)
+    })
+}
+
+/// The finding of the binding of `(subject, target)`'s file, if any.
+/// Served by `ix_drift_finding_binding`.
+pub async fn finding_of_binding(
+    db: &Db,
+    subject_id: &str,
+    target_key: &str,
+) -> Result<Option<FindingRow>, sqlx::Error> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM drift_finding WHERE target_key = ? AND subject_id = ? LIMIT 1"
+    );
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .bind(target_key)
+            .bind(subject_id)
+            .fetch_optional(pool)
+            .await
+    })
+}
+
+/// A finding no longer seen: the drift is resolved.
+pub async fn delete_finding(tx: &mut DbTx, id: i64) -> Result<(), sqlx::Error> {
+    with_tx!(tx, |conn| {
+        sqlx::query("DELETE FROM drift_finding WHERE id = ?")
+            .bind(id)
+            .execute(conn)
+            .await
+            .map(drop)
+    })
+}
+
+/// `(subject, target)` of every binding whose file changegate believes
+/// absent (closed, refused, abandoned), to name the owner of a file found
+/// where none should be.
+pub async fn settled_relations(db: &Db) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let sql = format!(
+        "SELECT subject_id, target_key FROM binding WHERE status NOT IN {LIVE} \
+         AND status NOT IN {MOVING}"
+    );
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(AssertSqlSafe(sql)).fetch_all(pool).await
+    })
+}

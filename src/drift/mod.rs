@@ -1,0 +1,280 @@
+//! Drift (SPEC §13): a job, on one instance at a time under its lease,
+//! compares each managed directory of the target branch with what
+//! changegate believes (the rendering of every live binding, no file for
+//! the others) by git blob id, one tree listing per directory and page, so
+//! its GitLab calls grow with directories, not bindings. Bindings with a
+//! request in flight are skipped: their file is expected to move. What it
+//! finds is recorded (`drift_finding`), shown at `GET /admin/v1/drift` and
+//! counted in `changegate_drift_files{kind, target}`. Nothing is written
+//! to the repository.
+//!
+//! Files of shared-file targets (one key each) are not compared yet.
+
+mod compare;
+
+pub use compare::{Belief, Believed, compare, directory};
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::clients::gitlab::{GitLabClient, git_blob_id};
+use crate::config::Settings;
+use crate::db::Db;
+use serde_json::json;
+
+use crate::db::bindings::binding_in;
+use crate::db::drift::{
+    NewFinding, delete_finding, findings_of, insert_finding, list_findings, live_operations,
+    moving_relations, refresh_finding, set_since_commit, settled_relations,
+};
+use crate::db::events::{BINDING_DRIFT_RESOLVED, BINDING_DRIFTED, append_drift_event};
+use crate::db::retention::{release_job_lease, take_job_lease};
+use crate::files::layout::{FileChange, Layout};
+use crate::jobs::Outcome;
+use crate::workflow::{bot, file_change};
+use crate::write_tx;
+
+/// The job's name on its lease.
+const JOB: &str = "drift";
+/// How long a pass may hold the lease before another instance may take it.
+const LEASE: Duration = Duration::from_secs(600);
+/// The kinds of drift, as stored and as the metric labels them.
+pub const KINDS: [&str; 3] = ["CHANGED", "MISSING", "UNEXPECTED"];
+
+/// One pass, if no other instance runs one (`owner`: this instance's id on
+/// the lease), then the metric from what is recorded: every instance
+/// exports the same counts, whichever ran the pass. `Worked` counts the
+/// files found drifted.
+pub async fn run_once(
+    db: &Db,
+    settings: &Settings,
+    gitlab: &GitLabClient,
+    owner: &str,
+) -> anyhow::Result<Outcome> {
+    if settings.drift.interval.is_zero() {
+        return Ok(Outcome::Idle);
+    }
+    let found = if take_job_lease(db, JOB, owner, LEASE)
+        .await
+        .context("taking the drift lease")?
+    {
+        let found = pass(db, settings, gitlab).await;
+        release_job_lease(db, JOB, owner)
+            .await
+            .context("giving the drift lease back")?;
+        found
+    } else {
+        Ok(0)
+    };
+    count(db, settings).await?;
+    Ok(match found? {
+        0 => Outcome::Idle,
+        done => Outcome::Worked {
+            done: done as u64,
+            full: false,
+        },
+    })
+}
+
+/// Compares every project's managed directories with what changegate
+/// believes and records the findings; how many files drifted.
+pub async fn pass(db: &Db, settings: &Settings, gitlab: &GitLabClient) -> anyhow::Result<usize> {
+    let token = bot(settings).context("the bot token")?;
+    let reference = settings.gitlab.target_branch.as_str();
+    let mut drifted = 0;
+    for (project, (belief, directories)) in beliefs(db, settings).await? {
+        let mut listed = HashMap::new();
+        for directory in &directories {
+            listed.extend(
+                gitlab
+                    .blobs_in(token, &project, directory, reference)
+                    .await
+                    .with_context(|| format!("listing {directory} in {project}"))?,
+            );
+        }
+        let findings = compare(&belief, &listed);
+        drifted += findings.len();
+        for path in record(db, &project, &findings).await? {
+            // Read once, when it first differs, for the request's page.
+            match gitlab
+                .last_commit_of(token, &project, &path, reference)
+                .await
+            {
+                Ok(Some(commit)) => set_since_commit(db, &project, &path, &commit.id).await?,
+                Ok(None) => {}
+                Err(err) => tracing::info!(path, "drift: no last commit of the file: {err}"),
+            }
+        }
+    }
+    Ok(drifted)
+}
+
+/// What changegate believes of each project's files, and the directories
+/// that hold them.
+async fn beliefs(
+    db: &Db,
+    settings: &Settings,
+) -> anyhow::Result<BTreeMap<String, (Belief, BTreeSet<String>)>> {
+    let mut beliefs: BTreeMap<String, (Belief, BTreeSet<String>)> = BTreeMap::new();
+    // A target whose files sit in one directory manages it even while no
+    // binding of it is live: a file there is unexpected.
+    for (key, target) in &settings.targets {
+        if let Layout::FilePerBinding { .. } = target.layout {
+            let one = target.layout.path(key, "a");
+            let other = target.layout.path(key, "b");
+            if directory(&one) == directory(&other) {
+                let project = settings.project_for(key).to_owned();
+                let entry = beliefs.entry(project).or_default();
+                entry.1.insert(directory(&one).to_owned());
+            }
+        }
+    }
+    for operation in live_operations(db).await? {
+        if !settings.targets.contains_key(&operation.target_key) {
+            continue;
+        }
+        let project = settings.project_for(&operation.target_key).to_owned();
+        match file_change(settings, &operation) {
+            Ok(FileChange::Whole {
+                path,
+                content: Some(content),
+            }) => {
+                let (belief, directories) = beliefs.entry(project).or_default();
+                directories.insert(directory(&path).to_owned());
+                belief.owners.insert(
+                    path.clone(),
+                    (operation.target_key.clone(), operation.subject_id.clone()),
+                );
+                belief.files.push(Believed {
+                    path,
+                    blob_id: git_blob_id(&content),
+                    target_key: operation.target_key,
+                    subject_id: operation.subject_id,
+                });
+            }
+            Ok(_) => {}
+            Err(reason) => tracing::warn!(
+                operation_id = operation.operation_id,
+                "drift: the binding's file cannot be rendered now, so it is not compared: {reason}"
+            ),
+        }
+    }
+    let moving = moving_relations(db).await?;
+    let settled = settled_relations(db).await?;
+    for (subject, target_key, is_moving) in moving
+        .into_iter()
+        .map(|(s, t)| (s, t, true))
+        .chain(settled.into_iter().map(|(s, t)| (s, t, false)))
+    {
+        let Some(target) = settings.targets.get(&target_key) else {
+            continue;
+        };
+        if !matches!(target.layout, Layout::FilePerBinding { .. }) {
+            continue;
+        }
+        let path = target.layout.path(&target_key, &subject);
+        let project = settings.project_for(&target_key).to_owned();
+        let (belief, _) = beliefs.entry(project).or_default();
+        if is_moving {
+            belief.moving.insert(path.clone());
+        }
+        belief.owners.entry(path).or_insert((target_key, subject));
+    }
+    Ok(beliefs)
+}
+
+/// Replaces `project`'s findings with `findings`: new ones recorded from
+/// now, seen ones refreshed, gone ones deleted (resolved). Each appearance
+/// and each resolution is one webhook event, written in the same
+/// transaction: once per appearance, however often a pass sees it.
+async fn record(db: &Db, project: &str, findings: &[NewFinding]) -> anyhow::Result<Vec<String>> {
+    write_tx!(db, |tx| {
+        let mut appeared = Vec::new();
+        let mut before = findings_of(tx.db(), project).await?;
+        for finding in findings {
+            match before.remove(&finding.path) {
+                Some(seen) => refresh_finding(tx.db(), seen.id, finding).await?,
+                None => {
+                    insert_finding(tx.db(), project, finding).await?;
+                    let payload = json!({
+                        "kind": finding.kind, "project": project, "path": finding.path,
+                        "blobId": finding.blob_id,
+                    });
+                    let about = (finding.subject_id.as_deref(), finding.target_key.as_deref());
+                    event(tx, BINDING_DRIFTED, about, &payload).await?;
+                    appeared.push(finding.path.clone());
+                }
+            }
+        }
+        for gone in before.into_values() {
+            delete_finding(tx.db(), gone.id).await?;
+            let payload = json!({ "kind": gone.kind, "project": project, "path": gone.path });
+            let about = (gone.subject_id.as_deref(), gone.target_key.as_deref());
+            event(tx, BINDING_DRIFT_RESOLVED, about, &payload).await?;
+        }
+        Ok::<_, crate::store::StoreError>(appeared)
+    })
+    .await
+    .context("recording the drift findings")
+}
+
+/// A drift event about the binding of `(subject, target)`, if one names
+/// the file.
+async fn event(
+    tx: &mut crate::store::StoreTx,
+    event_type: &str,
+    (subject, target): (Option<&str>, Option<&str>),
+    payload: &serde_json::Value,
+) -> Result<(), crate::store::StoreError> {
+    let (subject, target) = (subject.unwrap_or_default(), target.unwrap_or_default());
+    let binding = if subject.is_empty() {
+        None
+    } else {
+        binding_in(tx.db(), subject, target).await?
+    };
+    append_drift_event(
+        tx.db(),
+        event_type,
+        (subject, target),
+        binding
+            .as_ref()
+            .map(|binding| (binding.operation_id.as_str(), binding.status)),
+        &payload.to_string(),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Sets `changegate_drift_files{kind, target}` from the findings recorded,
+/// zero for every target and kind with none.
+async fn count(db: &Db, settings: &Settings) -> anyhow::Result<()> {
+    let mut counts: BTreeMap<(String, &str), f64> = BTreeMap::new();
+    for key in settings.targets.keys() {
+        for kind in KINDS {
+            counts.insert((key.clone(), kind), 0.0);
+        }
+    }
+    for finding in list_findings(db).await.context("reading the findings")? {
+        let target = finding.target_key.unwrap_or_default();
+        let kind = KINDS
+            .into_iter()
+            .find(|kind| *kind == finding.kind)
+            .unwrap_or("UNEXPECTED");
+        *counts.entry((target, kind)).or_default() += 1.0;
+    }
+    for ((target, kind), files) in counts {
+        metrics::gauge!("changegate_drift_files", "kind" => kind.to_ascii_lowercase(), "target" => target)
+            .set(files);
+    }
+    Ok(())
+}
+
+/// Describes the drift metric.
+pub fn describe_metrics() {
+    metrics::describe_gauge!(
+        "changegate_drift_files",
+        "Files where the target branch and changegate disagree, as the last drift pass found them, by kind (changed, missing, unexpected) and target (empty: a file no binding names)."
+    );
+}
