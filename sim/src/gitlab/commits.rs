@@ -221,7 +221,7 @@ pub struct CommitQuery {
 
 /// `GET /projects/:id/repository/commits/:sha` ("Get a single commit" in
 /// `doc/api/commits.md`): a commit named by its id (full, or a unique prefix) or by a
-/// branch, whose head it answers; 404 `Commit Not Found` otherwise.
+/// branch or `HEAD`, whose head it answers; 404 `Commit Not Found` otherwise.
 pub async fn get_commit(
     State(ctx): State<SimContext>,
     _caller: Caller,
@@ -231,7 +231,7 @@ pub async fn get_commit(
     let mut state = ctx.lock();
     let scope = state.scope(&project)?;
     let project = &*scope.project;
-    let sha = project.repo.resolve(&reference).map(|c| c.id.clone());
+    let sha = project.resolve(&reference).map(|c| c.id.clone());
     sha.and_then(|sha| detail_json(project, &sha, query.stats.unwrap_or(true)))
         .map(Json)
         .ok_or(ApiError::NotFound("Commit"))
@@ -251,7 +251,7 @@ fn read_file(ctx: &SimContext, project: &str, path: &str, query: FileQuery) -> A
         .ok_or_else(|| ApiError::InvalidParam("ref is missing".to_owned()))?;
     let mut state = ctx.lock();
     let scope = state.scope(project)?;
-    let commit = scope.project.repo.resolve(&reference);
+    let commit = scope.project.resolve(&reference);
     let commit = commit.ok_or(ApiError::NotFound("Commit"))?;
     let content = commit.tree.get(path).ok_or(ApiError::NotFound("File"))?;
     let last = scope.project.repo.last_commit_for_path(&commit.id, path);
@@ -283,7 +283,7 @@ fn sha256_hex(content: &str) -> String {
 }
 
 /// `GET /projects/:id/repository/files/:file_path?ref=`: content in base64, as GitLab does
-/// (`lib/api/files.rb`); `ref` is a branch or a commit id.
+/// (`lib/api/files.rb`); `ref` is a branch, a commit id or `HEAD`.
 pub async fn get_file(
     State(ctx): State<SimContext>,
     _caller: Caller,

@@ -140,7 +140,7 @@ fn boolean(value: Option<&str>, name: &str) -> ApiResult<bool> {
     }
 }
 
-/// `GET /projects/:id/repository/tree`: `ref` (a branch or commit id; the default
+/// `GET /projects/:id/repository/tree`: `ref` (a branch, commit id or `HEAD`; the default
 /// branch when absent), `path`, `recursive`, offset pagination. Trees come before blobs
 /// (`sorted_entries` in `app/models/tree.rb`). An unknown ref is `404 Tree Not Found`; a path that is no
 /// directory at that ref is `404 invalid revision or path Not Found`, the Gitaly error
@@ -161,7 +161,7 @@ pub async fn list_tree(
         .reference
         .as_deref()
         .unwrap_or(&project.default_branch);
-    let commit = project.repo.resolve(reference);
+    let commit = project.resolve(reference);
     let commit = commit.ok_or(ApiError::NotFound("Tree"))?;
     let root = Dir::of(&commit.tree);
     let path = query.path.as_deref().unwrap_or_default().trim_matches('/');

@@ -286,7 +286,7 @@ async fn files_are_read_at_a_merge_commit_and_at_an_older_commit() {
 }
 
 #[tokio::test]
-async fn a_single_commit_is_read_by_its_id_a_unique_prefix_or_a_branch() {
+async fn a_single_commit_is_read_by_its_id_a_unique_prefix_a_branch_or_head() {
     let fx = Fixture::start().await;
     let iid = fx.open_mr("bot/one", &[("a.json", "{\"a\":1}\n")]).await;
     let head = fx.sim.merge_request(fx.project, iid).unwrap().sha;
@@ -311,6 +311,8 @@ async fn a_single_commit_is_read_by_its_id_a_unique_prefix_or_a_branch() {
     let main = fx.get(BOT, &commit("main")).await;
     assert_eq!(main.body["parent_ids"], json!([]));
     assert_eq!(main.body["status"], Value::Null);
+    // `HEAD` is the default branch, as the symbolic ref of a GitLab repository.
+    assert_eq!(fx.get(BOT, &commit("HEAD")).await.body, main.body);
     let without_stats = fx.get(BOT, &format!("{}?stats=false", commit(&head))).await;
     assert!(without_stats.body.get("stats").is_none());
 

@@ -99,6 +99,8 @@ async fn tree_lists_git_ids_trees_first() {
     // At the older commit only the README existed.
     let old = fx.get(BOT, &format!("{tree}?ref={before}")).await;
     assert_eq!(old.body, json!([entry(README, "README.md", false)]));
+    let head = fx.get(BOT, &format!("{tree}?ref=HEAD")).await;
+    assert_eq!(head.body, root.body);
 }
 
 #[tokio::test]
