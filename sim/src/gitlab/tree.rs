@@ -14,7 +14,7 @@ use sha1::{Digest, Sha1};
 use super::SimContext;
 use super::auth::Caller;
 use super::error::{ApiError, ApiResult};
-use super::params::{PageQuery, paginate};
+use super::params::{PageQuery, boolean, paginate};
 use super::repo::Tree;
 
 /// Git's id of a blob holding `content`: `sha1("blob <len>\0<content>")`.
@@ -130,16 +130,6 @@ pub struct TreeQuery {
     recursive: Option<String>,
 }
 
-/// Grape's `Boolean` coercion.
-fn boolean(value: Option<&str>, name: &str) -> ApiResult<bool> {
-    match value.map(str::to_ascii_lowercase).as_deref() {
-        None => Ok(false),
-        Some("1" | "true" | "t" | "yes" | "y" | "on") => Ok(true),
-        Some("0" | "false" | "f" | "no" | "n" | "off") => Ok(false),
-        Some(_) => Err(ApiError::InvalidParam(format!("{name} is invalid"))),
-    }
-}
-
 /// `GET /projects/:id/repository/tree`: `ref` (a branch, commit id or `HEAD`; the default
 /// branch when absent), `path`, `recursive`, offset pagination. Trees come before blobs
 /// (`sorted_entries` in `app/models/tree.rb`). An unknown ref is `404 Tree Not Found`; a path that is no
@@ -153,7 +143,7 @@ pub async fn list_tree(
     Query(query): Query<TreeQuery>,
     page: PageQuery,
 ) -> ApiResult<Response> {
-    let recursive = boolean(query.recursive.as_deref(), "recursive")?;
+    let recursive = boolean(query.recursive.as_deref(), "recursive")?.unwrap_or(false);
     let mut state = ctx.lock();
     let scope = state.scope(&project)?;
     let project = &*scope.project;
