@@ -1,10 +1,11 @@
 //! Commits API (`POST …/repository/commits` with actions, `Commits::CreateService`'s
-//! checks; `GET …/repository/commits/:sha`) and the Files API reads
-//! (`GET …/repository/files/:path[/raw]`, at a branch or a commit).
+//! checks; `GET …/repository/commits` listing them; `GET …/repository/commits/:sha`) and
+//! the Files API reads (`GET …/repository/files/:path[/raw]`, at a branch or a commit).
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
+use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -12,9 +13,9 @@ use super::SimContext;
 use super::auth::Caller;
 use super::error::{ApiError, ApiResult};
 use super::merge_requests::on_push;
-use super::params::JsonBody;
+use super::params::{JsonBody, PageQuery, boolean, paginate_uncounted};
 use super::pipelines::Pipeline;
-use super::repo::{Change, apply, line_stats};
+use super::repo::{Change, Commit, Repo, apply, line_stats};
 use super::state::{Project, Scope, UserId};
 use super::tree::blob_id;
 use base64::Engine;
@@ -188,14 +189,21 @@ pub async fn create_commit(
     Ok((StatusCode::CREATED, Json(body)))
 }
 
+/// The `CommitStats` entity: line additions and deletions against the first parent (the
+/// empty tree for a root commit), as Gitaly's `CommitStats` counts them.
+fn stats_json(repo: &Repo, commit: &Commit) -> Value {
+    let parent = commit.parent_ids.first().and_then(|id| repo.commit(id));
+    let before = parent.map(|parent| parent.tree.clone()).unwrap_or_default();
+    let (additions, deletions) = line_stats(&before, &commit.tree);
+    json!({ "additions": additions, "deletions": deletions, "total": additions + deletions })
+}
+
 /// The `CommitDetail` entity (`lib/api/entities/commit_detail.rb`): the commit, its line
 /// stats against its first parent (with `stats`), the status and basic entity of its
 /// latest pipeline, and the project id. `None` for an unknown commit.
 fn detail_json(project: &Project, sha: &str, stats: bool) -> Option<Value> {
     let repo = &project.repo;
     let commit = repo.commit(sha)?;
-    let parent = commit.parent_ids.first().and_then(|id| repo.commit(id));
-    let before = parent.map(|parent| parent.tree.clone()).unwrap_or_default();
     let pipeline = project.pipelines.iter().rev().find(|p| p.sha == sha);
     let mut body = commit.json(&project.web_url);
     let mut detail = json!({
@@ -204,8 +212,7 @@ fn detail_json(project: &Project, sha: &str, stats: bool) -> Option<Value> {
         "project_id": project.id,
     });
     if stats {
-        let (additions, deletions) = line_stats(&before, &commit.tree);
-        detail["stats"] = json!({ "additions": additions, "deletions": deletions, "total": additions + deletions });
+        detail["stats"] = stats_json(repo, commit);
     }
     if let (Value::Object(fields), Value::Object(detail)) = (&mut body, detail) {
         fields.extend(detail);
@@ -235,6 +242,131 @@ pub async fn get_commit(
     sha.and_then(|sha| detail_json(project, &sha, query.stats.unwrap_or(true)))
         .map(Json)
         .ok_or(ApiError::NotFound("Commit"))
+}
+
+/// Query of `GET …/repository/commits`, besides pagination.
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    ref_name: Option<String>,
+    path: Option<String>,
+    first_parent: Option<String>,
+    with_stats: Option<String>,
+    all: Option<String>,
+    order: Option<String>,
+    trailers: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    author: Option<String>,
+}
+
+/// Whether Gitaly takes `revision` (`git.ValidateRevision` with empty revisions allowed,
+/// which `FindCommits` runs): no leading `-`, no whitespace, NUL, `:` or `\`. GitLab
+/// answers a refused one `400 ref_name is invalid`.
+fn valid_revision(revision: &str) -> bool {
+    !revision.starts_with('-')
+        && !revision
+            .chars()
+            .any(|c| matches!(c, ' ' | '\t' | '\n' | '\r' | '\0' | ':' | '\\'))
+}
+
+/// A 400 for a parameter GitLab takes and the simulator does not model: refusing it
+/// loudly beats answering as if it had been applied.
+fn not_simulated(name: &str) -> ApiError {
+    ApiError::InvalidParam(format!("{name} is not supported by the simulator"))
+}
+
+/// `GET /projects/:id/repository/commits` ("List repository commits" in
+/// `doc/api/commits.md`, `lib/api/commits.rb`): the commits of `ref_name` (a branch, a
+/// commit id, `HEAD`, or a range `a..b`; the default branch when absent or empty), newest
+/// first as `git log` lists them ([`Repo::log`]), as `Commit` entities, with `stats` when
+/// `with_stats` is true (`CommitWithStats`). `path` keeps the commits that changed that
+/// file or directory, following it across renames; `first_parent` walks first parents
+/// only.
+///
+/// An unknown ref lists nothing, `200 []`, as GitLab answers it
+/// (`Gitlab::Git::Repository#log` rescues Gitaly's `CommitNotFound`;
+/// `spec/requests/api/commits_spec.rb`, "when ref_name does not exist"); a ref Gitaly
+/// refuses is `400 ref_name is invalid`. Pagination is offset pagination without a
+/// count ([`paginate_uncounted`]).
+///
+/// `since`, `until`, a non-empty `author`, `all=true`, `order=topo`, `trailers=true` and a
+/// symmetric range `a...b` are refused with a 400 naming them: the simulator does not
+/// model them.
+pub async fn list_commits(
+    State(ctx): State<SimContext>,
+    _caller: Caller,
+    Path(project): Path<String>,
+    Query(query): Query<ListQuery>,
+    page: PageQuery,
+) -> ApiResult<Response> {
+    let all = boolean(query.all.as_deref(), "all")?;
+    let with_stats = boolean(query.with_stats.as_deref(), "with_stats")?.unwrap_or(false);
+    let first_parent = boolean(query.first_parent.as_deref(), "first_parent")?.unwrap_or(false);
+    let trailers = boolean(query.trailers.as_deref(), "trailers")?;
+    let order = query.order.as_deref().unwrap_or("default");
+    if order != "default" && order != "topo" {
+        let message = "order does not have a valid value";
+        return Err(ApiError::InvalidParam(message.to_owned()));
+    }
+    let unmodelled = [
+        ("since", query.since.is_some()),
+        ("until", query.until.is_some()),
+        (
+            "author",
+            query.author.as_deref().is_some_and(|a| !a.is_empty()),
+        ),
+        ("all", all == Some(true)),
+        ("order", order == "topo"),
+        ("trailers", trailers == Some(true)),
+    ];
+    if let Some((name, _)) = unmodelled.iter().find(|(_, given)| *given) {
+        return Err(not_simulated(name));
+    }
+    let mut state = ctx.lock();
+    let scope = state.scope(&project)?;
+    let project = &*scope.project;
+    // `params[:ref_name].presence || user_project.default_branch`
+    let reference = query
+        .ref_name
+        .as_deref()
+        .filter(|name| !name.trim().is_empty())
+        .unwrap_or(&project.default_branch);
+    if !valid_revision(reference) {
+        return Err(ApiError::bad_request("ref_name is invalid"));
+    }
+    // Either side of a range left out is `HEAD`, as git reads `..b` and `a..`.
+    fn side(side: &str) -> &str {
+        if side.is_empty() { "HEAD" } else { side }
+    }
+    let (hidden, from) = match reference.split_once("..") {
+        Some((_, right)) if right.starts_with('.') => {
+            return Err(not_simulated("ref_name a...b"));
+        }
+        Some((left, right)) => (Some(side(left)), side(right)),
+        None => (None, reference),
+    };
+    let path = query.path.as_deref().filter(|path| !path.trim().is_empty());
+    let path = path.map(|path| path.trim_end_matches('/'));
+    // A side git cannot resolve is Gitaly's `CommitNotFound`, which GitLab lists as nothing.
+    let resolve = |name: &str| project.resolve(name).map(|commit| commit.id.as_str());
+    let commits = match (resolve(from), hidden.map(resolve)) {
+        (Some(from), None) => project.repo.log(from, None, path, first_parent),
+        (Some(from), Some(Some(hidden))) => {
+            project.repo.log(from, Some(hidden), path, first_parent)
+        }
+        _ => Vec::new(),
+    };
+    let items = commits
+        .into_iter()
+        .map(|commit| {
+            let mut body = commit.json(&project.web_url);
+            if with_stats {
+                body["stats"] = stats_json(&project.repo, commit);
+            }
+            body
+        })
+        .collect();
+    Ok(paginate_uncounted(items, &page))
 }
 
 /// Query of the Files API.

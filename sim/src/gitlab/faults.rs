@@ -32,6 +32,8 @@ pub enum Endpoint {
     GetFile,
     /// `GET …/repository/files/:file_path/raw`
     GetRawFile,
+    /// `GET …/repository/commits`
+    ListCommits,
     /// `POST …/repository/commits`
     CreateCommit,
     /// `GET …/repository/commits/:sha`

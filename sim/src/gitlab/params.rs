@@ -164,6 +164,24 @@ pub fn paginate(items: Vec<Value>, query: &PageQuery) -> Response {
     page_response(body, query, next, prev, Some((total, pages.max(1))))
 }
 
+/// One page of a list GitLab does not count, as `GET …/repository/commits` answers
+/// (`lib/api/commits.rb`): it asks Gitaly for one page only, tells Kaminari the total is
+/// one more than what it has seen (`offset + commits.size + 1`), and paginates with
+/// `exclude_total_headers: true, without_count: true`. So there is no `x-total`,
+/// `x-total-pages` or `last` link, and a full page always names a next page, even when
+/// nothing follows it. `items` is the whole list; the page is cut here.
+pub fn paginate_uncounted(items: Vec<Value>, query: &PageQuery) -> Response {
+    let page = query.page;
+    let body: Vec<Value> = items
+        .into_iter()
+        .skip(query.offset())
+        .take(query.per_page)
+        .collect();
+    let next = (body.len() == query.per_page).then_some(page + 1);
+    let prev = (page > 1).then_some(page - 1);
+    page_response(body, query, next, prev, None)
+}
+
 /// `body` as a JSON array with the pagination headers; `counted`: the total and the
 /// number of pages, for `x-total`, `x-total-pages` and the `last` link.
 fn page_response(

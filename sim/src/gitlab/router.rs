@@ -58,6 +58,11 @@ pub fn build(ctx: SimContext, control: GitLabControl) -> Router {
         ),
         (
             "/projects/{id}/repository/commits",
+            Endpoint::ListCommits,
+            get(commits::list_commits),
+        ),
+        (
+            "/projects/{id}/repository/commits",
             Endpoint::CreateCommit,
             post(commits::create_commit),
         ),
