@@ -1,11 +1,14 @@
 //! Commits API (`POST …/repository/commits` with actions, `Commits::CreateService`'s
 //! checks; `GET …/repository/commits` listing them; `GET …/repository/commits/:sha`) and
-//! the Files API reads (`GET …/repository/files/:path[/raw]`, at a branch or a commit).
+//! the Files API reads (`GET` and `HEAD …/repository/files/:path`, `GET …/raw`, at a
+//! branch or a commit, with GitLab's `X-Gitlab-*` headers).
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderName, HeaderValue};
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -13,7 +16,7 @@ use super::SimContext;
 use super::auth::Caller;
 use super::error::{ApiError, ApiResult};
 use super::merge_requests::on_push;
-use super::params::{JsonBody, PageQuery, boolean, paginate_uncounted};
+use super::params::{JsonBody, PageQuery, boolean, paginate_uncounted, required};
 use super::pipelines::Pipeline;
 use super::repo::{Change, Commit, Repo, apply, line_stats};
 use super::state::{Project, Scope, UserId};
@@ -376,34 +379,70 @@ pub struct FileQuery {
     reference: Option<String>,
 }
 
-/// Finds `path` at `ref`: 400 without `ref`, 404 for an unknown ref or a missing file.
-fn read_file(ctx: &SimContext, project: &str, path: &str, query: FileQuery) -> ApiResult<FileAt> {
-    let reference = query
-        .reference
-        .ok_or_else(|| ApiError::InvalidParam("ref is missing".to_owned()))?;
+/// The file at `path` as `blob_data` in `lib/api/files.rb` describes it (without the
+/// content): 404 `Commit` for an unknown ref, 404 `File` for a missing file.
+/// `reference` is `ref` as the client gave it, echoed in `ref` (empty when absent).
+fn blob_data(
+    ctx: &SimContext,
+    project: &str,
+    path: &str,
+    reference: &str,
+) -> ApiResult<(Value, String)> {
     let mut state = ctx.lock();
     let scope = state.scope(project)?;
-    let commit = scope.project.resolve(&reference);
+    let project = &*scope.project;
+    // No `ref` (the raw endpoint's is optional) is `Project#commit(nil)`: the default branch.
+    let commit = match reference {
+        "" => project.resolve("HEAD"),
+        _ => project.resolve(reference),
+    };
     let commit = commit.ok_or(ApiError::NotFound("Commit"))?;
     let content = commit.tree.get(path).ok_or(ApiError::NotFound("File"))?;
-    let last = scope.project.repo.last_commit_for_path(&commit.id, path);
-    let last = last.map_or_else(|| commit.id.clone(), |c| c.id.clone());
-    Ok(FileAt {
-        content: content.clone(),
-        commit_id: commit.id.clone(),
-        last_commit_id: last,
-        reference,
-    })
+    // The last commit that changed the file, not the ref's
+    // (`@repo.last_commit_id_for_path(@commit.sha, params[:file_path])`).
+    let last = project.repo.last_commit_for_path(&commit.id, path);
+    let last = last.map_or(&commit.id, |c| &c.id);
+    let data = json!({
+        "file_name": path.rsplit('/').next().unwrap_or(path),
+        "file_path": path,
+        "size": content.len(),
+        "encoding": "base64",
+        "content_sha256": sha256_hex(content),
+        "ref": reference,
+        "blob_id": blob_id(content),
+        "commit_id": commit.id,
+        "last_commit_id": last,
+        // File modes are not modelled: no file is executable.
+        "execute_filemode": false,
+    });
+    Ok((data, content.clone()))
 }
 
-/// A file read at a ref.
-struct FileAt {
-    content: String,
-    /// The ref's commit.
-    commit_id: String,
-    /// The last commit that changed the file.
-    last_commit_id: String,
-    reference: String,
+/// `set_http_headers` (`lib/api/helpers/headers_helpers.rb`): each field of `data` as an
+/// `X-Gitlab-*` header, its name capitalised word by word (`last_commit_id` →
+/// `X-Gitlab-Last-Commit-Id`), its value as text (`false`, `1476`).
+fn with_blob_headers(mut response: Response, data: &Value) -> Response {
+    for (key, value) in data.as_object().into_iter().flatten() {
+        let words: Vec<String> = key
+            .split('_')
+            .map(|word| {
+                let mut chars = word.chars();
+                chars.next().map_or_else(String::new, |first| {
+                    first.to_uppercase().chain(chars).collect()
+                })
+            })
+            .collect();
+        let name = HeaderName::try_from(format!("X-Gitlab-{}", words.join("-")));
+        let text = match value {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        // A value HTTP cannot carry (a control character) is left out.
+        if let (Ok(name), Ok(value)) = (name, HeaderValue::from_bytes(text.as_bytes())) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
 }
 
 /// The SHA-256 of `content` in hex, the Files API's `content_sha256`.
@@ -414,43 +453,51 @@ fn sha256_hex(content: &str) -> String {
         .collect()
 }
 
-/// `GET /projects/:id/repository/files/:file_path?ref=`: content in base64, as GitLab does
-/// (`lib/api/files.rb`); `ref` is a branch, a commit id or `HEAD`.
+/// `GET /projects/:id/repository/files/:file_path?ref=` ("Get file from repository" in
+/// `doc/api/repository_files.md`): the file's metadata with its content in base64, and
+/// the metadata again as `X-Gitlab-*` headers, as `lib/api/files.rb` answers; `ref` (a
+/// branch, a commit id or `HEAD`) is required and not blank.
 pub async fn get_file(
     State(ctx): State<SimContext>,
     _caller: Caller,
     Path((project, path)): Path<(String, String)>,
     Query(query): Query<FileQuery>,
-) -> ApiResult<Json<Value>> {
-    let FileAt {
-        content,
-        commit_id,
-        last_commit_id,
-        reference,
-    } = read_file(&ctx, &project, &path, query)?;
-    Ok(Json(json!({
-        "file_name": path.rsplit('/').next().unwrap_or(&path),
-        "file_path": path,
-        "size": content.len(),
-        "encoding": "base64",
-        "content": BASE64.encode(content.as_bytes()),
-        "content_sha256": sha256_hex(&content),
-        "ref": reference,
-        "blob_id": blob_id(&content),
-        "commit_id": commit_id,
-        // The last commit that changed the file, not the ref's (lib/api/files.rb,
-        // `@repo.last_commit_id_for_path(@commit.sha, params[:file_path])`).
-        "last_commit_id": last_commit_id,
-        "execute_filemode": false,
-    })))
+) -> ApiResult<Response> {
+    let reference = required(&query.reference, "ref")?;
+    let (data, content) = blob_data(&ctx, &project, &path, reference)?;
+    let mut body = data.clone();
+    body["content"] = BASE64.encode(content.as_bytes()).into();
+    Ok(with_blob_headers(Json(body).into_response(), &data))
 }
 
-/// `GET /projects/:id/repository/files/:file_path/raw?ref=`
+/// `HEAD /projects/:id/repository/files/:file_path?ref=` ("Get file metadata only"): the
+/// `X-Gitlab-*` headers of [`get_file`] without a body, from GitLab's own `head` route.
+pub async fn head_file(
+    State(ctx): State<SimContext>,
+    _caller: Caller,
+    Path((project, path)): Path<(String, String)>,
+    Query(query): Query<FileQuery>,
+) -> ApiResult<Response> {
+    let reference = required(&query.reference, "ref")?;
+    let (data, _) = blob_data(&ctx, &project, &path, reference)?;
+    // `after_validation { content_type "application/json" }` covers this route too.
+    let response = ([(CONTENT_TYPE, "application/json")], ()).into_response();
+    Ok(with_blob_headers(response, &data))
+}
+
+/// `GET /projects/:id/repository/files/:file_path/raw[?ref=]`: the content as it is, with
+/// the `X-Gitlab-*` headers of [`get_file`]. `ref` is optional here (the default branch)
+/// but not blank.
 pub async fn get_raw_file(
     State(ctx): State<SimContext>,
     _caller: Caller,
     Path((project, path)): Path<(String, String)>,
     Query(query): Query<FileQuery>,
-) -> ApiResult<String> {
-    read_file(&ctx, &project, &path, query).map(|file| file.content)
+) -> ApiResult<Response> {
+    let reference = match &query.reference {
+        None => "",
+        given => required(given, "ref")?,
+    };
+    let (data, content) = blob_data(&ctx, &project, &path, reference)?;
+    Ok(with_blob_headers(content.into_response(), &data))
 }
