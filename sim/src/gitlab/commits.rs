@@ -114,12 +114,11 @@ fn parse_actions(actions: Value) -> ApiResult<Vec<Change>> {
     Ok(changes)
 }
 
-/// Commits `changes` on `branch`, starting from `start` (a commit id) when the branch is
-/// new, moves the branch and runs the push hooks. Returns the new commit's id.
-pub fn commit(
+/// Records a commit of `changes` on top of `start` (a commit id) as `user`, on no branch.
+/// Returns its id, or GitLab's message when the changes do not apply.
+pub fn commit_onto(
     scope: &mut Scope,
     user: UserId,
-    branch: &str,
     start: &str,
     message: &str,
     changes: &[Change],
@@ -132,10 +131,23 @@ pub fn commit(
         .users
         .get(user)
         .map_or("unknown", |u| u.username.as_str());
-    let sha = scope
+    Ok(scope
         .project
         .repo
-        .commit_tree(scope.ids, vec![parent_id], message, author, tree);
+        .commit_tree(scope.ids, vec![parent_id], message, author, tree))
+}
+
+/// Commits `changes` on `branch`, starting from `start` (a commit id) when the branch is
+/// new, moves the branch and runs the push hooks. Returns the new commit's id.
+pub fn commit(
+    scope: &mut Scope,
+    user: UserId,
+    branch: &str,
+    start: &str,
+    message: &str,
+    changes: &[Change],
+) -> Result<String, String> {
+    let sha = commit_onto(scope, user, start, message, changes)?;
     scope.project.repo.set_branch(branch, &sha);
     on_push(scope, branch, user);
     Ok(sha)

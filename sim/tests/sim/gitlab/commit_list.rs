@@ -1,10 +1,12 @@
 //! `GET …/repository/commits`: a branch's history newest first, by path across renames,
-//! paginated without a count.
+//! paginated without a count; and rewriting a branch's history with a forced push.
 
-use changegate_sim::gitlab::Endpoint;
+use changegate_sim::gitlab::{Endpoint, SimError};
+use reqwest::Method;
 use serde_json::json;
 
 use super::support::{BOT, Fixture, Reply};
+use crate::control_client::call;
 
 /// A header's value, `None` when it is absent.
 fn header<'a>(reply: &'a Reply, name: &str) -> Option<&'a str> {
@@ -219,4 +221,92 @@ async fn an_unknown_ref_lists_nothing_and_unsupported_filters_are_refused() {
         .get(BOT, "/projects/nope%2Fnope/repository/commits")
         .await;
     assert_eq!(missing.status, 404);
+}
+
+#[tokio::test]
+async fn a_forced_push_rewrites_a_branch_onto_a_divergent_history() {
+    let fx = Fixture::start().await;
+    let root = fx.sim.branch_head(fx.project, "main").unwrap();
+    let c1 = push(&fx, &[("a.txt", Some("1\n"))]);
+    let c2 = push(&fx, &[("a.txt", Some("2\n"))]);
+
+    // A commit built off c1, on no branch until the forced push.
+    let rewritten = fx
+        .sim
+        .push_onto(fx.project, fx.bot, &c1, &[("b.txt", Some("b\n"))])
+        .unwrap();
+    assert_eq!(fx.sim.branch_head(fx.project, "main").unwrap(), c2);
+    assert_eq!(
+        fx.sim.commit_parents(fx.project, &rewritten),
+        Some(vec![c1.clone()])
+    );
+    fx.sim
+        .force_push(fx.project, fx.bot, "main", &rewritten)
+        .unwrap();
+    assert_eq!(fx.sim.branch_head(fx.project, "main").unwrap(), rewritten);
+    let files = fx.sim.files(fx.project, "main").unwrap();
+    assert_eq!(files["a.txt"], "1\n");
+    assert_eq!(files["b.txt"], "b\n");
+    let commits = format!("{}/repository/commits", fx.root);
+    assert_eq!(ids(&fx.get(BOT, &commits).await), [&rewritten, &c1, &root]);
+    // The commit left behind is still readable by its id, as git keeps it.
+    let old = fx
+        .get(BOT, &format!("{}/repository/commits/{c2}", fx.root))
+        .await;
+    assert_eq!(old.status, 200);
+
+    // Back to an older commit; a branch's merge request takes its forced head.
+    fx.sim
+        .force_push(fx.project, fx.bot, "main", &root)
+        .unwrap();
+    assert_eq!(ids(&fx.get(BOT, &commits).await), [&root]);
+    let iid = fx.open_mr("bot/one", &[("x.txt", "x\n")]).await;
+    let before = fx.sim.merge_request(fx.project, iid).unwrap();
+    fx.sim
+        .force_push(fx.project, fx.bot, "bot/one", &rewritten)
+        .unwrap();
+    let after = fx.sim.merge_request(fx.project, iid).unwrap();
+    assert_eq!(after.sha, rewritten);
+    assert_ne!(after.head_pipeline, before.head_pipeline);
+
+    assert!(matches!(
+        fx.sim.force_push(fx.project, fx.bot, "ghost", &root),
+        Err(SimError::UnknownBranch(_))
+    ));
+    assert!(matches!(
+        fx.sim.force_push(fx.project, fx.bot, "main", "nope"),
+        Err(SimError::UnknownCommit(_))
+    ));
+    assert!(matches!(
+        fx.sim.push_onto(fx.project, fx.bot, "nope", &[]),
+        Err(SimError::UnknownCommit(_))
+    ));
+    assert!(matches!(
+        fx.sim.push_onto(
+            fx.project,
+            fx.bot,
+            &root,
+            &[("README.md", None), ("README.md", None)]
+        ),
+        Err(SimError::Refused(_))
+    ));
+
+    // The same over the control API.
+    let project = format!("{}/_sim/projects/{}", fx.sim.base_url(), fx.project);
+    let onto = json!({ "user_id": fx.bot, "base": "main", "changes": [
+        { "path": "z.txt", "content": "z\n" }
+    ] });
+    let built = call(Method::POST, &format!("{project}/commits"), Some(onto)).await;
+    assert_eq!(built.status, 201, "{:?}", built.body);
+    let sha = built.body["sha"].as_str().unwrap().to_owned();
+    assert_eq!(fx.sim.branch_head(fx.project, "main").unwrap(), root);
+    let force = |sha: &str| {
+        let body = json!({ "user_id": fx.bot, "sha": sha });
+        let url = format!("{project}/branches/main");
+        async move { call(Method::PUT, &url, Some(body)).await }
+    };
+    let forced = force(&sha).await;
+    assert_eq!(forced.status, 204, "{:?}", forced.body);
+    assert_eq!(fx.sim.branch_head(fx.project, "main").unwrap(), sha);
+    assert_eq!(force("nope").await.status, 404);
 }
