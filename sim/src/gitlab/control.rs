@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use serde::{Serialize, Serializer};
 
-use super::commits::commit;
+use super::commits::{commit, commit_onto};
 use super::error::ApiError;
 use super::faults::{Endpoint, Fault, RecordedRequest};
+use super::merge_requests::on_push;
 use super::pipelines::{self, Pipeline, PipelineOutcome, PipelineStatus, head_pipeline};
-use super::repo::Change;
+use super::repo::{Change, Tree};
 use super::state::{AccessLevel, MrState, ProjectId, ProjectSettings, Scope, UserId};
 use super::{GitLabControl, projects};
 
@@ -27,6 +28,9 @@ pub enum SimError {
     /// No such user.
     #[error("no user {0}")]
     UnknownUser(UserId),
+    /// No commit by that name (id, prefix, branch or `HEAD`) in the project.
+    #[error("no commit {0}")]
+    UnknownCommit(String),
     /// No such pipeline in the project.
     #[error("no pipeline {0}")]
     UnknownPipeline(u64),
@@ -156,26 +160,59 @@ impl GitLabControl {
         with_scope(&mut self.lock(), project, |scope| {
             let head = scope.project.repo.head(branch);
             let head = head.ok_or_else(|| SimError::UnknownBranch(branch.to_owned()))?;
-            let changes: Vec<Change> = changes
-                .iter()
-                .map(|(path, content)| {
-                    let path = (*path).to_owned();
-                    match content {
-                        None => Change::Delete { path },
-                        Some(content) if head.tree.contains_key(&path) => Change::Update {
-                            path,
-                            content: (*content).to_owned(),
-                        },
-                        Some(content) => Change::Create {
-                            path,
-                            content: (*content).to_owned(),
-                        },
-                    }
-                })
-                .collect();
+            let changes = changes_on(&head.tree, changes);
             let start = head.id.clone();
             commit(scope, user, branch, &start, "External push", &changes)
                 .map_err(SimError::Refused)
+        })
+    }
+
+    /// Commits `changes` (as [`push`](Self::push) takes them) as `user` on top of `base`, a
+    /// branch, a commit id (or a unique prefix of one) or `HEAD`, without moving any
+    /// branch and so without push hooks: a commit no branch holds yet, as someone
+    /// rewriting history prepares locally. [`force_push`](Self::force_push) then puts it
+    /// on a branch, e.g. a new commit built off an older one of `main`. Returns its id.
+    pub fn push_onto(
+        &self,
+        project: ProjectId,
+        user: UserId,
+        base: &str,
+        changes: &[(&str, Option<&str>)],
+    ) -> Result<String, SimError> {
+        with_scope(&mut self.lock(), project, |scope| {
+            let start = scope.project.resolve(base);
+            let start = start.ok_or_else(|| SimError::UnknownCommit(base.to_owned()))?;
+            let changes = changes_on(&start.tree, changes);
+            let start = start.id.clone();
+            commit_onto(scope, user, &start, "External push", &changes).map_err(SimError::Refused)
+        })
+    }
+
+    /// Points the existing `branch` at `sha` (any commit: a full id, a unique prefix, a
+    /// branch or `HEAD`), as `git push --force` by `user` would, whatever the two histories
+    /// share: back to an older commit, or to one [`push_onto`](Self::push_onto) built. The
+    /// push hooks run as for any push: open merge requests from the branch take the new
+    /// head with a new pipeline in `user`'s name, open merge requests into it are
+    /// rechecked. Pointing a branch at its own head changes nothing, as git reports
+    /// "Everything up-to-date".
+    pub fn force_push(
+        &self,
+        project: ProjectId,
+        user: UserId,
+        branch: &str,
+        sha: &str,
+    ) -> Result<(), SimError> {
+        with_scope(&mut self.lock(), project, |scope| {
+            let repo = &scope.project.repo;
+            let head = repo.head(branch).map(|c| c.id.clone());
+            let head = head.ok_or_else(|| SimError::UnknownBranch(branch.to_owned()))?;
+            let target = scope.project.resolve(sha).map(|c| c.id.clone());
+            let target = target.ok_or_else(|| SimError::UnknownCommit(sha.to_owned()))?;
+            if target != head {
+                scope.project.repo.set_branch(branch, &target);
+                on_push(scope, branch, user);
+            }
+            Ok(())
         })
     }
 
@@ -307,6 +344,28 @@ impl GitLabControl {
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.lock().faults.requests().to_vec()
     }
+}
+
+/// `push`'s changes as commit actions on `tree`: a write updates a file `tree` has and
+/// creates one it lacks.
+fn changes_on(tree: &Tree, changes: &[(&str, Option<&str>)]) -> Vec<Change> {
+    changes
+        .iter()
+        .map(|(path, content)| {
+            let path = (*path).to_owned();
+            match content {
+                None => Change::Delete { path },
+                Some(content) if tree.contains_key(&path) => Change::Update {
+                    path,
+                    content: (*content).to_owned(),
+                },
+                Some(content) => Change::Create {
+                    path,
+                    content: (*content).to_owned(),
+                },
+            }
+        })
+        .collect()
 }
 
 /// The project with numeric id `project`.

@@ -29,7 +29,11 @@ pub fn router(control: GitLabControl) -> Router {
         .route("/projects/{project}/members/{user}", put(add_member))
         .route("/projects/{project}/settings", put(update_settings))
         .route("/projects/{project}/pushes", post(push))
-        .route("/projects/{project}/branches/{branch}", get(get_branch))
+        .route("/projects/{project}/commits", post(push_onto))
+        .route(
+            "/projects/{project}/branches/{branch}",
+            get(get_branch).put(force_push),
+        )
         .route("/projects/{project}/merge_requests/{iid}", get(get_mr))
         .route("/projects/{project}/pipelines/{id}", get(get_pipeline))
         .route("/projects/{project}/pipelines/{id}/advance", post(advance))
@@ -235,6 +239,48 @@ async fn push(
     let project = project(&control, &path)?;
     let sha = control.push(project, body.user_id, &body.branch, &changes)?;
     Ok((StatusCode::CREATED, Json(json!({ "sha": sha }))))
+}
+
+/// Body of `POST /_sim/projects/{project}/commits`.
+#[derive(Debug, Deserialize)]
+struct PushOnto {
+    user_id: UserId,
+    base: String,
+    changes: Vec<PushedFile>,
+}
+
+/// `POST /_sim/projects/{project}/commits`: a commit on top of `base`, on no branch.
+async fn push_onto(
+    State(control): State<GitLabControl>,
+    Param(path): Param<String>,
+    Body(body): Body<PushOnto>,
+) -> ControlResult<(StatusCode, Json<Value>)> {
+    let changes: Vec<(&str, Option<&str>)> = body
+        .changes
+        .iter()
+        .map(|file| (file.path.as_str(), file.content.as_deref()))
+        .collect();
+    let project = project(&control, &path)?;
+    let sha = control.push_onto(project, body.user_id, &body.base, &changes)?;
+    Ok((StatusCode::CREATED, Json(json!({ "sha": sha }))))
+}
+
+/// Body of `PUT /_sim/projects/{project}/branches/{branch}`.
+#[derive(Debug, Deserialize)]
+struct ForcePush {
+    user_id: UserId,
+    sha: String,
+}
+
+/// `PUT /_sim/projects/{project}/branches/{branch}`: a forced push of `sha` to the branch.
+async fn force_push(
+    State(control): State<GitLabControl>,
+    Param((path, branch)): Param<(String, String)>,
+    Body(body): Body<ForcePush>,
+) -> ControlResult<StatusCode> {
+    let project = project(&control, &path)?;
+    control.force_push(project, body.user_id, &branch, &body.sha)?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// `GET /_sim/projects/{project}/branches/{branch}`: the head and every file.

@@ -30,8 +30,12 @@ pub enum Endpoint {
     GetTree,
     /// `GET …/repository/files/:file_path`
     GetFile,
+    /// `HEAD …/repository/files/:file_path` (the file's `X-Gitlab-*` headers only)
+    GetFileMetadata,
     /// `GET …/repository/files/:file_path/raw`
     GetRawFile,
+    /// `GET …/repository/commits`
+    ListCommits,
     /// `POST …/repository/commits`
     CreateCommit,
     /// `GET …/repository/commits/:sha`

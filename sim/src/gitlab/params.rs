@@ -36,8 +36,14 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
-/// `page` and `per_page` (default 20, at most 100) of a list request, with the URL its
-/// `Link` header points back at.
+/// `page` and `per_page` of a list request as GitLab reads them, with the URL its `Link`
+/// header points back at. `lib/api/pagination_params.rb` declares both as Grape
+/// `Integer`s (`"page is invalid"` otherwise) and refuses `per_page=0` (`except_values:
+/// [0]`, `"per_page has a value not allowed"`); Kaminari then reads a page below 1 as the
+/// first, ignores a negative `per_page` (the default 20 stays) and caps it at
+/// `max_per_page`, 100. The feature flag `only_positive_pagination_values`, which refuses
+/// values below 1 instead, is off by default (`spec/requests/api/commits_spec.rb` tests
+/// both).
 #[derive(Debug)]
 pub struct PageQuery {
     page: usize,
@@ -51,8 +57,24 @@ pub struct PageQuery {
 /// The numbers of [`PageQuery`], as the query carries them.
 #[derive(Deserialize)]
 struct PageNumbers {
-    page: Option<usize>,
-    per_page: Option<usize>,
+    page: Option<String>,
+    per_page: Option<String>,
+}
+
+/// Kaminari's default and largest page sizes (`config/initializers/kaminari_config.rb`).
+const DEFAULT_PER_PAGE: usize = 20;
+const MAX_PER_PAGE: usize = 100;
+
+/// A Grape `Integer` parameter: `None` when absent.
+fn integer(value: Option<&str>, name: &str) -> Result<Option<i64>, ApiError> {
+    value
+        .map(|value| {
+            value
+                .trim()
+                .parse::<i64>()
+                .map_err(|_| ApiError::InvalidParam(format!("{name} is invalid")))
+        })
+        .transpose()
 }
 
 impl FromRequestParts<SimContext> for PageQuery {
@@ -62,6 +84,12 @@ impl FromRequestParts<SimContext> for PageQuery {
         let Query(numbers) = Query::<PageNumbers>::from_request_parts(parts, ctx)
             .await
             .map_err(|rejection| ApiError::InvalidParam(rejection.body_text()))?;
+        let page = integer(numbers.page.as_deref(), "page")?;
+        let per_page = integer(numbers.per_page.as_deref(), "per_page")?;
+        if per_page == Some(0) {
+            let message = "per_page has a value not allowed";
+            return Err(ApiError::InvalidParam(message.to_owned()));
+        }
         // Nesting strips `/api/v4` from the URI; the links must carry it.
         let uri = parts
             .extensions
@@ -77,9 +105,16 @@ impl FromRequestParts<SimContext> for PageQuery {
             })
             .map(str::to_owned)
             .collect();
+        let positive = |value: Option<i64>| {
+            value
+                .filter(|value| *value > 0)
+                .map(|value| usize::try_from(value).unwrap_or(usize::MAX))
+        };
         Ok(Self {
-            page: numbers.page.unwrap_or(1).max(1),
-            per_page: numbers.per_page.unwrap_or(20).clamp(1, 100),
+            page: positive(page).unwrap_or(1),
+            per_page: positive(per_page)
+                .unwrap_or(DEFAULT_PER_PAGE)
+                .min(MAX_PER_PAGE),
             url: format!("{}{}", ctx.lock().base_url, uri.path()),
             others,
         })
@@ -101,46 +136,100 @@ impl PageQuery {
             .collect();
         format!("{}?{}", self.url, query.join("&"))
     }
+
+    /// The items before the requested page.
+    fn offset(&self) -> usize {
+        (self.page - 1).saturating_mul(self.per_page)
+    }
 }
 
 /// One page of `items` as a JSON array, with offset pagination's headers as
 /// `Gitlab::Pagination::OffsetHeaderBuilder` sends them: `x-page`, `x-per-page`,
 /// `x-next-page` and `x-prev-page` (empty at the ends), `x-total`, `x-total-pages`, and
-/// `Link` with `prev`, `next`, `first` and `last`.
+/// `Link` with `prev`, `next`, `first` and `last`. Past the last page Kaminari is "out of
+/// range" and names neither a next nor a previous page.
 pub fn paginate(items: Vec<Value>, query: &PageQuery) -> Response {
-    let (page, per_page) = (query.page, query.per_page);
+    let page = query.page;
     let total = items.len();
-    let total_pages = total.div_ceil(per_page).max(1);
+    let pages = total.div_ceil(query.per_page);
+    let in_range = page <= pages;
+    let body = items
+        .into_iter()
+        .skip(query.offset())
+        .take(query.per_page)
+        .collect();
+    let next = (page < pages).then_some(page + 1);
+    let prev = (page > 1 && in_range).then_some(page - 1);
+    // At least one page, however few items (`total_pages` in offset_pagination.rb).
+    page_response(body, query, next, prev, Some((total, pages.max(1))))
+}
+
+/// One page of a list GitLab does not count, as `GET …/repository/commits` answers
+/// (`lib/api/commits.rb`): it asks Gitaly for one page only, tells Kaminari the total is
+/// one more than what it has seen (`offset + commits.size + 1`), and paginates with
+/// `exclude_total_headers: true, without_count: true`. So there is no `x-total`,
+/// `x-total-pages` or `last` link, and a full page always names a next page, even when
+/// nothing follows it. `items` is the whole list; the page is cut here.
+pub fn paginate_uncounted(items: Vec<Value>, query: &PageQuery) -> Response {
+    let page = query.page;
     let body: Vec<Value> = items
         .into_iter()
-        .skip((page - 1).saturating_mul(per_page))
-        .take(per_page)
+        .skip(query.offset())
+        .take(query.per_page)
         .collect();
-    let next = (page < total_pages).then_some(page + 1);
+    let next = (body.len() == query.per_page).then_some(page + 1);
     let prev = (page > 1).then_some(page - 1);
+    page_response(body, query, next, prev, None)
+}
+
+/// `body` as a JSON array with the pagination headers; `counted`: the total and the
+/// number of pages, for `x-total`, `x-total-pages` and the `last` link.
+fn page_response(
+    body: Vec<Value>,
+    query: &PageQuery,
+    next: Option<usize>,
+    prev: Option<usize>,
+    counted: Option<(usize, usize)>,
+) -> Response {
     let number = |page: Option<usize>| page.map(|page| page.to_string()).unwrap_or_default();
     let link = |page: usize, rel: &str| format!("<{}>; rel=\"{rel}\"", query.href(page));
-    let links: Vec<String> = [prev.map(|p| link(p, "prev")), next.map(|p| link(p, "next"))]
-        .into_iter()
-        .flatten()
-        .chain([link(1, "first"), link(total_pages, "last")])
-        .collect();
-    let mut response = Json(body).into_response();
-    let headers = [
-        ("x-page", page.to_string()),
-        ("x-per-page", per_page.to_string()),
-        ("x-total", total.to_string()),
-        ("x-total-pages", total_pages.to_string()),
+    let links: Vec<String> = [
+        prev.map(|p| link(p, "prev")),
+        next.map(|p| link(p, "next")),
+        Some(link(1, "first")),
+        counted.map(|(_, pages)| link(pages, "last")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut headers = vec![
+        ("x-page", query.page.to_string()),
+        ("x-per-page", query.per_page.to_string()),
         ("x-next-page", number(next)),
         ("x-prev-page", number(prev)),
         ("link", links.join(", ")),
     ];
+    if let Some((total, pages)) = counted {
+        headers.push(("x-total", total.to_string()));
+        headers.push(("x-total-pages", pages.to_string()));
+    }
+    let mut response = Json(body).into_response();
     for (name, value) in headers {
         if let Ok(value) = HeaderValue::from_str(&value) {
             response.headers_mut().insert(name, value);
         }
     }
     response
+}
+
+/// Grape's `Boolean` coercion: `None` when absent.
+pub fn boolean(value: Option<&str>, name: &str) -> Result<Option<bool>, ApiError> {
+    match value.map(str::to_ascii_lowercase).as_deref() {
+        None => Ok(None),
+        Some("1" | "true" | "t" | "yes" | "y" | "on") => Ok(Some(true)),
+        Some("0" | "false" | "f" | "no" | "n" | "off") => Ok(Some(false)),
+        Some(_) => Err(ApiError::InvalidParam(format!("{name} is invalid"))),
+    }
 }
 
 /// A required, non-blank string parameter, or Grape's `"<name> is missing"` / `"is empty"`.

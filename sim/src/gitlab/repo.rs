@@ -2,7 +2,8 @@
 //! tree arithmetic (file actions, merge base, replaying one side onto another) that the
 //! commit, merge and rebase endpoints build on.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -177,6 +178,23 @@ pub fn line_stats(old: &Tree, new: &Tree) -> (usize, usize) {
         deletions += before.values().sum::<usize>();
     }
     (additions, deletions)
+}
+
+/// The file that `before → after` renamed to `path` unchanged, as git's exact rename
+/// detection pairs them: a file of `before` that `after` no longer has, with the content
+/// `after` has at `path`; among several, one with the same base name first, then the first
+/// by path.
+fn renamed_from<'a>(before: &'a Tree, after: &Tree, path: &str) -> Option<&'a str> {
+    let content = after.get(path)?;
+    let base_name = |path: &str| path.rsplit('/').next().unwrap_or_default().to_owned();
+    let wanted = base_name(path);
+    let mut sources: Vec<&str> = before
+        .iter()
+        .filter(|(source, old)| *old == content && !after.contains_key(*source))
+        .map(|(source, _)| source.as_str())
+        .collect();
+    sources.sort_by_key(|source| base_name(source) != wanted);
+    sources.first().copied()
 }
 
 /// Whether git would accept `name` as a branch name (`git check-ref-format --branch`).
@@ -387,6 +405,94 @@ impl Repo {
                 None => return Some(commit),
             }
         }
+    }
+
+    /// The commits `git log` lists, newest first, as Gitaly's `FindCommits` runs it for
+    /// GitLab's commit list (`Repository#commits`, app/models/repository.rb): from `from`,
+    /// leaving out `hidden` and its ancestors (the left side of a range `hidden..from`).
+    ///
+    /// The order is git's default: a walk by committer date, newest first, commits of the
+    /// same date in the order the walk met them. `first_parent` follows only first
+    /// parents (`--first-parent`).
+    ///
+    /// With `path`, GitLab asks for `--follow` (`follow:` is true for a single path while
+    /// the `remove_file_commit_history_following` flag is off, its default), and git then
+    /// prunes nothing: it walks every ancestor and shows a commit whose diff touches the
+    /// path: the file, or anything under the directory. A merge shows no diff (no `-m`)
+    /// and so never appears, except with `first_parent`, where a merge is compared with
+    /// its first parent as any commit is. When a shown commit adds the followed file
+    /// while deleting a file of the same content, git's rename detection finds the
+    /// rename and follows the old name from there on, for the rest of the walk
+    /// (`try_to_follow_renames` in git's tree-diff.c). Only such exact renames are
+    /// followed: git would also follow a rename with edits, by its similarity estimate.
+    pub fn log(
+        &self,
+        from: &str,
+        hidden: Option<&str>,
+        path: Option<&str>,
+        first_parent: bool,
+    ) -> Vec<&Commit> {
+        let hidden = hidden.map(|sha| self.ancestors(sha)).unwrap_or_default();
+        let mut followed = path.map(str::to_owned);
+        let mut queue = BinaryHeap::new();
+        let mut queued = HashSet::new();
+        let mut order = 0_u64;
+        let mut enqueue = |queue: &mut BinaryHeap<_>, commit: &Commit| {
+            if queued.insert(commit.id.clone()) {
+                order += 1;
+                queue.push((commit.created_at, Reverse(order), commit.id.clone()));
+            }
+        };
+        if let Some(commit) = self.commit(from) {
+            enqueue(&mut queue, commit);
+        }
+        let mut shown = Vec::new();
+        while let Some((_, _, id)) = queue.pop() {
+            let Some(commit) = self.commits.get(&id) else {
+                continue;
+            };
+            // Every ancestor of a hidden commit is hidden too: nothing to walk on to.
+            if hidden.contains(id.as_str()) {
+                continue;
+            }
+            let parents = if first_parent {
+                &commit.parent_ids[..commit.parent_ids.len().min(1)]
+            } else {
+                &commit.parent_ids[..]
+            };
+            for parent in parents.iter().filter_map(|id| self.commit(id)) {
+                enqueue(&mut queue, parent);
+            }
+            let Some(path) = followed.as_mut() else {
+                shown.push(commit);
+                continue;
+            };
+            if parents.len() > 1 {
+                continue;
+            }
+            let empty = Tree::new();
+            let before = parents
+                .first()
+                .and_then(|id| self.commit(id))
+                .map_or(&empty, |parent| &parent.tree);
+            let changes = diff(before, &commit.tree);
+            let under = |changed: &&str| {
+                *changed == path.as_str()
+                    || changed
+                        .strip_prefix(path.as_str())
+                        .is_some_and(|rest| rest.starts_with('/'))
+            };
+            if !changes.keys().any(under) {
+                continue;
+            }
+            shown.push(commit);
+            if !before.contains_key(path.as_str())
+                && let Some(source) = renamed_from(before, &commit.tree, path)
+            {
+                *path = source.to_owned();
+            }
+        }
+        shown
     }
 
     /// One best common ancestor of two commits (`git merge-base`; GitLab's

@@ -4,7 +4,7 @@
 
 use axum::Router;
 use axum::middleware::from_fn_with_state;
-use axum::routing::{MethodRouter, delete, get, post, put};
+use axum::routing::{MethodRouter, delete, get, head, post, put};
 
 use super::faults::Endpoint;
 use super::intercept::intercept;
@@ -52,9 +52,19 @@ pub fn build(ctx: SimContext, control: GitLabControl) -> Router {
             get(commits::get_file),
         ),
         (
+            "/projects/{id}/repository/files/{path}",
+            Endpoint::GetFileMetadata,
+            head(commits::head_file),
+        ),
+        (
             "/projects/{id}/repository/files/{path}/raw",
             Endpoint::GetRawFile,
             get(commits::get_raw_file),
+        ),
+        (
+            "/projects/{id}/repository/commits",
+            Endpoint::ListCommits,
+            get(commits::list_commits),
         ),
         (
             "/projects/{id}/repository/commits",

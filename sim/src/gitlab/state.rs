@@ -15,7 +15,7 @@ use super::error::{ApiError, ApiResult};
 use super::faults::Faults;
 use super::observe::MergeRecord;
 use super::pipelines::{Pipeline, PipelineOutcome};
-use super::repo::Repo;
+use super::repo::{Commit, Repo};
 use crate::chance::SeededRng;
 
 /// A user's numeric id.
@@ -260,6 +260,17 @@ impl Project {
     /// Push, approve and merge right.
     pub fn can_write(&self, user: UserId) -> bool {
         self.members.get(&user) == Some(&AccessLevel::Developer)
+    }
+
+    /// The commit a ref names: `HEAD` is the default branch's head (the symbolic ref a
+    /// GitLab repository's `HEAD` is, which the Files API documents as "Use `HEAD` to
+    /// automatically use the default branch", doc/api/repository_files.md); anything else
+    /// as [`Repo::resolve`] finds it.
+    pub fn resolve(&self, reference: &str) -> Option<&Commit> {
+        match reference {
+            "HEAD" => self.repo.head(&self.default_branch),
+            _ => self.repo.resolve(reference),
+        }
     }
 
     /// The index of merge request `iid`, or GitLab's 404.

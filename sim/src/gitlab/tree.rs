@@ -14,7 +14,7 @@ use sha1::{Digest, Sha1};
 use super::SimContext;
 use super::auth::Caller;
 use super::error::{ApiError, ApiResult};
-use super::params::{PageQuery, paginate};
+use super::params::{PageQuery, boolean, paginate};
 use super::repo::Tree;
 
 /// Git's id of a blob holding `content`: `sha1("blob <len>\0<content>")`.
@@ -130,17 +130,7 @@ pub struct TreeQuery {
     recursive: Option<String>,
 }
 
-/// Grape's `Boolean` coercion.
-fn boolean(value: Option<&str>, name: &str) -> ApiResult<bool> {
-    match value.map(str::to_ascii_lowercase).as_deref() {
-        None => Ok(false),
-        Some("1" | "true" | "t" | "yes" | "y" | "on") => Ok(true),
-        Some("0" | "false" | "f" | "no" | "n" | "off") => Ok(false),
-        Some(_) => Err(ApiError::InvalidParam(format!("{name} is invalid"))),
-    }
-}
-
-/// `GET /projects/:id/repository/tree`: `ref` (a branch or commit id; the default
+/// `GET /projects/:id/repository/tree`: `ref` (a branch, commit id or `HEAD`; the default
 /// branch when absent), `path`, `recursive`, offset pagination. Trees come before blobs
 /// (`sorted_entries` in `app/models/tree.rb`). An unknown ref is `404 Tree Not Found`; a path that is no
 /// directory at that ref is `404 invalid revision or path Not Found`, the Gitaly error
@@ -153,7 +143,7 @@ pub async fn list_tree(
     Query(query): Query<TreeQuery>,
     page: PageQuery,
 ) -> ApiResult<Response> {
-    let recursive = boolean(query.recursive.as_deref(), "recursive")?;
+    let recursive = boolean(query.recursive.as_deref(), "recursive")?.unwrap_or(false);
     let mut state = ctx.lock();
     let scope = state.scope(&project)?;
     let project = &*scope.project;
@@ -161,7 +151,7 @@ pub async fn list_tree(
         .reference
         .as_deref()
         .unwrap_or(&project.default_branch);
-    let commit = project.repo.resolve(reference);
+    let commit = project.resolve(reference);
     let commit = commit.ok_or(ApiError::NotFound("Tree"))?;
     let root = Dir::of(&commit.tree);
     let path = query.path.as_deref().unwrap_or_default().trim_matches('/');

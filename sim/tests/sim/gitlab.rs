@@ -2,6 +2,7 @@
 //! The cases are split by area into the files of `gitlab/` to keep files small.
 
 mod approvals;
+mod commit_list;
 mod control;
 mod faults;
 mod history;

@@ -1,10 +1,11 @@
 //! Branches, commits with actions, single commits, and the Files API over a real in-memory
 //! tree.
 
+use changegate_sim::gitlab::Endpoint;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::support::{BOT, Fixture, REPORTER};
+use super::support::{BOT, Fixture, REPORTER, Reply};
 
 #[tokio::test]
 async fn branch_create_get_and_delete() {
@@ -286,7 +287,7 @@ async fn files_are_read_at_a_merge_commit_and_at_an_older_commit() {
 }
 
 #[tokio::test]
-async fn a_single_commit_is_read_by_its_id_a_unique_prefix_or_a_branch() {
+async fn a_single_commit_is_read_by_its_id_a_unique_prefix_a_branch_or_head() {
     let fx = Fixture::start().await;
     let iid = fx.open_mr("bot/one", &[("a.json", "{\"a\":1}\n")]).await;
     let head = fx.sim.merge_request(fx.project, iid).unwrap().sha;
@@ -311,6 +312,8 @@ async fn a_single_commit_is_read_by_its_id_a_unique_prefix_or_a_branch() {
     let main = fx.get(BOT, &commit("main")).await;
     assert_eq!(main.body["parent_ids"], json!([]));
     assert_eq!(main.body["status"], Value::Null);
+    // `HEAD` is the default branch, as the symbolic ref of a GitLab repository.
+    assert_eq!(fx.get(BOT, &commit("HEAD")).await.body, main.body);
     let without_stats = fx.get(BOT, &format!("{}?stats=false", commit(&head))).await;
     assert!(without_stats.body.get("stats").is_none());
 
@@ -318,5 +321,81 @@ async fn a_single_commit_is_read_by_its_id_a_unique_prefix_or_a_branch() {
         let missing = fx.get(BOT, &commit(&unknown)).await;
         assert_eq!(missing.status, 404);
         assert_eq!(missing.body, json!({ "message": "404 Commit Not Found" }));
+    }
+}
+
+#[tokio::test]
+async fn files_carry_their_metadata_as_x_gitlab_headers() {
+    let fx = Fixture::start().await;
+    let created = fx
+        .sim
+        .push(fx.project, fx.bot, "main", &[("dir/a.json", Some("{}\n"))]);
+    let last = created.unwrap();
+    let head = fx
+        .sim
+        .push(fx.project, fx.bot, "main", &[("b.txt", Some("b\n"))]);
+    let head = head.unwrap();
+    let file = format!("{}/repository/files/dir%2Fa.json", fx.root);
+    // `git hash-object` and `sha256sum` of "{}\n".
+    let blob = "0967ef424bce6791893e9a57bb952f80fd536e93";
+    let sha256 = "ca3d163bab055381827226140568f3bef7eaac187cebd76878e0b63e9e442356";
+    let expected = |reference: &str| {
+        [
+            ("x-gitlab-blob-id", blob.to_owned()),
+            ("x-gitlab-commit-id", head.clone()),
+            ("x-gitlab-content-sha256", sha256.to_owned()),
+            ("x-gitlab-encoding", "base64".to_owned()),
+            ("x-gitlab-execute-filemode", "false".to_owned()),
+            ("x-gitlab-file-name", "a.json".to_owned()),
+            ("x-gitlab-file-path", "dir/a.json".to_owned()),
+            ("x-gitlab-last-commit-id", last.clone()),
+            ("x-gitlab-ref", reference.to_owned()),
+            ("x-gitlab-size", "3".to_owned()),
+        ]
+    };
+    let assert_headers = |reply: &Reply, reference: &str| {
+        for (name, value) in expected(reference) {
+            assert_eq!(reply.headers[name].to_str().unwrap(), value, "{name}");
+        }
+    };
+
+    let got = fx.get(BOT, &format!("{file}?ref=main")).await;
+    assert_eq!(got.status, 200, "{}", got.text);
+    assert_headers(&got, "main");
+    assert_eq!(got.body["blob_id"], blob);
+    assert_eq!(got.body["content_sha256"], sha256);
+    assert_eq!(got.body["last_commit_id"], last.as_str());
+
+    let metadata = fx
+        .send(Method::HEAD, Some(BOT), &format!("{file}?ref=HEAD"), None)
+        .await;
+    assert_eq!(metadata.status, 200);
+    assert_eq!(metadata.text, "");
+    assert_headers(&metadata, "HEAD");
+    assert_eq!(fx.sim.calls(Endpoint::GetFileMetadata), 1);
+    assert_eq!(fx.sim.calls(Endpoint::GetFile), 1);
+    let missing = fx
+        .send(Method::HEAD, Some(BOT), &format!("{file}x?ref=main"), None)
+        .await;
+    assert_eq!(missing.status, 404);
+    assert!(missing.headers.get("x-gitlab-blob-id").is_none());
+
+    let raw = fx.get(BOT, &format!("{file}/raw?ref={head}")).await;
+    assert_eq!(raw.text, "{}\n");
+    assert_headers(&raw, &head);
+    // The raw endpoint's `ref` is optional: the default branch, echoed as empty.
+    let raw_default = fx.get(BOT, &format!("{file}/raw")).await;
+    assert_eq!(raw_default.status, 200, "{}", raw_default.text);
+    assert_eq!(raw_default.text, "{}\n");
+    assert_headers(&raw_default, "");
+
+    for (path, error) in [
+        (file.clone(), "ref is missing"),
+        (format!("{file}?ref="), "ref is empty"),
+        (format!("{file}/raw?ref=%20"), "ref is empty"),
+    ] {
+        let refused = fx.get(BOT, &path).await;
+        assert_eq!(refused.status, 400, "{path}");
+        assert_eq!(refused.body, json!({ "error": error }), "{path}");
     }
 }

@@ -99,6 +99,8 @@ async fn tree_lists_git_ids_trees_first() {
     // At the older commit only the README existed.
     let old = fx.get(BOT, &format!("{tree}?ref={before}")).await;
     assert_eq!(old.body, json!([entry(README, "README.md", false)]));
+    let head = fx.get(BOT, &format!("{tree}?ref=HEAD")).await;
+    assert_eq!(head.body, root.body);
 }
 
 #[tokio::test]
@@ -142,10 +144,33 @@ async fn tree_pages_with_offset_headers_and_links() {
         "<{url}?recursive=1&page=2&per_page=3>; rel=\"prev\", "
     )));
 
+    // Past the last page Kaminari is out of range: no previous page either.
+    let beyond = fx
+        .get(BOT, &format!("{tree}?recursive=1&per_page=3&page=5"))
+        .await;
+    assert_eq!(beyond.body, json!([]));
+    assert_eq!(header(&beyond, "x-page"), "5");
+    assert_eq!(header(&beyond, "x-prev-page"), "");
+    assert_eq!(header(&beyond, "x-next-page"), "");
+
     let default = fx.get(BOT, &format!("{tree}?recursive=true")).await;
     assert_eq!(header(&default, "x-per-page"), "20");
     let capped = fx.get(BOT, &format!("{tree}?per_page=500")).await;
     assert_eq!(header(&capped, "x-per-page"), "100");
+    // Kaminari reads a page below 1 as the first and ignores a negative page size.
+    let low = fx.get(BOT, &format!("{tree}?page=-2&per_page=-5")).await;
+    assert_eq!(low.status, 200, "{}", low.text);
+    assert_eq!(header(&low, "x-page"), "1");
+    assert_eq!(header(&low, "x-per-page"), "20");
+    for (query, error) in [
+        ("per_page=0", "per_page has a value not allowed"),
+        ("page=two", "page is invalid"),
+        ("per_page=1.5", "per_page is invalid"),
+    ] {
+        let refused = fx.get(BOT, &format!("{tree}?{query}")).await;
+        assert_eq!(refused.status, 400, "{query}");
+        assert_eq!(refused.body, json!({ "error": error }), "{query}");
+    }
 }
 
 #[tokio::test]
