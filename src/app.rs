@@ -572,7 +572,8 @@ fn spawn_webhook_jobs(
 /// The merge queue's scheduler: drives running batches every `tick`, and
 /// claims a new batch every `batch.interval` (read live each time).
 /// The drift job, every `drift.interval` as the configuration says now
-/// (`0`: off until a reload sets one), under its job lease.
+/// (`0`: off until a reload sets one), under its job lease. The first pass
+/// waits one interval: an instance that starts adds no GitLab calls at once.
 async fn drift_loop(
     db: DbSlot,
     config: LiveConfig,
@@ -583,17 +584,17 @@ async fn drift_loop(
     /// How often a switched-off job looks whether a reload switched it on.
     const OFF: Duration = Duration::from_secs(30);
     loop {
-        let settings = config.current();
-        let interval = settings.drift.interval;
-        if let (false, Some(db)) = (interval.is_zero(), db.get())
-            && let Err(err) = crate::drift::run_once(db, &settings, &gitlab, &owner).await
-        {
-            tracing::warn!(job = "drift", "round failed: {err:#}");
-        }
+        let interval = config.current().drift.interval;
         let pause = if interval.is_zero() { OFF } else { interval };
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(pause) => {}
+        }
+        let settings = config.current();
+        if let (false, Some(db)) = (settings.drift.interval.is_zero(), db.get())
+            && let Err(err) = crate::drift::run_once(db, &settings, &gitlab, &owner).await
+        {
+            tracing::warn!(job = "drift", "round failed: {err:#}");
         }
     }
 }

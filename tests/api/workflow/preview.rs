@@ -139,14 +139,24 @@ async fn an_update_shows_the_file_on_the_target_branch_its_diff_and_the_route_an
                 "project": "config/repo", "targetBranch": "main" }),
             "{name}"
         );
-        // Asked again, the file comes from the cache: one more HEAD, no read.
+        // Asked again, the file comes from the cache by its blob id (from
+        // the HEAD's X-Gitlab-Blob-Id): one more HEAD, no read.
         let raw_reads = w.gitlab.calls(changegate_sim::gitlab::Endpoint::GetRawFile);
+        let heads = w
+            .gitlab
+            .calls(changegate_sim::gitlab::Endpoint::GetFileMetadata);
         let again = preview_apply(&w, "alice", body.clone()).await;
         assert_eq!(again["files"], answer["files"], "{name}");
         assert_eq!(
             w.gitlab.calls(changegate_sim::gitlab::Endpoint::GetRawFile),
-            raw_reads + 1,
-            "{name}: the simulator answers HEAD without X-Gitlab-Blob-Id, so the file is read again"
+            raw_reads,
+            "{name}: the file is not read again"
+        );
+        assert_eq!(
+            w.gitlab
+                .calls(changegate_sim::gitlab::Endpoint::GetFileMetadata),
+            heads + 1,
+            "{name}"
         );
         nothing_written(&w, name).await;
 
