@@ -28,3 +28,19 @@ CREATE TABLE drift_finding (
 
 -- The drift job runs on one instance at a time, under this lease.
 INSERT INTO job_lease (name) VALUES ('drift');
+
+-- An operator's repair that accepts the repository as it is (audited): ADOPT
+-- accepts the file's content (`blob_id`; none: its absence) until the file
+-- changes again or the binding's next change lands; IGNORE leaves a file no
+-- live binding names out of every report.
+CREATE TABLE drift_acceptance (
+    id           BIGINT        NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    project      VARCHAR(191)  NOT NULL,
+    path         VARCHAR(512)  NOT NULL,
+    action       VARCHAR(16)   NOT NULL,
+    blob_id      VARCHAR(64)   NULL,
+    accepted_by  VARCHAR(191)  NOT NULL,
+    reason       VARCHAR(2000) NOT NULL,
+    created_at   DATETIME(3)   NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+    UNIQUE KEY uk_drift_acceptance_path (project, path)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

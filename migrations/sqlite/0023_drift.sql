@@ -14,3 +14,15 @@ CREATE TABLE drift_finding (
 CREATE UNIQUE INDEX uk_drift_finding_path ON drift_finding (project, path);
 CREATE INDEX ix_drift_finding_binding ON drift_finding (target_key, subject_id);
 INSERT INTO job_lease (name) VALUES ('drift');
+
+CREATE TABLE drift_acceptance (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    project      TEXT    NOT NULL,
+    path         TEXT    NOT NULL,
+    action       TEXT    NOT NULL,
+    blob_id      TEXT    NULL,
+    accepted_by  TEXT    NOT NULL,
+    reason       TEXT    NOT NULL,
+    created_at   TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+);
+CREATE UNIQUE INDEX uk_drift_acceptance_path ON drift_acceptance (project, path);

@@ -218,3 +218,98 @@ pub async fn settled_relations(db: &Db) -> Result<Vec<(String, String)>, sqlx::E
         sqlx::query_as(AssertSqlSafe(sql)).fetch_all(pool).await
     })
 }
+
+/// An operator's acceptance of a file as the repository holds it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct AcceptanceRow {
+    /// The file.
+    pub path: String,
+    /// `ADOPT` or `IGNORE`.
+    pub action: String,
+    /// For `ADOPT`: the content accepted (none: its absence).
+    pub blob_id: Option<String>,
+}
+
+/// `project`'s acceptances, by path.
+pub async fn acceptances_of(
+    db: &Db,
+    project: &str,
+) -> Result<HashMap<String, AcceptanceRow>, sqlx::Error> {
+    let sql = "SELECT path, action, blob_id FROM drift_acceptance WHERE project = ?";
+    let rows: Vec<AcceptanceRow> = with_pool!(db, reader, |pool| {
+        sqlx::query_as(sql).bind(project).fetch_all(pool).await
+    })?;
+    Ok(rows
+        .into_iter()
+        .map(|row| (row.path.clone(), row))
+        .collect())
+}
+
+/// Records an acceptance of `path` (replacing any earlier one), in the
+/// caller's transaction.
+pub async fn accept(
+    tx: &mut DbTx,
+    project: &str,
+    path: &str,
+    action: &str,
+    blob_id: Option<&str>,
+    accepted_by: &str,
+    reason: &str,
+) -> Result<(), sqlx::Error> {
+    with_tx!(tx, |conn| {
+        sqlx::query("DELETE FROM drift_acceptance WHERE project = ? AND path = ?")
+            .bind(project)
+            .bind(path)
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query(
+            "INSERT INTO drift_acceptance (project, path, action, blob_id, accepted_by, reason) \
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(project)
+        .bind(path)
+        .bind(action)
+        .bind(blob_id)
+        .bind(accepted_by)
+        .bind(reason)
+        .execute(&mut *conn)
+        .await
+        .map(drop)
+    })
+}
+
+/// Deletes the acceptances of `paths` (the binding's file is its rendering
+/// again: its next change landed).
+pub async fn forget_acceptances(
+    db: &Db,
+    project: &str,
+    paths: &[String],
+) -> Result<(), sqlx::Error> {
+    for path in paths {
+        with_pool!(db, writer, |pool| {
+            sqlx::query("DELETE FROM drift_acceptance WHERE project = ? AND path = ?")
+                .bind(project)
+                .bind(path)
+                .execute(pool)
+                .await
+                .map(drop)
+        })?;
+    }
+    Ok(())
+}
+
+/// The finding of `path` in `project`, in the caller's transaction.
+pub async fn finding_in(
+    tx: &mut DbTx,
+    project: &str,
+    path: &str,
+) -> Result<Option<FindingRow>, sqlx::Error> {
+    let sql = format!("SELECT {COLUMNS} FROM drift_finding WHERE project = ? AND path = ?");
+    with_tx!(tx, |conn| {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .bind(project)
+            .bind(path)
+            .fetch_optional(conn)
+            .await
+    })
+}

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::db::drift::NewFinding;
+use crate::db::drift::{AcceptanceRow, NewFinding};
 
 /// A live binding's file as changegate rendered it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +30,28 @@ pub struct Belief {
     /// Every file a binding of any status names, with its target and
     /// subject, so a file found with no live binding says whose it was.
     pub owners: HashMap<String, (String, String)>,
+    /// Operators' acceptances: a file ignored, or adopted as it is.
+    pub accepted: HashMap<String, AcceptanceRow>,
+}
+
+impl Belief {
+    /// Whether an operator accepted `path` holding `listed` (none: absent).
+    fn accepts(&self, path: &str, listed: Option<&String>) -> bool {
+        self.accepted.get(path).is_some_and(|acceptance| {
+            acceptance.action == "IGNORE" || acceptance.blob_id.as_ref() == listed
+        })
+    }
+
+    /// The acceptances that no longer matter: the file is the binding's
+    /// rendering again (its next change landed, or it was put back).
+    pub fn settled_acceptances(&self, listed: &HashMap<String, String>) -> Vec<String> {
+        self.files
+            .iter()
+            .filter(|file| self.accepted.contains_key(&file.path))
+            .filter(|file| listed.get(&file.path) == Some(&file.blob_id))
+            .map(|file| file.path.clone())
+            .collect()
+    }
 }
 
 /// The directory of `path` ("" for a file at the root).
@@ -49,6 +71,7 @@ pub fn compare(belief: &Belief, listed: &HashMap<String, String>) -> Vec<NewFind
         }
         let kind = match listed.get(&file.path) {
             Some(blob) if *blob == file.blob_id => continue,
+            _ if belief.accepts(&file.path, listed.get(&file.path)) => continue,
             Some(_) => "CHANGED",
             None => "MISSING",
         };
@@ -64,7 +87,10 @@ pub fn compare(belief: &Belief, listed: &HashMap<String, String>) -> Vec<NewFind
         );
     }
     for (path, blob) in listed {
-        if believed.contains(path.as_str()) || belief.moving.contains(path) {
+        if believed.contains(path.as_str())
+            || belief.moving.contains(path)
+            || belief.accepts(path, Some(blob))
+        {
             continue;
         }
         let owner = belief.owners.get(path);
@@ -144,6 +170,42 @@ mod tests {
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].kind, "UNEXPECTED");
         assert_eq!(found[0].subject_id.as_deref(), Some("closed"));
+    }
+
+    #[test]
+    fn an_adopted_file_is_not_reported_until_it_changes_again_and_an_ignored_one_never() {
+        let mut belief = Belief {
+            files: vec![believed("b/t/adopted", "1")],
+            ..Belief::default()
+        };
+        for (path, action, blob) in [
+            ("b/t/adopted", "ADOPT", Some("5")),
+            ("b/t/noise", "IGNORE", None),
+        ] {
+            belief.accepted.insert(
+                path.to_owned(),
+                AcceptanceRow {
+                    path: path.to_owned(),
+                    action: action.to_owned(),
+                    blob_id: blob.map(str::to_owned),
+                },
+            );
+        }
+        let listed = listing(&[("b/t/adopted", "5"), ("b/t/noise", "6")]);
+        assert!(compare(&belief, &listed).is_empty());
+        let edited_again = listing(&[("b/t/adopted", "7"), ("b/t/noise", "8")]);
+        let found = compare(&belief, &edited_again);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            (found[0].path.as_str(), found[0].kind),
+            ("b/t/adopted", "CHANGED")
+        );
+        let rendered_again = listing(&[("b/t/adopted", "1")]);
+        assert_eq!(
+            belief.settled_acceptances(&rendered_again),
+            vec!["b/t/adopted".to_owned()]
+        );
+        assert!(belief.settled_acceptances(&listed).is_empty());
     }
 
     #[test]

@@ -26,8 +26,9 @@ use serde_json::json;
 
 use crate::db::bindings::binding_in;
 use crate::db::drift::{
-    NewFinding, delete_finding, findings_of, insert_finding, list_findings, live_operations,
-    moving_relations, refresh_finding, set_since_commit, settled_relations,
+    NewFinding, acceptances_of, delete_finding, findings_of, forget_acceptances, insert_finding,
+    list_findings, live_operations, moving_relations, refresh_finding, set_since_commit,
+    settled_relations,
 };
 use crate::db::events::{BINDING_DRIFT_RESOLVED, BINDING_DRIFTED, append_drift_event};
 use crate::db::retention::{release_job_lease, take_job_lease};
@@ -96,6 +97,7 @@ pub async fn pass(db: &Db, settings: &Settings, gitlab: &GitLabClient) -> anyhow
         }
         let findings = compare(&belief, &listed);
         drifted += findings.len();
+        forget_acceptances(db, &project, &belief.settled_acceptances(&listed)).await?;
         for path in record(db, &project, &findings).await? {
             // Read once, when it first differs, for the request's page.
             match gitlab
@@ -181,6 +183,9 @@ async fn beliefs(
             belief.moving.insert(path.clone());
         }
         belief.owners.entry(path).or_insert((target_key, subject));
+    }
+    for (project, (belief, _)) in &mut beliefs {
+        belief.accepted = acceptances_of(db, project).await?;
     }
     Ok(beliefs)
 }

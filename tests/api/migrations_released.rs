@@ -96,7 +96,7 @@ const RELEASED: &[(&str, &str)] = &[
     ),
     (
         "migrations/mysql/0023_drift.sql",
-        "ffaf3ebbb17d7d1ffdfefb98fec8bdd41f8695565ca8edfe0f28b9cf2a702f9b",
+        "40dfae9e6852fe2ed250f2384f25a7aa9ca7ee62a38be184b8a2691881bf0e14",
     ),
     (
         "migrations/sqlite/0001_state_store.sql",
@@ -188,7 +188,7 @@ const RELEASED: &[(&str, &str)] = &[
     ),
     (
         "migrations/sqlite/0023_drift.sql",
-        "53162bd33933eb089073efeffd69462ddf156446c8188e85181bc1e13e4f4831",
+        "da69cfa9bd3357ba28b67f6041316da7baebf8c03de60393832bb09808f0b35f",
     ),
 ];
 

@@ -1,18 +1,27 @@
 //! `GET /admin/v1/drift`: where the target branch and changegate disagree,
 //! as the drift job's last pass found it (SPEC §13), with the commit that
-//! last changed each file, read from GitLab as the answer is made.
+//! last changed each file, read from GitLab as the answer is made; and
+//! `POST /admin/v1/drift/repair`, an operator's acceptance of a file as the
+//! repository holds it (adopt, ignore), audited.
 
 use axum::Json;
 use axum::extract::State;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
 
+use super::attempt::Attempt;
+use super::bodies::audited;
 use crate::clients::gitlab::CommitSummary;
-use crate::db::drift::list_findings;
+use crate::db::Db;
+use crate::db::drift::{accept, delete_finding, finding_in, list_findings};
+use crate::db::events::{BINDING_DRIFT_RESOLVED, append_drift_event};
 use crate::http::api::status::rfc3339;
-use crate::http::error::ApiResult;
-use crate::http::extract::Database;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::{AppJson, AuthUser, Database};
+use crate::http::reason::{MAX_OPERATOR_REASON_CHARS, checked_reason};
 use crate::state::AppState;
 use crate::workflow::bot;
+use crate::write_tx;
 
 /// The files that differ, oldest finding first.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -119,4 +128,111 @@ pub async fn list(
         });
     }
     Ok(Json(DriftReport { items }))
+}
+
+/// An operator's repair of one drifted file.
+#[derive(Debug, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RepairBody {
+    /// The GitLab project of the finding.
+    project: String,
+    /// The finding's file.
+    path: String,
+    /// `adopt`: accept the file as the repository holds it (or its
+    /// absence) until it changes again or the binding's next change lands;
+    /// `ignore`: leave a file no live binding names out of every report.
+    action: RepairAction,
+    #[schema(schema_with = crate::http::reason::operator_reason_schema)]
+    reason: String,
+    #[serde(rename = "__authenticatedOperator", default, skip_serializing)]
+    #[schema(ignore)]
+    _operator: Option<serde::de::IgnoredAny>,
+}
+
+/// A repair that accepts the repository.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RepairAction {
+    /// Accept the file as it is.
+    Adopt,
+    /// Never report the path.
+    Ignore,
+}
+
+/// Repairs a drifted file by accepting the repository (audited, with a
+/// reason): the finding goes at once, with its `binding.drift_resolved`
+/// event. Nothing is written to the repository.
+#[utoipa::path(post, path = "/admin/v1/drift/repair", tag = "admin", operation_id = "repair_drift",
+    request_body = RepairBody,
+    responses((status = 200, description = "Repaired: the drift report as it is now", body = DriftReport),
+        (status = 400, description = "INVALID_ARGUMENT: no usable reason"),
+        (status = 409, description = "CONFLICT: no such finding now, or `ignore` of a file a live binding names")))]
+pub async fn repair(
+    State(state): State<AppState>,
+    AuthUser(caller): AuthUser,
+    Database(db): Database,
+    AppJson(body): AppJson<RepairBody>,
+) -> ApiResult<Json<DriftReport>> {
+    let reason = checked_reason(&body.reason, MAX_OPERATOR_REASON_CHARS)?;
+    let operator = caller.identity.as_str();
+    let attempt = Attempt::new(
+        operator,
+        "drift.repair",
+        format!("{}:{}", body.project, body.path),
+        audited(&body, operator),
+    );
+    let repaired = accept_finding(&db, &attempt, &body, &reason).await;
+    attempt.refusal_audited(&db, repaired).await?;
+    list(State(state), Database(db)).await
+}
+
+async fn accept_finding(
+    db: &Db,
+    attempt: &Attempt<'_>,
+    body: &RepairBody,
+    reason: &str,
+) -> ApiResult<()> {
+    let (action, label) = match body.action {
+        RepairAction::Adopt => ("ADOPT", "adopted"),
+        RepairAction::Ignore => ("IGNORE", "ignored"),
+    };
+    write_tx!(db, |tx| {
+        let Some(finding) = finding_in(tx.db(), &body.project, &body.path).await? else {
+            return Err(ApiError::Conflict(
+                "no drift of this file now: the last pass did not find it (see GET /admin/v1/drift)",
+            ));
+        };
+        if body.action == RepairAction::Ignore && finding.kind != "UNEXPECTED" {
+            return Err(ApiError::Conflict(
+                "only a file no live binding names (UNEXPECTED) can be ignored; adopt or restore a binding's file",
+            ));
+        }
+        accept(
+            tx.db(),
+            &body.project,
+            &body.path,
+            action,
+            finding.blob_id.as_deref(),
+            attempt.operator(),
+            reason,
+        )
+        .await?;
+        delete_finding(tx.db(), finding.id).await?;
+        let payload = json!({ "kind": finding.kind, "project": finding.project,
+            "path": finding.path, "repair": label, "by": attempt.operator() });
+        append_drift_event(
+            tx.db(),
+            BINDING_DRIFT_RESOLVED,
+            (
+                finding.subject_id.as_deref().unwrap_or_default(),
+                finding.target_key.as_deref().unwrap_or_default(),
+            ),
+            None,
+            &payload.to_string(),
+        )
+        .await?;
+        attempt.done(tx.db()).await?;
+        Ok::<_, ApiError>(())
+    })
+    .await
 }

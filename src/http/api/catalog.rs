@@ -98,7 +98,7 @@ pub struct PreviewQuery {
 
 /// The answer to a preview.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct PreviewAnswer {
+pub struct LegacyPreviewAnswer {
     /// The change; null when there is nothing to show (an unknown target, a
     /// subject or target the caller may not apply for, any failure).
     data: Option<Preview>,
@@ -133,17 +133,17 @@ pub enum PreviewAction {
 /// way. The file change the request would make with the schema's defaults,
 /// read-only. On any failure it answers 200 with `data: null`.
 #[utoipa::path(get, path = "/api/v1/preview", tag = "requests", params(PreviewQuery),
-    responses((status = 200, description = "The change, or `data: null`", body = PreviewAnswer)))]
+    responses((status = 200, description = "The change, or `data: null`", body = LegacyPreviewAnswer)))]
 pub async fn preview(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
     query: Result<Query<PreviewQuery>, QueryRejection>,
-) -> Json<PreviewAnswer> {
+) -> Json<LegacyPreviewAnswer> {
     let data = match query {
         Ok(Query(query)) => build_preview(&state, &caller, query).await,
         Err(_) => None,
     };
-    Json(PreviewAnswer { data })
+    Json(LegacyPreviewAnswer { data })
 }
 
 /// The preview, under the same subject and permission rules as submitting,

@@ -90,6 +90,11 @@ const ADMIN_FORCE_FAIL: RouteSpec = RouteSpec {
     rate_limit: None,
     activity: Some("admin.force_fail"),
 };
+const ADMIN_DRIFT_REPAIR: RouteSpec = RouteSpec {
+    name: "operator",
+    rate_limit: None,
+    activity: Some("admin.drift_repair"),
+};
 const ADMIN_URGENT: RouteSpec = RouteSpec {
     name: "operator",
     rate_limit: None,
@@ -248,6 +253,11 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
             state,
             &ADMIN_READ,
             routes!(super::admin::drift::list),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_DRIFT_REPAIR,
+            routes!(super::admin::drift::repair),
         ))
         .routes(guarded(
             state,

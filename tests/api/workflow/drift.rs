@@ -201,39 +201,96 @@ async fn edits_by_hand_are_reported_as_their_kind_and_clear_once_put_right() {
             "{metrics}"
         );
 
-        // Put right by hand: those findings go.
+        // Repairs that accept the repository: ignore only an unexpected file.
+        let refused = repair(&w, &file("alice"), "ignore").await;
+        assert_eq!(refused.0, 409, "{}", refused.1);
+        let adopted = repair(&w, &file("alice"), "adopt").await;
+        assert_eq!(adopted.0, 200, "{}", adopted.1);
+        let ignored = repair(&w, &file("mallory"), "ignore").await;
+        assert_eq!(ignored.0, 200, "{}", ignored.1);
+        let missing = vec![
+            (file("bob"), "MISSING".to_owned()),
+            (file("carol"), "MISSING".to_owned()),
+        ];
+        assert_eq!(kinds(ignored.1["items"].as_array().unwrap()), missing);
+        // Several passes later they stay repaired.
+        let passes_later = Instant::now() + Duration::from_millis(800);
+        while Instant::now() < passes_later {
+            drift_until(&w, |items| kinds(items) == missing).await;
+        }
+
+        // Edited again, the adopted file drifts again; put back as
+        // changegate wrote it, it is clean (and its adoption forgotten).
+        let again = alice.replace("\"params\": {}", "\"params\": {\"debug\": false}");
         w.gitlab
             .push(
                 w.project,
                 w.users[1],
                 "main",
-                &[(&file("alice"), Some(&alice)), (&file("mallory"), None)],
+                &[(&file("alice"), Some(&again))],
             )
             .unwrap();
-        let expected = vec![
-            (file("bob"), "MISSING".to_owned()),
-            (file("carol"), "MISSING".to_owned()),
-        ];
-        drift_until(&w, |items| kinds(items) == expected).await;
+        let mut with_alice = missing.clone();
+        with_alice.insert(0, (file("alice"), "CHANGED".to_owned()));
+        drift_until(&w, |items| kinds(items) == with_alice).await;
+        w.gitlab
+            .push(
+                w.project,
+                w.users[1],
+                "main",
+                &[(&file("alice"), Some(&alice))],
+            )
+            .unwrap();
+        drift_until(&w, |items| kinds(items) == missing).await;
 
-        // Several passes later: one event per appearance and per resolution.
-        let passes_later = Instant::now() + Duration::from_millis(800);
-        while Instant::now() < passes_later {
-            drift_until(&w, |items| kinds(items) == expected).await;
-        }
         assert_eq!(
             events(&test_db.db, "binding.drifted").await,
-            vec![file("alice"), file("bob"), file("carol"), file("mallory")],
-            "{}",
+            vec![
+                file("alice"),
+                file("alice"),
+                file("bob"),
+                file("carol"),
+                file("mallory")
+            ],
+            "{}: once per appearance",
             test_db.name
         );
         assert_eq!(
             events(&test_db.db, "binding.drift_resolved").await,
-            vec![file("alice"), file("mallory")],
+            vec![file("alice"), file("alice"), file("mallory")],
             "{}",
             test_db.name
         );
+        let audit: Value = w
+            .app
+            .get_as("admin", "/admin/v1/audit")
+            .await
+            .json()
+            .await
+            .unwrap();
+        let repairs: Vec<&str> = audit["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|entry| entry["action"] == "drift.repair")
+            .map(|entry| entry["outcome"].as_str().unwrap())
+            .collect();
+        assert_eq!(repairs, vec!["DONE", "DONE", "REFUSED"], "{audit}");
     }
+}
+
+/// An operator's repair of `path`: the status and the answer.
+async fn repair(w: &World, path: &str, action: &str) -> (u16, Value) {
+    let answer = w
+        .app
+        .post_as(
+            "admin",
+            "/admin/v1/drift/repair",
+            &json!({ "project": "config/repo", "path": path, "action": action,
+                     "reason": "the platform team's edit stands" }),
+        )
+        .await;
+    (answer.status().as_u16(), answer.json().await.unwrap())
 }
 
 /// The paths of the outbox's events of `event_type`, sorted.
