@@ -313,3 +313,41 @@ pub async fn finding_in(
             .await
     })
 }
+
+/// The finding of `path` in `project`, if any. Served by
+/// `uk_drift_finding_path`.
+pub async fn finding_at(
+    db: &Db,
+    project: &str,
+    path: &str,
+) -> Result<Option<FindingRow>, sqlx::Error> {
+    let sql = format!("SELECT {COLUMNS} FROM drift_finding WHERE project = ? AND path = ?");
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .bind(project)
+            .bind(path)
+            .fetch_optional(pool)
+            .await
+    })
+}
+
+/// The operation that owns the live binding of `(subject, target)`, if the
+/// binding is live.
+pub async fn live_operation(
+    db: &Db,
+    subject_id: &str,
+    target_key: &str,
+) -> Result<Option<OperationRow>, sqlx::Error> {
+    let sql = format!(
+        "SELECT {} FROM binding b JOIN operation o ON o.operation_id = b.operation_id \
+         WHERE b.subject_id = ? AND b.target_key = ? AND b.status IN {LIVE}",
+        prefixed_columns()
+    );
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .bind(subject_id)
+            .bind(target_key)
+            .fetch_optional(pool)
+            .await
+    })
+}

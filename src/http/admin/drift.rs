@@ -13,14 +13,18 @@ use super::attempt::Attempt;
 use super::bodies::audited;
 use crate::clients::gitlab::CommitSummary;
 use crate::db::Db;
-use crate::db::drift::{accept, delete_finding, finding_in, list_findings};
+use crate::db::drift::{
+    accept, delete_finding, finding_at, finding_in, list_findings, live_operation,
+};
 use crate::db::events::{BINDING_DRIFT_RESOLVED, append_drift_event};
+use crate::files::layout::FileChange;
+use crate::http::api::preview::unified_diff;
 use crate::http::api::status::rfc3339;
 use crate::http::error::{ApiError, ApiResult};
-use crate::http::extract::{AppJson, AuthUser, Database};
+use crate::http::extract::{AppJson, AppQuery, AuthUser, Database};
 use crate::http::reason::{MAX_OPERATOR_REASON_CHARS, checked_reason};
 use crate::state::AppState;
-use crate::workflow::bot;
+use crate::workflow::{bot, file_change};
 use crate::write_tx;
 
 /// The files that differ, oldest finding first.
@@ -235,4 +239,82 @@ async fn accept_finding(
         Ok::<_, ApiError>(())
     })
     .await
+}
+
+/// Which drifted file to compare.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct DiffQuery {
+    /// The GitLab project of the finding.
+    project: String,
+    /// The finding's file.
+    path: String,
+}
+
+/// A drifted file against what changegate wrote.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftDiff {
+    kind: String,
+    path: String,
+    /// A unified diff from what changegate wrote (`a/`; `/dev/null` when
+    /// no live binding names the file) to what the target branch holds
+    /// (`b/`; `/dev/null` when it is missing). Empty when the file could
+    /// not be read (see `unreadable`).
+    diff: String,
+    /// Why the target branch's file could not be read, when it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unreadable: Option<String>,
+}
+
+/// The unified diff of one drifted file: read from the target branch now,
+/// against the binding's rendering.
+#[utoipa::path(get, path = "/admin/v1/drift/diff", tag = "admin", operation_id = "get_drift_diff",
+    params(DiffQuery),
+    responses((status = 200, description = "The file against what changegate wrote", body = DriftDiff),
+        (status = 404, description = "NOT_FOUND: no such finding now")))]
+pub async fn diff(
+    State(state): State<AppState>,
+    Database(db): Database,
+    AppQuery(query): AppQuery<DiffQuery>,
+) -> ApiResult<Json<DriftDiff>> {
+    let finding = finding_at(&db, &query.project, &query.path)
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    let settings = state.config.current();
+    let believed = match (&finding.subject_id, &finding.target_key) {
+        (Some(subject), Some(target)) => live_operation(&db, subject, target).await?,
+        _ => None,
+    }
+    .and_then(|operation| match file_change(&settings, &operation) {
+        Ok(FileChange::Whole { content, .. }) => content,
+        _ => None,
+    });
+    let current = match bot(&settings) {
+        Ok(token) => state
+            .gitlab
+            .file_content(
+                token,
+                &finding.project,
+                &finding.path,
+                &settings.gitlab.target_branch,
+            )
+            .await
+            .map_err(|err| err.to_string()),
+        Err(err) => Err(err.to_string()),
+    };
+    let (diff, unreadable) = match current {
+        Ok(current) => (
+            unified_diff(&finding.path, believed.as_deref(), current.as_deref()),
+            None,
+        ),
+        Err(reason) => (String::new(), Some(reason)),
+    };
+    Ok(Json(DriftDiff {
+        kind: finding.kind,
+        path: finding.path,
+        diff,
+        unreadable,
+    }))
 }

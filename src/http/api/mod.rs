@@ -5,7 +5,7 @@ pub mod applications;
 mod bindings;
 mod catalog;
 mod document;
-mod preview;
+pub(crate) mod preview;
 mod queue;
 mod revert;
 pub(crate) mod status;
@@ -253,6 +253,11 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
             state,
             &ADMIN_READ,
             routes!(super::admin::drift::list),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_READ,
+            routes!(super::admin::drift::diff),
         ))
         .routes(guarded(
             state,

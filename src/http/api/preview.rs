@@ -534,7 +534,7 @@ fn unknown_file_view(change: &FileChange, bound: bool) -> PreviewFile {
 }
 
 /// `git diff`'s form: `/dev/null` for the side where the file is absent.
-fn unified_diff(path: &str, current: Option<&str>, proposed: Option<&str>) -> String {
+pub(crate) fn unified_diff(path: &str, current: Option<&str>, proposed: Option<&str>) -> String {
     if current == proposed {
         return String::new();
     }

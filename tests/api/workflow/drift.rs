@@ -182,6 +182,23 @@ async fn edits_by_hand_are_reported_as_their_kind_and_clear_once_put_right() {
             "{}: {alice_item}",
             test_db.name
         );
+        // Its diff: what changegate wrote against what the branch holds.
+        let diff: Value = w
+            .app
+            .get_as(
+                "admin",
+                &format!("/admin/v1/drift/diff?project=config%2Frepo&path={DIR}%2Falice.json"),
+            )
+            .await
+            .json()
+            .await
+            .unwrap();
+        let text = diff["diff"].as_str().unwrap();
+        assert!(
+            text.contains("-  \"params\": {},\n")
+                && text.contains("+  \"params\": {\"debug\": true},\n"),
+            "{diff}"
+        );
         // The request's page says so, with the commit that changed the file.
         let page = wait_for_as(&w.app, "alice", &alice_id, |v| v["drift"].is_object()).await;
         assert_eq!(page["drift"]["kind"], "CHANGED", "{page}");

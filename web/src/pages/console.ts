@@ -4,6 +4,7 @@ import { h, replace } from "../dom";
 import { auditTab } from "../console/audit";
 import { batchesTab } from "../console/batches";
 import { configTab } from "../console/config";
+import { driftTab } from "../console/drift";
 import { operationsTab } from "../console/operations";
 import { webhooksTab } from "../console/webhooks";
 
@@ -16,6 +17,7 @@ interface Tab {
 const TABS: Tab[] = [
   { key: "operations", label: "Operations", render: operationsTab },
   { key: "merge-queue", label: "Merge queue", render: batchesTab },
+  { key: "drift", label: "Drift", render: driftTab },
   { key: "webhooks", label: "Webhooks", render: webhooksTab },
   { key: "audit", label: "Audit log", render: auditTab },
   { key: "config", label: "Configuration", render: configTab },
