@@ -9,7 +9,8 @@
 -- changed the file when it was first found (read once, for the request's
 -- page; the report reads it afresh).
 --
--- Expand only: a new table the previous release never reads.
+-- Expand only: new tables and a defaulted column the previous release never
+-- reads.
 CREATE TABLE drift_finding (
     id           BIGINT        NOT NULL AUTO_INCREMENT PRIMARY KEY,
     project      VARCHAR(191)  NOT NULL,
@@ -25,6 +26,11 @@ CREATE TABLE drift_finding (
     -- a request's page: the finding of its binding's file
     KEY ix_drift_finding_binding (target_key, subject_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- `operation.restores_drift`: an operator's restore, a request that writes
+-- a live binding's rendering again over a file that drifted; approved by
+-- changegate itself when `drift.restore_requires_approval` is false.
+ALTER TABLE operation ADD COLUMN restores_drift BOOLEAN NOT NULL DEFAULT FALSE;
 
 -- The drift job runs on one instance at a time, under this lease.
 INSERT INTO job_lease (name) VALUES ('drift');

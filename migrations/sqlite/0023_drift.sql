@@ -13,6 +13,7 @@ CREATE TABLE drift_finding (
 );
 CREATE UNIQUE INDEX uk_drift_finding_path ON drift_finding (project, path);
 CREATE INDEX ix_drift_finding_binding ON drift_finding (target_key, subject_id);
+ALTER TABLE operation ADD COLUMN restores_drift INTEGER NOT NULL DEFAULT 0;
 INSERT INTO job_lease (name) VALUES ('drift');
 
 CREATE TABLE drift_acceptance (

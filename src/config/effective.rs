@@ -302,7 +302,10 @@ pub fn effective(settings: &Settings) -> EffectiveConfig {
             "previousSecretKeys": s.webhooks.sealing_keys.previous.iter().map(|_| REDACTED).collect::<Vec<_>>(),
             "previousSecretKeyFiles": s.secret_files.get("webhooks.previous_secret_key_files").iter().map(|file| path(Some(file))).collect::<Vec<_>>(),
         }),
-        drift: json!({ "interval": duration(s.drift.interval) }),
+        drift: json!({
+            "interval": duration(s.drift.interval),
+            "restoreRequiresApproval": s.drift.restore_requires_approval,
+        }),
         reconcile: json!({
             "interval": duration(s.reconcile.interval),
             "minAge": duration(s.reconcile.min_age),

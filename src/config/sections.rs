@@ -161,13 +161,17 @@ pub struct WebSettings {
 pub struct DriftSettings {
     /// `interval`, dynamic, default `10m`; `0` turns the job off.
     pub interval: Duration,
+    /// `restore_requires_approval`, dynamic, default true: an operator's
+    /// restore goes through the usual approval.
+    pub restore_requires_approval: bool,
 }
 
-pub(super) const DRIFT_KEYS: &[&str] = &["interval"];
+pub(super) const DRIFT_KEYS: &[&str] = &["interval", "restore_requires_approval"];
 
 pub(super) fn drift(r: &mut Reader<'_>) -> DriftSettings {
     DriftSettings {
         interval: r.static_duration("drift", "interval", Duration::from_secs(600)),
+        restore_requires_approval: r.bool_at(&["drift", "restore_requires_approval"], true),
     }
 }
 

@@ -69,11 +69,13 @@ pub struct OperationRow {
     pub urgent: bool,
     /// The request it reverts (migration 0022).
     pub revert_of: Option<String>,
+    /// An operator's restore of a drifted file (migration 0023).
+    pub restores_drift: bool,
 }
 
 const COLUMNS: &str = "id, operation_id, kind, subject_id, target_key, requested_by, flow_order, \
     step_code, message, obstacle, unreachable_since, params, reason, expires_at, mr_iid, mr_url, version, due_at, attempts, \
-    created_at, updated_at, trace_parent, not_before, urgent, revert_of";
+    created_at, updated_at, trace_parent, not_before, urgent, revert_of, restores_drift";
 
 /// What a new operation row holds.
 #[derive(Debug, Clone)]
@@ -106,6 +108,8 @@ pub struct NewOperation<'a> {
     pub urgent: bool,
     /// The request it reverts.
     pub revert_of: Option<&'a str>,
+    /// An operator's restore of a drifted file.
+    pub restores_drift: bool,
 }
 
 /// Inserts an operation at version 1. A duplicate `operation_id` is a unique violation.
@@ -125,9 +129,9 @@ pub fn insert_operations_statement<'a>(
         sql: format!(
             "INSERT INTO operation (operation_id, kind, subject_id, target_key, requested_by, \
              flow_order, step_code, params, reason, expires_at, trace_parent, not_before, urgent, \
-             revert_of, due_at) VALUES {}",
+             revert_of, restores_drift, due_at) VALUES {}",
             dialect::value_rows(rows, |new| format!(
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {})",
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {})",
                 due_at_of(backend, new.step)
             ))
         ),
@@ -149,6 +153,7 @@ pub fn insert_operations_statement<'a>(
                     SqlValue::OptTime(new.not_before),
                     SqlValue::Int(i64::from(new.urgent)),
                     SqlValue::OptText(new.revert_of),
+                    SqlValue::Int(i64::from(new.restores_drift)),
                 ]
             })
             .collect(),

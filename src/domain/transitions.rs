@@ -52,7 +52,9 @@ pub const LEGAL_TRANSITIONS: &[(BindingStatus, &[BindingStatus])] = &[
     ),
     (Merging, &[Merged, MrCreating, HandleFailed, Abandoned]),
     (Merged, &[Validated, Closing]),
-    (Validated, &[Closing]),
+    // An operator's restore writes the binding's rendering again over a
+    // file that drifted: a new request takes the live binding over.
+    (Validated, &[Closing, ApprovalSending, MrCreating]),
     // MR_CREATED: an operator's retry runs a failed pipeline again.
     (
         CreateFailed,

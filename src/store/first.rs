@@ -154,6 +154,7 @@ impl FirstApplies {
                     not_before: request.controls.not_before,
                     urgent: request.controls.urgent,
                     revert_of: request.controls.revert_of.as_deref(),
+                    restores_drift: request.controls.restores_drift,
                 },
             )
             .collect();

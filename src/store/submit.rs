@@ -62,6 +62,9 @@ pub struct Controls {
     pub urgent: bool,
     /// The request it reverts.
     pub revert_of: Option<String>,
+    /// An operator's restore of a drifted file: it takes over the live
+    /// binding it writes again.
+    pub restores_drift: bool,
 }
 
 /// An idempotency key, claimed in the same transaction as the operation so
@@ -104,9 +107,11 @@ impl NewRequest {
         }
     }
 
-    /// Whether a row in `status` may be taken over by this request.
+    /// Whether a row in `status` may be taken over by this request: a
+    /// restore of a drifted file takes over the live binding it writes again.
     fn may_replace(&self, status: BindingStatus) -> bool {
         may_replace(self.kind, status)
+            || (self.controls.restores_drift && status == BindingStatus::Validated)
     }
 }
 
@@ -260,6 +265,7 @@ async fn record(
         not_before: request.controls.not_before,
         urgent: request.controls.urgent,
         revert_of: request.controls.revert_of.as_deref(),
+        restores_drift: request.controls.restores_drift,
     };
     claim_ids(tx, request, &new_operation).await?;
     claim_relation(tx, request, existing, &owner).await?;

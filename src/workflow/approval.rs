@@ -24,13 +24,8 @@ impl Workflow {
         operation: &OperationRow,
     ) -> Result<(), StoreError> {
         let settings = self.config.current();
-        if operation.revert_of.is_some()
-            && settings
-                .targets
-                .get(&operation.target_key)
-                .is_some_and(|target| !target.revert_requires_approval)
-        {
-            return approve_revert(db, &settings, operation).await;
+        if let Some(why) = approved_by_configuration(&settings, operation) {
+            return approve_without_asking(db, &settings, operation, &why).await;
         }
         let id = operation.operation_id.as_str();
         let sending = Change {
@@ -99,18 +94,37 @@ impl Workflow {
     }
 }
 
-/// A revert of a target whose `revert_requires_approval` is false: approved
-/// by changegate itself, as the target's configuration says, and on its way
-/// as any approved request.
-async fn approve_revert(
+/// Why the configuration approves `operation` without asking, if it does:
+/// a revert of a target whose `revert_requires_approval` is false, or an
+/// operator's restore of a drifted file with `drift.restore_requires_approval`
+/// false.
+fn approved_by_configuration(settings: &Settings, operation: &OperationRow) -> Option<String> {
+    if operation.revert_of.is_some()
+        && settings
+            .targets
+            .get(&operation.target_key)
+            .is_some_and(|target| !target.revert_requires_approval)
+    {
+        return Some(format!(
+            "a revert: approved without asking, as targets.{}.revert_requires_approval is false",
+            operation.target_key
+        ));
+    }
+    (operation.restores_drift && !settings.drift.restore_requires_approval).then(|| {
+        "an operator's restore of a drifted file: approved without asking, as \
+         drift.restore_requires_approval is false"
+            .to_owned()
+    })
+}
+
+/// A request the configuration approves: approved by changegate itself, and
+/// on its way as any approved request.
+async fn approve_without_asking(
     db: &Db,
     settings: &Settings,
     operation: &OperationRow,
+    message: &str,
 ) -> Result<(), StoreError> {
-    let message = format!(
-        "a revert: approved without asking, as targets.{}.revert_requires_approval is false",
-        operation.target_key
-    );
     write_tx!(db, |tx| {
         apply_decision(
             tx,
@@ -118,7 +132,7 @@ async fn approve_revert(
             operation,
             ApprovalDecision::Approved,
             ACTOR,
-            Some(&message),
+            Some(message),
         )
         .await
         .map(drop)

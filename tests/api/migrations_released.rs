@@ -96,7 +96,7 @@ const RELEASED: &[(&str, &str)] = &[
     ),
     (
         "migrations/mysql/0023_drift.sql",
-        "40dfae9e6852fe2ed250f2384f25a7aa9ca7ee62a38be184b8a2691881bf0e14",
+        "e1f25ebf51723d94a3ceca9f80d1bc060cbb0802775ceed79f4d82b535093415",
     ),
     (
         "migrations/sqlite/0001_state_store.sql",
@@ -188,7 +188,7 @@ const RELEASED: &[(&str, &str)] = &[
     ),
     (
         "migrations/sqlite/0023_drift.sql",
-        "da69cfa9bd3357ba28b67f6041316da7baebf8c03de60393832bb09808f0b35f",
+        "3204a4cb3f8974e392becc598cdc55f324d9dd754e237681bc6236973a0981f8",
     ),
 ];
 

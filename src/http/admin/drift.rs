@@ -6,6 +6,8 @@
 
 use axum::Json;
 use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -13,15 +15,20 @@ use super::attempt::Attempt;
 use super::bodies::audited;
 use crate::clients::gitlab::CommitSummary;
 use crate::db::Db;
+use crate::db::bindings::get_binding;
 use crate::db::drift::{
     accept, delete_finding, finding_at, finding_in, list_findings, live_operation,
 };
 use crate::db::events::{BINDING_DRIFT_RESOLVED, append_drift_event};
+use crate::domain::{BindingStatus, OperationKind};
 use crate::files::layout::FileChange;
+use crate::http::api::applications::Accepted;
 use crate::http::api::preview::unified_diff;
 use crate::http::api::status::rfc3339;
+use crate::http::api::submission::{Submission, submit};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AppJson, AppQuery, AuthUser, Database};
+use crate::http::layers::authz::Authorized;
 use crate::http::reason::{MAX_OPERATOR_REASON_CHARS, checked_reason};
 use crate::state::AppState;
 use crate::workflow::{bot, file_change};
@@ -317,4 +324,91 @@ pub async fn diff(
         diff,
         unreadable,
     }))
+}
+
+/// An operator's restore of one drifted file.
+#[derive(Debug, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RestoreBody {
+    /// The GitLab project of the finding.
+    project: String,
+    /// The finding's file (`CHANGED` or `MISSING`).
+    path: String,
+    #[schema(schema_with = crate::http::reason::operator_reason_schema)]
+    reason: String,
+    #[serde(rename = "__authenticatedOperator", default, skip_serializing)]
+    #[schema(ignore)]
+    _operator: Option<serde::de::IgnoredAny>,
+}
+
+/// Restores a drifted binding's file through the normal flow: a change
+/// request (the operator's) that writes the binding's rendering again,
+/// approved as any request unless `drift.restore_requires_approval` is
+/// false, merged by the merge queue. Audited. The finding goes once the
+/// restore lands.
+#[utoipa::path(post, path = "/admin/v1/drift/restore", tag = "admin", operation_id = "restore_drift",
+    request_body = RestoreBody,
+    responses((status = 202, description = "The restore's change request", body = Accepted),
+        (status = 400, description = "INVALID_ARGUMENT: no usable reason, or the binding's parameters no longer pass its target's schema"),
+        (status = 409, description = "CONFLICT: no such finding now, a file no binding names, or a binding that is not VALIDATED")))]
+pub async fn restore(
+    State(state): State<AppState>,
+    AuthUser(caller): AuthUser,
+    Database(db): Database,
+    AppJson(body): AppJson<RestoreBody>,
+) -> ApiResult<Response> {
+    let reason = checked_reason(&body.reason, MAX_OPERATOR_REASON_CHARS)?;
+    let operator = caller.identity.as_str();
+    let attempt = Attempt::new(
+        operator,
+        "drift.restore",
+        format!("{}:{}", body.project, body.path),
+        audited(&body, operator),
+    );
+    let restored = restore_finding(&state, &db, &caller, &body, reason).await;
+    let accepted = attempt.refusal_audited(&db, restored).await?;
+    write_tx!(&db, |tx| attempt.done(tx.db()).await).await?;
+    Ok(accepted.into_response())
+}
+
+async fn restore_finding(
+    state: &AppState,
+    db: &Db,
+    caller: &Authorized,
+    body: &RestoreBody,
+    reason: String,
+) -> ApiResult<Accepted> {
+    let finding = finding_at(db, &body.project, &body.path)
+        .await?
+        .ok_or(ApiError::Conflict(
+            "no drift of this file now: the last pass did not find it (see GET /admin/v1/drift)",
+        ))?;
+    let (Some(subject), Some(target), "CHANGED" | "MISSING") = (
+        finding.subject_id.as_deref(),
+        finding.target_key.as_deref(),
+        finding.kind.as_str(),
+    ) else {
+        return Err(ApiError::Conflict(
+            "no live binding names this file, so there is nothing to restore: adopt or ignore it",
+        ));
+    };
+    let binding = get_binding(db, subject, target)
+        .await?
+        .filter(|binding| binding.status == BindingStatus::Validated)
+        .ok_or(ApiError::Conflict(
+            "the binding is not VALIDATED now: a request for it is on its way, which writes the file anew",
+        ))?;
+    let submission = Submission {
+        kind: OperationKind::Apply,
+        operation_id: None,
+        target_key: target.to_owned(),
+        subject_id: Some(subject.to_owned()),
+        params: serde_json::from_str(&binding.params).ok(),
+        expires_at: binding.expires_at.map(|at| at.and_utc()),
+        not_before: None,
+        reason,
+        revert: None,
+        restores_drift: true,
+    };
+    submit(state, db, caller, &HeaderMap::new(), submission).await
 }

@@ -81,6 +81,7 @@ impl ApplyBody {
             not_before: self.not_before,
             reason: self.reason,
             revert: None,
+            restores_drift: false,
         }
     }
 }
@@ -98,6 +99,7 @@ impl CloseBody {
             not_before: self.not_before,
             reason: self.reason,
             revert: None,
+            restores_drift: false,
         }
     }
 }

@@ -9,7 +9,7 @@ pub(crate) mod preview;
 mod queue;
 mod revert;
 pub(crate) mod status;
-mod submission;
+pub(crate) mod submission;
 mod timeline;
 mod withdraw;
 
@@ -263,6 +263,11 @@ pub fn router(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
             state,
             &ADMIN_DRIFT_REPAIR,
             routes!(super::admin::drift::repair),
+        ))
+        .routes(guarded(
+            state,
+            &ADMIN_DRIFT_REPAIR,
+            routes!(super::admin::drift::restore),
         ))
         .routes(guarded(
             state,

@@ -437,6 +437,7 @@ fn operation_row(request: &NewRequest) -> OperationRow {
         not_before: request.controls.not_before,
         urgent: request.controls.urgent,
         revert_of: request.controls.revert_of.clone(),
+        restores_drift: request.controls.restores_drift,
     }
 }
 

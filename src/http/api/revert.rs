@@ -241,6 +241,7 @@ fn restoring(
             not_before: None,
             reason,
             revert,
+            restores_drift: false,
         }),
         OperationKind::Close => {
             if reverted.step == StepStatus::CloseExpired
@@ -263,6 +264,7 @@ fn restoring(
                 not_before: None,
                 reason,
                 revert,
+                restores_drift: false,
             })
         }
     }

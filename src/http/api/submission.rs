@@ -55,6 +55,8 @@ pub struct Submission {
     pub reason: String,
     /// When it reverts another request: which, and whether it is urgent.
     pub revert: Option<Revert>,
+    /// An operator's restore of a drifted file (see src/drift).
+    pub restores_drift: bool,
 }
 
 /// The request a submission reverts.
@@ -319,6 +321,7 @@ pub(super) fn check(
         "notBefore": not_before.map(|at| at.to_rfc3339()),
         "revertOf": submission.revert.as_ref().map(|revert| revert.of.as_str()),
         "urgent": submission.revert.as_ref().is_some_and(|revert| revert.urgent),
+        "restoresDrift": submission.restores_drift,
         "reason": reason,
     }));
     if submission.kind == OperationKind::Apply {
@@ -363,6 +366,7 @@ pub(super) fn check(
                 .as_ref()
                 .is_some_and(|revert| revert.urgent),
             revert_of: submission.revert.map(|revert| revert.of),
+            restores_drift: submission.restores_drift,
         },
     };
     Checked {

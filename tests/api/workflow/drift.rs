@@ -329,3 +329,107 @@ async fn events(db: &changegate::db::Db, event_type: &str) -> Vec<String> {
     paths.sort();
     paths
 }
+
+#[tokio::test]
+async fn a_force_push_that_rewrites_the_target_branch_is_reported_and_a_live_edit_is_reported_again()
+ {
+    for test_db in each_backend().await {
+        let w = world(&test_db.url, "[drift]\ninterval = \"200ms\"\n").await;
+        applied(&w, "alice").await;
+        let before_bob = w.gitlab.branch_head(w.project, "main").unwrap();
+        applied(&w, "bob").await;
+        drift_until(&w, |items| items.is_empty()).await;
+
+        // History rewritten: main forced to a commit built on the head from
+        // before bob's merge, with a file of its own.
+        let rewritten = w
+            .gitlab
+            .push_onto(
+                w.project,
+                w.users[1],
+                &before_bob,
+                &[(&file("rewrite"), Some("{\"forced\": true}\n"))],
+            )
+            .unwrap();
+        w.gitlab
+            .force_push(w.project, w.users[1], "main", &rewritten)
+            .unwrap();
+        let expected = vec![
+            (file("bob"), "MISSING".to_owned()),
+            (file("rewrite"), "UNEXPECTED".to_owned()),
+        ];
+        let items = drift_until(&w, |items| kinds(items) == expected).await;
+        let rewrite = items.iter().find(|i| i["path"] == file("rewrite")).unwrap();
+        assert_eq!(
+            rewrite["lastCommit"]["id"], rewritten,
+            "{}: {rewrite}",
+            test_db.name
+        );
+        assert!(
+            rewrite.get("targetKey").is_none(),
+            "no binding names it: {rewrite}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_restore_writes_the_binding_again_through_the_normal_flow_and_clears_the_drift() {
+    for test_db in each_backend().await {
+        let w = world(
+            &test_db.url,
+            "[drift]\ninterval = \"200ms\"\nrestore_requires_approval = false\n",
+        )
+        .await;
+        applied(&w, "alice").await;
+        w.gitlab
+            .push(
+                w.project,
+                w.users[1],
+                "main",
+                &[(&file("alice"), None), (&file("stray"), Some("{}\n"))],
+            )
+            .unwrap();
+        let expected = vec![
+            (file("alice"), "MISSING".to_owned()),
+            (file("stray"), "UNEXPECTED".to_owned()),
+        ];
+        drift_until(&w, |items| kinds(items) == expected).await;
+        let approvals = w.approval.requests().len();
+
+        let restore = |path: String| {
+            let app = &w.app;
+            async move {
+                let answer = app
+                    .post_as(
+                        "admin",
+                        "/admin/v1/drift/restore",
+                        &json!({ "project": "config/repo", "path": path,
+                                 "reason": "the flags were deleted by mistake" }),
+                    )
+                    .await;
+                let status = answer.status().as_u16();
+                (status, answer.json::<Value>().await.unwrap())
+            }
+        };
+        let (status, refused) = restore(file("stray")).await;
+        assert_eq!(status, 409, "{refused}");
+        let (status, accepted) = restore(file("alice")).await;
+        assert_eq!(status, 202, "{}: {accepted}", test_db.name);
+        let id = accepted["operationId"].as_str().unwrap().to_owned();
+        let view = wait_for_as(&w.app, "admin", &id, |v| {
+            v["status"] == "VALIDATED" || v["next"] == "CONTACT_TEAM"
+        })
+        .await;
+        assert_eq!(view["status"], "VALIDATED", "{}: {view}", test_db.name);
+        let restored = w.gitlab.file(w.project, "main", &file("alice")).unwrap();
+        assert!(restored.contains(&id), "written by the restore: {restored}");
+        assert_eq!(
+            w.approval.requests().len(),
+            approvals,
+            "{}: restores need no approval here",
+            test_db.name
+        );
+        let only_stray = vec![(file("stray"), "UNEXPECTED".to_owned())];
+        drift_until(&w, |items| kinds(items) == only_stray).await;
+    }
+}

@@ -76,6 +76,9 @@ export function driftTab(root: HTMLElement): void {
         : h("span", { class: "hint" }, finding.lastCommitUnknown ?? "none")),
       h("td", {}, h("div", { class: "actions" },
         h("button", { type: "button", "data-action": "diff", onclick: () => void showDiff(finding) }, "Diff"),
+        finding.kind === "UNEXPECTED"
+          ? null
+          : h("button", { type: "button", "data-action": "restore", onclick: () => restore(finding) }, "Restore"),
         h("button", { type: "button", "data-action": "adopt", onclick: () => repair(finding, "adopt") }, "Adopt"),
         finding.kind === "UNEXPECTED"
           ? h("button", { type: "button", "data-action": "ignore", onclick: () => repair(finding, "ignore") }, "Ignore")
@@ -97,6 +100,20 @@ export function driftTab(root: HTMLElement): void {
     } catch (error) {
       replace(detail, adminError(error));
     }
+  }
+
+  function restore(finding: Finding): void {
+    confirmAction({
+      title: "Restore the binding's file",
+      text: `Submit a change request that writes ${finding.path} again as changegate rendered it for ${finding.subjectId} → ${finding.targetKey}, through the usual approval and merge queue.`,
+      confirmLabel: "Restore",
+      reasonRequired: true,
+      act: async (reason) => {
+        const answer = await call<{ operationId: string }>("POST", "/admin/v1/drift/restore", { project: finding.project, path: finding.path, reason });
+        return { text: "Restore requested.", follow: { href: `/operations/${answer.operationId}`, label: "Follow the restore" } };
+      },
+      done: () => void load(),
+    });
   }
 
   function repair(finding: Finding, action: "adopt" | "ignore"): void {
