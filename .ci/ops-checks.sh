@@ -111,7 +111,7 @@ log "scraping /metrics"
 names=(changegate_operations_in_progress changegate_batch_size_count
        changegate_step_duration_seconds_count changegate_webhook_endpoints
        'changegate_outbound_requests_total{system="gitlab"'
-       'changegate_webhook_endpoints{breaker="open"} 1')
+       'changegate_webhook_endpoints{breaker="open"} 1' changegate_drift_files)
 deadline=$((SECONDS + 90))
 while :; do
     curl -sf "$base/metrics" >"$work/metrics.txt"

@@ -574,6 +574,8 @@ fn spawn_webhook_jobs(
 /// The drift job, every `drift.interval` as the configuration says now
 /// (`0`: off until a reload sets one), under its job lease. The first pass
 /// waits one interval: an instance that starts adds no GitLab calls at once.
+/// Between passes the metric is read again from what is recorded, so a new
+/// instance exports it soon after it starts.
 async fn drift_loop(
     db: DbSlot,
     config: LiveConfig,
@@ -581,19 +583,34 @@ async fn drift_loop(
     owner: String,
     shutdown: CancellationToken,
 ) {
-    /// How often a switched-off job looks whether a reload switched it on.
-    const OFF: Duration = Duration::from_secs(30);
+    /// How often the metric is refreshed, and a switched-off job looks
+    /// whether a reload switched it on.
+    const REFRESH: Duration = Duration::from_secs(15);
+    let mut next_pass = tokio::time::Instant::now() + config.current().drift.interval;
     loop {
         let interval = config.current().drift.interval;
-        let pause = if interval.is_zero() { OFF } else { interval };
+        let pause = if interval.is_zero() {
+            REFRESH
+        } else {
+            REFRESH.min(interval)
+        };
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(pause) => {}
         }
         let settings = config.current();
-        if let (false, Some(db)) = (settings.drift.interval.is_zero(), db.get())
-            && let Err(err) = crate::drift::run_once(db, &settings, &gitlab, &owner).await
-        {
+        let (false, Some(db)) = (settings.drift.interval.is_zero(), db.get()) else {
+            continue;
+        };
+        let round = if tokio::time::Instant::now() >= next_pass {
+            next_pass = tokio::time::Instant::now() + settings.drift.interval;
+            crate::drift::run_once(db, &settings, &gitlab, &owner)
+                .await
+                .map(drop)
+        } else {
+            crate::drift::export_counts(db, &settings).await
+        };
+        if let Err(err) = round {
             tracing::warn!(job = "drift", "round failed: {err:#}");
         }
     }

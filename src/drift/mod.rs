@@ -69,7 +69,7 @@ pub async fn run_once(
     } else {
         Ok(0)
     };
-    count(db, settings).await?;
+    export_counts(db, settings).await?;
     Ok(match found? {
         0 => Outcome::Idle,
         done => Outcome::Worked {
@@ -254,7 +254,7 @@ async fn event(
 
 /// Sets `changegate_drift_files{kind, target}` from the findings recorded,
 /// zero for every target and kind with none.
-async fn count(db: &Db, settings: &Settings) -> anyhow::Result<()> {
+pub async fn export_counts(db: &Db, settings: &Settings) -> anyhow::Result<()> {
     let mut counts: BTreeMap<(String, &str), f64> = BTreeMap::new();
     for key in settings.targets.keys() {
         for kind in KINDS {

@@ -60,10 +60,7 @@ fn commit_title(operation: &OperationRow) -> String {
 /// (apply) or deleted (close), or its key of a shared file set or removed,
 /// as its target's layout says. Deterministic: run twice, it says the same
 /// bytes. An apply whose file cannot be rendered says why.
-pub(crate) fn file_change(
-    settings: &Settings,
-    operation: &OperationRow,
-) -> Result<FileChange, String> {
+pub fn file_change(settings: &Settings, operation: &OperationRow) -> Result<FileChange, String> {
     with_layout(settings, operation, |layout| match operation.kind {
         OperationKind::Apply => {
             let params =

@@ -17,7 +17,8 @@ mod settle;
 pub(crate) use events::{head_pipeline_run, merged as merged_events, rebasing as rebasing_event};
 pub(crate) use interrupted::{Verdict, outage_message, verdict};
 pub(crate) use landed::shared_action;
-pub(crate) use merge_request::{Round, bot, file_change, file_path_of, removal_of};
+pub use merge_request::file_change;
+pub(crate) use merge_request::{Round, bot, file_path_of, removal_of};
 pub(crate) use open::{ChangeSet, MAX_DESCRIPTION_BYTES, OpenFailure, Opened};
 
 pub use executor::{Busy, Executor, Reservation, Steps};

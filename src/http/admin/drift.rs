@@ -280,6 +280,7 @@ pub struct DriftDiff {
 #[utoipa::path(get, path = "/admin/v1/drift/diff", tag = "admin", operation_id = "get_drift_diff",
     params(DiffQuery),
     responses((status = 200, description = "The file against what changegate wrote", body = DriftDiff),
+        (status = 400, description = "INVALID_ARGUMENT: `project` or `path` is missing"),
         (status = 404, description = "NOT_FOUND: no such finding now")))]
 pub async fn diff(
     State(state): State<AppState>,
@@ -350,6 +351,7 @@ pub struct RestoreBody {
     request_body = RestoreBody,
     responses((status = 202, description = "The restore's change request", body = Accepted),
         (status = 400, description = "INVALID_ARGUMENT: no usable reason, or the binding's parameters no longer pass its target's schema"),
+        (status = 404, description = "NOT_FOUND: the binding vanished meanwhile"),
         (status = 409, description = "CONFLICT: no such finding now, a file no binding names, or a binding that is not VALIDATED")))]
 pub async fn restore(
     State(state): State<AppState>,

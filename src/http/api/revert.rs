@@ -62,7 +62,8 @@ pub struct RevertBody {
         (status = 403, description = "FORBIDDEN: `urgent` is for operators"),
         (status = 404, description = "NOT_FOUND: no such request of yours"),
         (status = 409, description = "CONFLICT: it has not landed, a newer request for the \
-            binding landed since or is in flight, or the binding expired")))]
+            binding landed since or is in flight, or the binding expired"),
+        (status = 422, description = "IDEMPOTENCY_KEY_REUSED: the key made another request")))]
 pub async fn revert_operation(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
