@@ -15,8 +15,7 @@ use serde::Deserialize;
 
 use super::applications::Accepted;
 use super::preview::{PreviewAnswer, preview};
-use super::status::current_status;
-use super::submission::{Revert, Submission, submit};
+use super::submission::{IDEMPOTENCY_KEY, Revert, Submission, duplicate_of, submit};
 use crate::batch::count_urgent;
 use crate::db::Db;
 use crate::db::bindings::{BindingRow, get_binding};
@@ -101,7 +100,7 @@ async fn repeated_revert(
     operation_id: &str,
 ) -> ApiResult<Option<Accepted>> {
     let Some(key) = headers
-        .get("idempotency-key")
+        .get(IDEMPOTENCY_KEY)
         .and_then(|value| value.to_str().ok())
         .map(str::trim)
     else {
@@ -116,13 +115,7 @@ async fn repeated_revert(
     if earlier.revert_of.as_deref() != Some(operation_id) {
         return Err(ApiError::IdempotencyKeyReused);
     }
-    let (status, next) = current_status(db, &earlier.operation_id).await?;
-    Ok(Some(Accepted {
-        code: "DUPLICATE_SUBMIT",
-        operation_id: earlier.operation_id,
-        status: status.map_or_else(|| "UNKNOWN".to_owned(), |s| s.to_string()),
-        next: next.as_str(),
-    }))
+    duplicate_of(db, &earlier.operation_id).await.map(Some)
 }
 
 /// What a revert would do now: the files it writes (as a diff against the

@@ -31,7 +31,7 @@ use crate::traces::propagation;
 use crate::workflow::Reservation;
 
 /// The idempotency header.
-const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub(super) const IDEMPOTENCY_KEY: &str = "idempotency-key";
 const MAX_KEY_LEN: usize = 191;
 const MAX_PARAMS_BYTES: usize = 8 * 1024;
 
@@ -485,10 +485,16 @@ async fn replay(db: &Db, found: &IdempotencyRow, request_hash: &str) -> ApiResul
     if found.request_hash != request_hash {
         return Err(ApiError::IdempotencyKeyReused);
     }
-    let (status, next) = current_status(db, &found.operation_id).await?;
+    duplicate_of(db, &found.operation_id).await
+}
+
+/// The `DUPLICATE_SUBMIT` answer naming `operation_id`, the request a
+/// repeated key made, as it is now.
+pub(super) async fn duplicate_of(db: &Db, operation_id: &str) -> ApiResult<Accepted> {
+    let (status, next) = current_status(db, operation_id).await?;
     Ok(Accepted {
         code: "DUPLICATE_SUBMIT",
-        operation_id: found.operation_id.clone(),
+        operation_id: operation_id.to_owned(),
         status: status.map_or_else(|| "UNKNOWN".to_owned(), |s| s.to_string()),
         next: next.as_str(),
     })
