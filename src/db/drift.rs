@@ -33,12 +33,22 @@ pub async fn live_operations(db: &Db) -> Result<Vec<OperationRow>, sqlx::Error> 
     })
 }
 
-/// `(subject, target)` of every binding whose file is expected to move.
-pub async fn moving_relations(db: &Db) -> Result<Vec<(String, String)>, sqlx::Error> {
-    let sql = format!("SELECT subject_id, target_key FROM binding WHERE status IN {MOVING}");
-    with_pool!(db, reader, |pool| {
+/// `(subject, target, moving)` of every binding that is not live, in one
+/// scan of `binding`: `moving` when its file is expected to move (a request
+/// in flight, or one stopped half-way that waits for an operator), else
+/// changegate believes it absent (closed, refused, abandoned).
+pub async fn other_relations(db: &Db) -> Result<Vec<(String, String, bool)>, sqlx::Error> {
+    let sql = format!(
+        "SELECT subject_id, target_key, CASE WHEN status IN {MOVING} THEN 1 ELSE 0 END \
+         FROM binding WHERE status NOT IN {LIVE}"
+    );
+    let rows: Vec<(String, String, i64)> = with_pool!(db, reader, |pool| {
         sqlx::query_as(AssertSqlSafe(sql)).fetch_all(pool).await
-    })
+    })?;
+    Ok(rows
+        .into_iter()
+        .map(|(subject, target, moving)| (subject, target, moving != 0))
+        .collect())
 }
 
 /// One file where the target branch and changegate disagree.
@@ -203,19 +213,6 @@ pub async fn delete_finding(tx: &mut DbTx, id: i64) -> Result<(), sqlx::Error> {
             .execute(conn)
             .await
             .map(drop)
-    })
-}
-
-/// `(subject, target)` of every binding whose file changegate believes
-/// absent (closed, refused, abandoned), to name the owner of a file found
-/// where none should be.
-pub async fn settled_relations(db: &Db) -> Result<Vec<(String, String)>, sqlx::Error> {
-    let sql = format!(
-        "SELECT subject_id, target_key FROM binding WHERE status NOT IN {LIVE} \
-         AND status NOT IN {MOVING}"
-    );
-    with_pool!(db, reader, |pool| {
-        sqlx::query_as(AssertSqlSafe(sql)).fetch_all(pool).await
     })
 }
 

@@ -27,8 +27,7 @@ use serde_json::json;
 use crate::db::bindings::binding_in;
 use crate::db::drift::{
     NewFinding, acceptances_of, delete_finding, findings_of, forget_acceptances, insert_finding,
-    list_findings, live_operations, moving_relations, refresh_finding, set_since_commit,
-    settled_relations,
+    list_findings, live_operations, other_relations, refresh_finding, set_since_commit,
 };
 use crate::db::events::{BINDING_DRIFT_RESOLVED, BINDING_DRIFTED, append_drift_event};
 use crate::db::retention::{release_job_lease, take_job_lease};
@@ -163,13 +162,7 @@ async fn beliefs(
             ),
         }
     }
-    let moving = moving_relations(db).await?;
-    let settled = settled_relations(db).await?;
-    for (subject, target_key, is_moving) in moving
-        .into_iter()
-        .map(|(s, t)| (s, t, true))
-        .chain(settled.into_iter().map(|(s, t)| (s, t, false)))
-    {
+    for (subject, target_key, is_moving) in other_relations(db).await? {
         let Some(target) = settings.targets.get(&target_key) else {
             continue;
         };
