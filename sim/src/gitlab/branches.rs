@@ -45,12 +45,12 @@ pub async fn list_branches(
     let mut state = ctx.lock();
     let scope = state.scope(&project)?;
     let project = &*scope.project;
-    let items = project
+    let items: Vec<Value> = project
         .repo
         .branches()
         .map(|(name, _)| branch_json(project, name, user))
         .collect();
-    Ok(paginate(items, &page))
+    Ok(paginate(&items, &page))
 }
 
 /// `GET /projects/:id/repository/branches/:branch`

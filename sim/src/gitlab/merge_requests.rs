@@ -230,10 +230,10 @@ pub async fn list_mrs(
                 .is_none_or(|b| *b == mr.target_branch)
     };
     let items = scope.project.merge_requests.iter().rev().filter(matches);
-    let items = items
+    let items: Vec<Value> = items
         .map(|mr| render(scope.project, scope.users, mr, View::Basic))
         .collect();
-    Ok(paginate(items, &page))
+    Ok(paginate(&items, &page))
 }
 
 /// The attributes of which `PUT /merge_requests/:iid` requires at least one (Grape's

@@ -145,6 +145,7 @@ impl GitLabSim {
             SimContext {
                 state: Arc::clone(&control.state),
                 released,
+                listings: Arc::default(),
             },
             control.clone(),
         );
@@ -216,6 +217,8 @@ struct SimContext {
     state: Arc<Mutex<SimState>>,
     /// Changes (closes) when the handle is dropped; lost responses wait on it.
     released: watch::Receiver<()>,
+    /// Tree listings already built, so the pages of one listing share it.
+    listings: Arc<Mutex<tree::Listings>>,
 }
 
 impl SimContext {

@@ -148,15 +148,16 @@ impl PageQuery {
 /// `x-next-page` and `x-prev-page` (empty at the ends), `x-total`, `x-total-pages`, and
 /// `Link` with `prev`, `next`, `first` and `last`. Past the last page Kaminari is "out of
 /// range" and names neither a next nor a previous page.
-pub fn paginate(items: Vec<Value>, query: &PageQuery) -> Response {
+pub fn paginate(items: &[Value], query: &PageQuery) -> Response {
     let page = query.page;
     let total = items.len();
     let pages = total.div_ceil(query.per_page);
     let in_range = page <= pages;
     let body = items
-        .into_iter()
+        .iter()
         .skip(query.offset())
         .take(query.per_page)
+        .cloned()
         .collect();
     let next = (page < pages).then_some(page + 1);
     let prev = (page > 1 && in_range).then_some(page - 1);

@@ -368,11 +368,11 @@ pub async fn list_mr_pipelines(
     let index = scope.project.mr_index(iid)?;
     poll_head(&mut scope, index);
     let pipelines = scope.project.pipelines.iter().rev();
-    let items = pipelines
+    let items: Vec<Value> = pipelines
         .filter(|p| p.merge_request_iid == iid)
         .map(Pipeline::basic_json)
         .collect();
-    Ok(paginate(items, &page))
+    Ok(paginate(&items, &page))
 }
 
 /// `POST /projects/:id/pipelines/:pipeline_id/retry`: "Retries failed or canceled jobs in a

@@ -2,8 +2,10 @@
 //! tree" in `doc/api/repositories.md`), with real git object ids: a client compares a
 //! blob's `id` with the SHA-1 of what it would write, so it must be git's blob id.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
+use std::ops::Bound;
+use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
@@ -47,24 +49,30 @@ struct Dir<'a> {
 }
 
 impl<'a> Dir<'a> {
-    fn of(tree: &'a Tree) -> Self {
+    /// The directory at `path` of `tree`, if it holds any file (`""`: the root, which
+    /// a commit always has). Only
+    /// the files under it are read, so listing one directory of a large tree costs that
+    /// directory, not the tree.
+    fn at(tree: &'a Tree, path: &str) -> Option<Self> {
+        let prefix = if path.is_empty() {
+            String::new()
+        } else {
+            format!("{path}/")
+        };
         let mut root = Dir::default();
-        for (path, content) in tree {
-            let mut parts: Vec<&str> = path.split('/').collect();
+        let under = tree
+            .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
+            .take_while(|(file, _)| file.starts_with(&prefix));
+        for (file, content) in under {
+            let mut parts: Vec<&str> = file[prefix.len()..].split('/').collect();
             let name = parts.pop().unwrap_or_default();
             let dir = parts
                 .into_iter()
                 .fold(&mut root, |dir, part| dir.dirs.entry(part).or_default());
             dir.files.insert(name, content);
         }
-        root
-    }
-
-    /// The subdirectory at `path` (`""`: this one).
-    fn find(&self, path: &str) -> Option<&Self> {
-        path.split('/')
-            .filter(|part| !part.is_empty())
-            .try_fold(self, |dir, part| dir.dirs.get(part))
+        let found = prefix.is_empty() || !(root.files.is_empty() && root.dirs.is_empty());
+        found.then_some(root)
     }
 
     /// Names in git's tree order: bytewise, a directory sorting as if its name ended in
@@ -121,6 +129,40 @@ impl<'a> Dir<'a> {
     }
 }
 
+/// The listings built most recently. A commit never changes, so the listing of one
+/// commit, path and depth is built once and each of its pages is cut from it: a client
+/// paging through a directory of 10,000 files makes 100 cheap requests, not 100 builds
+/// of the whole directory.
+#[derive(Default)]
+pub struct Listings {
+    recent: VecDeque<(ListingKey, Arc<Vec<Value>>)>,
+}
+
+/// A listing's project, commit id, path and whether it is recursive.
+type ListingKey = (u64, String, String, bool);
+
+/// How many listings are kept: enough for every directory one client pages through.
+const LISTINGS_KEPT: usize = 64;
+
+impl Listings {
+    /// The listing under `key`, built by `build` unless kept.
+    fn get_or_build(
+        &mut self,
+        key: ListingKey,
+        build: impl FnOnce() -> ApiResult<Vec<Value>>,
+    ) -> ApiResult<Arc<Vec<Value>>> {
+        if let Some((_, listing)) = self.recent.iter().find(|(kept, _)| *kept == key) {
+            return Ok(Arc::clone(listing));
+        }
+        let listing = Arc::new(build()?);
+        if self.recent.len() == LISTINGS_KEPT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((key, Arc::clone(&listing)));
+        Ok(listing)
+    }
+}
+
 /// Query of the tree listing, besides pagination.
 #[derive(Debug, Deserialize)]
 pub struct TreeQuery {
@@ -153,15 +195,21 @@ pub async fn list_tree(
         .unwrap_or(&project.default_branch);
     let commit = project.resolve(reference);
     let commit = commit.ok_or(ApiError::NotFound("Tree"))?;
-    let root = Dir::of(&commit.tree);
     let path = query.path.as_deref().unwrap_or_default().trim_matches('/');
-    let dir = root
-        .find(path)
-        .ok_or(ApiError::NotFound("invalid revision or path"))?;
-    let mut entries = Vec::new();
-    dir.list(path, recursive, &mut entries);
-    let (trees, blobs): (Vec<Value>, Vec<Value>) = entries
-        .into_iter()
-        .partition(|entry| entry["type"] == "tree");
-    Ok(paginate(trees.into_iter().chain(blobs).collect(), &page))
+    let key = (project.id, commit.id.clone(), path.to_owned(), recursive);
+    let listing = ctx
+        .listings
+        .lock()
+        .expect("tree listings poisoned")
+        .get_or_build(key, || {
+            let dir = Dir::at(&commit.tree, path)
+                .ok_or(ApiError::NotFound("invalid revision or path"))?;
+            let mut entries = Vec::new();
+            dir.list(path, recursive, &mut entries);
+            let (trees, blobs): (Vec<Value>, Vec<Value>) = entries
+                .into_iter()
+                .partition(|entry| entry["type"] == "tree");
+            Ok(trees.into_iter().chain(blobs).collect())
+        })?;
+    Ok(paginate(&listing, &page))
 }
