@@ -187,6 +187,31 @@ pub async fn update_binding_status(
     })
 }
 
+/// Gives a binding the parameters its file on the target branch holds (a
+/// drift adoption), only while it is `id` at `expected_version`, as just
+/// read; returns the affected rows.
+pub async fn adopt_binding_params(
+    tx: &mut DbTx,
+    id: i64,
+    expected_version: i64,
+    params: &str,
+) -> Result<u64, sqlx::Error> {
+    let sql = format!(
+        "UPDATE binding SET params = ?, version = version + 1, updated_at = {} \
+         WHERE id = ? AND version = ?",
+        dialect::now_ms(tx.backend())
+    );
+    with_tx!(tx, |conn| {
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(params)
+            .bind(id)
+            .bind(expected_version)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected())
+    })
+}
+
 /// The row of a relation, if any.
 pub async fn get_binding(
     db: &Db,

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use super::shared::SharedFile;
 use crate::db::drift::{AcceptanceRow, NewFinding};
 
 /// A live binding's file as changegate rendered it.
@@ -32,14 +33,29 @@ pub struct Belief {
     pub owners: HashMap<String, (String, String)>,
     /// Operators' acceptances: a file ignored, or adopted as it is.
     pub accepted: HashMap<String, AcceptanceRow>,
+    /// The shared files, by path.
+    pub shared: BTreeMap<String, SharedFile>,
 }
 
 impl Belief {
     /// Whether an operator accepted `path` holding `listed` (none: absent).
-    fn accepts(&self, path: &str, listed: Option<&String>) -> bool {
+    pub(super) fn accepts(&self, path: &str, listed: Option<&String>) -> bool {
         self.accepted.get(path).is_some_and(|acceptance| {
             acceptance.action == "IGNORE" || acceptance.blob_id.as_ref() == listed
         })
+    }
+
+    /// The file a finding's place is in: the shared file of a key's place,
+    /// else the place itself.
+    pub fn file_of<'a>(&'a self, place: &'a str) -> &'a str {
+        self.shared
+            .keys()
+            .find(|file| {
+                place
+                    .strip_prefix(file.as_str())
+                    .is_some_and(|key| key.starts_with('#'))
+            })
+            .map_or(place, String::as_str)
     }
 
     /// The acceptances that no longer matter: the file is the binding's

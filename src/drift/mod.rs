@@ -8,11 +8,16 @@
 //! counted in `changegate_drift_files{kind, target}`. Nothing is written
 //! to the repository.
 //!
-//! Files of shared-file targets (one key each) are not compared yet.
+//! Shared files (a target that edits one key of a file) are read once
+//! each per pass and compared key by key (`shared`).
 
+mod adopt;
 mod compare;
+mod shared;
 
+pub use adopt::{Place, adoptable_params, place_of};
 pub use compare::{Belief, Believed, compare, directory};
+use shared::{BelievedKey, EntriesAt, SharedFile, compare_shared, location};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -26,8 +31,9 @@ use serde_json::json;
 
 use crate::db::bindings::binding_in;
 use crate::db::drift::{
-    NewFinding, acceptances_of, delete_finding, findings_of, forget_acceptances, insert_finding,
-    list_findings, live_operations, other_relations, refresh_finding, set_since_commit,
+    FindingRow, NewFinding, acceptances_of, delete_finding, findings_of, forget_acceptances,
+    insert_finding, list_findings, live_operations, other_relations, refresh_finding,
+    set_since_commit,
 };
 use crate::db::events::{BINDING_DRIFT_RESOLVED, BINDING_DRIFTED, append_drift_event};
 use crate::db::retention::{release_job_lease, take_job_lease};
@@ -94,22 +100,62 @@ pub async fn pass(db: &Db, settings: &Settings, gitlab: &GitLabClient) -> anyhow
                     .with_context(|| format!("listing {directory} in {project}"))?,
             );
         }
-        let findings = compare(&belief, &listed);
-        drifted += findings.len();
-        forget_acceptances(db, &project, &belief.settled_acceptances(&listed)).await?;
-        for path in record(db, &project, &findings).await? {
-            // Read once, when it first differs, for the request's page.
-            match gitlab
-                .last_commit_of(token, &project, &path, reference)
+        let mut findings = compare(&belief, &listed);
+        let mut settled = belief.settled_acceptances(&listed);
+        for (file, shared) in &belief.shared {
+            let text = gitlab
+                .file_content(token, &project, file, reference)
                 .await
-            {
-                Ok(Some(commit)) => set_since_commit(db, &project, &path, &commit.id).await?,
-                Ok(None) => {}
-                Err(err) => tracing::info!(path, "drift: no last commit of the file: {err}"),
-            }
+                .with_context(|| format!("reading {file} in {project}"))?;
+            let found = compare_shared(&belief, file, shared, text.as_deref());
+            findings.extend(found.findings);
+            settled.extend(found.settled);
         }
+        drifted += findings.len();
+        forget_acceptances(db, &project, &settled).await?;
+        record(db, &project, &findings).await?;
     }
     Ok(drifted)
+}
+
+/// The commit a finding's file differs since, for the request's page: the
+/// one recorded, else the newest commit that changed the file, read now
+/// (`GET repository/commits?path=`) and recorded, so a page reads it once
+/// and a pass never does (its GitLab calls stay the listings). None when
+/// GitLab cannot tell; the page then shows the finding without it.
+pub async fn since_commit(
+    db: &Db,
+    settings: &Settings,
+    gitlab: &GitLabClient,
+    finding: &FindingRow,
+) -> Option<String> {
+    if finding.since_commit.is_some() {
+        return finding.since_commit.clone();
+    }
+    let token = bot(settings).ok()?;
+    let place = place_of(
+        settings,
+        (finding.target_key.as_deref(), finding.subject_id.as_deref()),
+        &finding.path,
+    );
+    let reference = settings.gitlab.target_branch.as_str();
+    let commit = match gitlab
+        .last_commit_of(token, &finding.project, &place.file, reference)
+        .await
+    {
+        Ok(commit) => commit?,
+        Err(err) => {
+            tracing::info!(
+                file = place.file,
+                "drift: no last commit of the file: {err}"
+            );
+            return None;
+        }
+    };
+    if let Err(err) = set_since_commit(db, &finding.project, &finding.path, &commit.id).await {
+        tracing::info!(path = finding.path, "drift: the commit not recorded: {err}");
+    }
+    Some(commit.id)
 }
 
 /// What changegate believes of each project's files, and the directories
@@ -122,13 +168,29 @@ async fn beliefs(
     // A target whose files sit in one directory manages it even while no
     // binding of it is live: a file there is unexpected.
     for (key, target) in &settings.targets {
-        if let Layout::FilePerBinding { .. } = target.layout {
-            let one = target.layout.path(key, "a");
-            let other = target.layout.path(key, "b");
-            if directory(&one) == directory(&other) {
-                let project = settings.project_for(key).to_owned();
-                let entry = beliefs.entry(project).or_default();
-                entry.1.insert(directory(&one).to_owned());
+        let project = settings.project_for(key).to_owned();
+        match &target.layout {
+            Layout::FilePerBinding { .. } => {
+                let one = target.layout.path(key, "a");
+                let other = target.layout.path(key, "b");
+                if directory(&one) == directory(&other) {
+                    let entry = beliefs.entry(project).or_default();
+                    entry.1.insert(directory(&one).to_owned());
+                }
+            }
+            Layout::SharedKey { format, .. } => {
+                let (belief, _) = beliefs.entry(project).or_default();
+                let file = belief
+                    .shared
+                    .entry(target.layout.path(key, ""))
+                    .or_insert_with(|| SharedFile::new(*format));
+                if let Some((prefix, rest)) = target.layout.entries_at(key) {
+                    file.entries.push(EntriesAt {
+                        target_key: key.clone(),
+                        prefix,
+                        rest,
+                    });
+                }
             }
         }
     }
@@ -155,6 +217,24 @@ async fn beliefs(
                     subject_id: operation.subject_id,
                 });
             }
+            Ok(FileChange::Key {
+                path,
+                format,
+                key,
+                value: Some(value),
+            }) => {
+                let (belief, _) = beliefs.entry(project).or_default();
+                let file = belief
+                    .shared
+                    .entry(path)
+                    .or_insert_with(|| SharedFile::new(format));
+                file.keys.push(BelievedKey {
+                    key,
+                    value,
+                    target_key: operation.target_key,
+                    subject_id: operation.subject_id,
+                });
+            }
             Ok(_) => {}
             Err(reason) => tracing::warn!(
                 operation_id = operation.operation_id,
@@ -166,16 +246,20 @@ async fn beliefs(
         let Some(target) = settings.targets.get(&target_key) else {
             continue;
         };
-        if !matches!(target.layout, Layout::FilePerBinding { .. }) {
-            continue;
-        }
-        let path = target.layout.path(&target_key, &subject);
         let project = settings.project_for(&target_key).to_owned();
         let (belief, _) = beliefs.entry(project).or_default();
-        if is_moving {
-            belief.moving.insert(path.clone());
+        match target.layout.remove(&target_key, &subject) {
+            FileChange::Whole { path, .. } => {
+                if is_moving {
+                    belief.moving.insert(path.clone());
+                }
+                belief.owners.entry(path).or_insert((target_key, subject));
+            }
+            FileChange::Key { path, key, .. } if is_moving => {
+                belief.moving.insert(location(&path, &key));
+            }
+            FileChange::Key { .. } => {}
         }
-        belief.owners.entry(path).or_insert((target_key, subject));
     }
     for (project, (belief, _)) in &mut beliefs {
         belief.accepted = acceptances_of(db, project).await?;
@@ -187,9 +271,8 @@ async fn beliefs(
 /// now, seen ones refreshed, gone ones deleted (resolved). Each appearance
 /// and each resolution is one webhook event, written in the same
 /// transaction: once per appearance, however often a pass sees it.
-async fn record(db: &Db, project: &str, findings: &[NewFinding]) -> anyhow::Result<Vec<String>> {
+async fn record(db: &Db, project: &str, findings: &[NewFinding]) -> anyhow::Result<()> {
     write_tx!(db, |tx| {
-        let mut appeared = Vec::new();
         let mut before = findings_of(tx.db(), project).await?;
         for finding in findings {
             match before.remove(&finding.path) {
@@ -202,7 +285,6 @@ async fn record(db: &Db, project: &str, findings: &[NewFinding]) -> anyhow::Resu
                     });
                     let about = (finding.subject_id.as_deref(), finding.target_key.as_deref());
                     event(tx, BINDING_DRIFTED, about, &payload).await?;
-                    appeared.push(finding.path.clone());
                 }
             }
         }
@@ -212,7 +294,7 @@ async fn record(db: &Db, project: &str, findings: &[NewFinding]) -> anyhow::Resu
             let about = (gone.subject_id.as_deref(), gone.target_key.as_deref());
             event(tx, BINDING_DRIFT_RESOLVED, about, &payload).await?;
         }
-        Ok::<_, crate::store::StoreError>(appeared)
+        Ok::<_, crate::store::StoreError>(())
     })
     .await
     .context("recording the drift findings")

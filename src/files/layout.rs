@@ -159,6 +159,27 @@ impl Layout {
         }
     }
 
+    /// Where a shared file keeps its bindings' entries: the key before the
+    /// segment that is exactly `{subject}` and the key after it, with the
+    /// target put in. None for a file per binding, or a key that names the
+    /// subject in no segment, or in a segment with other text, or twice:
+    /// then an entry's subject cannot be read from its key.
+    pub fn entries_at(&self, target: &str) -> Option<(Vec<String>, Vec<String>)> {
+        let Self::SharedKey { key, .. } = self else {
+            return None;
+        };
+        let at = key.iter().position(|segment| segment == "{subject}")?;
+        let (before, after) = (&key[..at], &key[at + 1..]);
+        if before
+            .iter()
+            .chain(after)
+            .any(|segment| segment.contains("{subject}"))
+        {
+            return None;
+        }
+        Some((key_of(before, target, ""), key_of(after, target, "")))
+    }
+
     /// What a close does: delete the binding's file, or remove its key.
     pub fn remove(&self, target: &str, subject: &str) -> FileChange {
         let path = self.path(target, subject);

@@ -15,12 +15,13 @@ use super::attempt::Attempt;
 use super::bodies::audited;
 use crate::clients::gitlab::CommitSummary;
 use crate::db::Db;
-use crate::db::bindings::get_binding;
+use crate::db::bindings::{BindingRow, adopt_binding_params, get_binding};
 use crate::db::drift::{
-    accept, delete_finding, finding_at, finding_in, list_findings, live_operation,
+    FindingRow, accept, delete_finding, finding_at, finding_in, list_findings, live_operation,
 };
 use crate::db::events::{BINDING_DRIFT_RESOLVED, append_drift_event};
 use crate::domain::{BindingStatus, OperationKind};
+use crate::drift::{adoptable_params, place_of};
 use crate::files::layout::FileChange;
 use crate::http::api::applications::Accepted;
 use crate::http::api::preview::unified_diff;
@@ -31,13 +32,28 @@ use crate::http::extract::{AppJson, AppQuery, AuthUser, Database};
 use crate::http::layers::authz::Authorized;
 use crate::http::reason::{MAX_OPERATOR_REASON_CHARS, checked_reason};
 use crate::state::AppState;
-use crate::workflow::{bot, file_change};
+use crate::workflow::{bot, file_change, shared_action};
 use crate::write_tx;
 
 /// The files that differ, oldest finding first.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct DriftReport {
     items: Vec<DriftView>,
+    /// In the answer to an adoption whose file gave its parameters back:
+    /// what the binding took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    adopted: Option<Adopted>,
+}
+
+/// The parameters a binding took from its file on the target branch.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Adopted {
+    target_key: String,
+    subject_id: String,
+    /// The binding's parameters now, checked against its target's schema.
+    #[schema(value_type = Object)]
+    params: serde_json::Value,
 }
 
 /// One file that differs.
@@ -55,9 +71,16 @@ pub struct DriftView {
     subject_id: Option<String>,
     /// The GitLab project.
     project: String,
-    /// The file.
+    /// Where it differs: the file, or for an entry of a shared file
+    /// `<file>#<dotted key>`. Names the finding in the diff and repairs.
     path: String,
-    /// The git blob id the target branch holds (none: missing).
+    /// The file.
+    file: String,
+    /// For an entry of a shared file: its key, one segment per level.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<Vec<String>>,
+    /// The git blob id the target branch holds (none: missing); for a
+    /// shared file's entry, the git blob id of its value's JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
     blob_id: Option<String>,
     /// When a pass first found it.
@@ -113,10 +136,11 @@ pub async fn list(
     let token = bot(&settings).ok();
     let mut items = Vec::new();
     for finding in list_findings(&db).await? {
+        let place = place_of(&settings, binding_of(&finding), &finding.path);
         let last = match token {
             Some(token) => state
                 .gitlab
-                .last_commit_of(token, &finding.project, &finding.path, reference)
+                .last_commit_of(token, &finding.project, &place.file, reference)
                 .await
                 .map_err(|err| err.to_string()),
             None => Err("no bot token is configured".to_owned()),
@@ -131,6 +155,8 @@ pub async fn list(
             subject_id: finding.subject_id,
             project: finding.project,
             path: finding.path,
+            file: place.file,
+            key: place.key,
             blob_id: finding.blob_id,
             since: rfc3339(finding.since),
             detected_at: rfc3339(finding.detected_at),
@@ -138,7 +164,15 @@ pub async fn list(
             last_commit_unknown,
         });
     }
-    Ok(Json(DriftReport { items }))
+    Ok(Json(DriftReport {
+        items,
+        adopted: None,
+    }))
+}
+
+/// The binding a finding names, as `(target, subject)`.
+fn binding_of(finding: &FindingRow) -> (Option<&str>, Option<&str>) {
+    (finding.target_key.as_deref(), finding.subject_id.as_deref())
 }
 
 /// An operator's repair of one drifted file.
@@ -172,7 +206,10 @@ pub enum RepairAction {
 
 /// Repairs a drifted file by accepting the repository (audited, with a
 /// reason): the finding goes at once, with its `binding.drift_resolved`
-/// event. Nothing is written to the repository.
+/// event. Nothing is written to the repository. An adopted file that
+/// parses as its target's format (changegate's own document, or a shared
+/// file's entry) and whose parameters pass the target's schema gives the
+/// binding those parameters; a templated file is accepted as it is.
 #[utoipa::path(post, path = "/admin/v1/drift/repair", tag = "admin", operation_id = "repair_drift",
     request_body = RepairBody,
     responses((status = 200, description = "Repaired: the drift report as it is now", body = DriftReport),
@@ -192,9 +229,71 @@ pub async fn repair(
         format!("{}:{}", body.project, body.path),
         audited(&body, operator),
     );
-    let repaired = accept_finding(&db, &attempt, &body, &reason).await;
-    attempt.refusal_audited(&db, repaired).await?;
-    list(State(state), Database(db)).await
+    let readable = match body.action {
+        RepairAction::Adopt => readable_params(&state, &db, &body).await?,
+        RepairAction::Ignore => None,
+    };
+    let repaired = accept_finding(&db, &attempt, &body, &reason, readable).await;
+    let adopted = attempt.refusal_audited(&db, repaired).await?;
+    let Json(report) = list(State(state), Database(db)).await?;
+    Ok(Json(DriftReport { adopted, ..report }))
+}
+
+/// The parameters an adoption would give the finding's binding, read from
+/// the target branch now, with the binding row they are for; none when the
+/// file cannot give them back (see [`adoptable_params`]) or cannot be read.
+async fn readable_params(
+    state: &AppState,
+    db: &Db,
+    body: &RepairBody,
+) -> ApiResult<Option<(BindingRow, serde_json::Value)>> {
+    let Some(finding) = finding_at(db, &body.project, &body.path).await? else {
+        return Ok(None);
+    };
+    let (Some(target), Some(subject), "CHANGED") = (
+        finding.target_key.as_deref(),
+        finding.subject_id.as_deref(),
+        finding.kind.as_str(),
+    ) else {
+        return Ok(None);
+    };
+    let Some(binding) = get_binding(db, subject, target)
+        .await?
+        .filter(|binding| binding.status == BindingStatus::Validated)
+    else {
+        return Ok(None);
+    };
+    let settings = state.config.current();
+    let place = place_of(&settings, binding_of(&finding), &finding.path);
+    let text = match bot(&settings) {
+        Ok(token) => state
+            .gitlab
+            .file_content(
+                token,
+                &finding.project,
+                &place.file,
+                &settings.gitlab.target_branch,
+            )
+            .await
+            .map_err(|err| err.to_string()),
+        Err(err) => Err(err.to_string()),
+    };
+    let text = match text {
+        Ok(Some(text)) => text,
+        Ok(None) => return Ok(None),
+        Err(reason) => {
+            tracing::info!(
+                path = finding.path,
+                "drift: adopted as it is, its parameters unread: {reason}"
+            );
+            return Ok(None);
+        }
+    };
+    let recorded = finding.blob_id.as_deref();
+    Ok(
+        adoptable_params(&settings, target, &place, &text, recorded)
+            .map(|params| (binding, params)),
+    )
 }
 
 async fn accept_finding(
@@ -202,7 +301,8 @@ async fn accept_finding(
     attempt: &Attempt<'_>,
     body: &RepairBody,
     reason: &str,
-) -> ApiResult<()> {
+    readable: Option<(BindingRow, serde_json::Value)>,
+) -> ApiResult<Option<Adopted>> {
     let (action, label) = match body.action {
         RepairAction::Adopt => ("ADOPT", "adopted"),
         RepairAction::Ignore => ("IGNORE", "ignored"),
@@ -229,8 +329,23 @@ async fn accept_finding(
         )
         .await?;
         delete_finding(tx.db(), finding.id).await?;
+        let adopted = match &readable {
+            Some((binding, params))
+                if adopt_binding_params(tx.db(), binding.id, binding.version, &params.to_string())
+                    .await?
+                    == 1 =>
+            {
+                Some(Adopted {
+                    target_key: binding.target_key.clone(),
+                    subject_id: binding.subject_id.clone(),
+                    params: params.clone(),
+                })
+            }
+            _ => None,
+        };
         let payload = json!({ "kind": finding.kind, "project": finding.project,
-            "path": finding.path, "repair": label, "by": attempt.operator() });
+            "path": finding.path, "repair": label, "by": attempt.operator(),
+            "adoptedParams": adopted.as_ref().map(|adopted| &adopted.params) });
         append_drift_event(
             tx.db(),
             BINDING_DRIFT_RESOLVED,
@@ -243,7 +358,7 @@ async fn accept_finding(
         )
         .await?;
         attempt.done(tx.db()).await?;
-        Ok::<_, ApiError>(())
+        Ok::<_, ApiError>(adopted)
     })
     .await
 }
@@ -291,21 +406,26 @@ pub async fn diff(
         .await?
         .ok_or(ApiError::NotFound)?;
     let settings = state.config.current();
+    let place = place_of(&settings, binding_of(&finding), &finding.path);
+    // What changegate would have the file hold: the live binding's
+    // rendering, or for a file or entry no live binding names, its absence.
     let believed = match (&finding.subject_id, &finding.target_key) {
-        (Some(subject), Some(target)) => live_operation(&db, subject, target).await?,
+        (Some(subject), Some(target)) => match live_operation(&db, subject, target).await? {
+            Some(operation) => file_change(&settings, &operation).ok(),
+            None => settings
+                .targets
+                .get(target)
+                .map(|settings| settings.layout.remove(target, subject)),
+        },
         _ => None,
-    }
-    .and_then(|operation| match file_change(&settings, &operation) {
-        Ok(FileChange::Whole { content, .. }) => content,
-        _ => None,
-    });
+    };
     let current = match bot(&settings) {
         Ok(token) => state
             .gitlab
             .file_content(
                 token,
                 &finding.project,
-                &finding.path,
+                &place.file,
                 &settings.gitlab.target_branch,
             )
             .await
@@ -313,10 +433,24 @@ pub async fn diff(
         Err(err) => Err(err.to_string()),
     };
     let (diff, unreadable) = match current {
-        Ok(current) => (
-            unified_diff(&finding.path, believed.as_deref(), current.as_deref()),
-            None,
-        ),
+        Ok(current) => {
+            let believed = match believed {
+                Some(FileChange::Whole { content, .. }) => content,
+                // The file with the entry as the binding has it and every
+                // other entry as it is.
+                Some(change @ FileChange::Key { .. }) => {
+                    match shared_action(&place.file, current.as_deref(), &[&change]) {
+                        Ok(Some(action)) => action.content,
+                        _ => current.clone(),
+                    }
+                }
+                None => None,
+            };
+            (
+                unified_diff(&place.file, believed.as_deref(), current.as_deref()),
+                None,
+            )
+        }
         Err(reason) => (String::new(), Some(reason)),
     };
     Ok(Json(DriftDiff {

@@ -332,7 +332,7 @@ pub async fn get_operation_status(
 async fn view_of(state: &AppState, db: &Db, page: OperationPage) -> ApiResult<OperationView> {
     let status = status_of(db, &page.operation, page.status).await?;
     let reverted_by = reverted_by(db, &page.operation.operation_id).await?;
-    let drift = drift_of(db, &page.operation, page.status).await?;
+    let drift = drift_of(state, db, &page.operation, page.status).await?;
     let view = OperationView::of(page.operation, status)
         .drifted(drift)
         .in_batch(page.batch)
@@ -345,6 +345,7 @@ async fn view_of(state: &AppState, db: &Db, page: OperationPage) -> ApiResult<Op
 /// The drift finding of the binding `operation` holds (`live`: its status),
 /// if any.
 pub(super) async fn drift_of(
+    state: &AppState,
     db: &Db,
     operation: &OperationRow,
     live: Option<BindingStatus>,
@@ -353,11 +354,16 @@ pub(super) async fn drift_of(
         return Ok(None);
     }
     let finding = finding_of_binding(db, &operation.subject_id, &operation.target_key).await?;
-    Ok(finding.map(|finding| DriftNote {
+    let Some(finding) = finding else {
+        return Ok(None);
+    };
+    let settings = state.config.current();
+    let since_commit = crate::drift::since_commit(db, &settings, &state.gitlab, &finding).await;
+    Ok(Some(DriftNote {
         kind: finding.kind,
         path: finding.path,
         since: rfc3339(finding.since),
-        since_commit: finding.since_commit,
+        since_commit,
     }))
 }
 

@@ -167,7 +167,7 @@ pub async fn get_timeline(
         })
         .collect();
     let reverts = reverted_by(&db, &id).await?;
-    let drift = drift_of(&db, &page.operation, page.status).await?;
+    let drift = drift_of(&state, &db, &page.operation, page.status).await?;
     let operation = OperationView::of(page.operation, status)
         .drifted(drift)
         .in_batch(page.batch)

@@ -259,6 +259,7 @@ mod batch_numbers;
 mod batched;
 mod deploy_projects;
 mod drift;
+mod drift_shared;
 pub(crate) mod end_to_end;
 mod failure_classes;
 mod gitlab_faults;
