@@ -8,6 +8,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -34,6 +35,9 @@ use crate::http::reason::{MAX_OPERATOR_REASON_CHARS, checked_reason};
 use crate::state::AppState;
 use crate::workflow::{bot, file_change, shared_action};
 use crate::write_tx;
+
+/// How many findings' last commits are read from GitLab at once.
+const LAST_COMMIT_READS: usize = 8;
 
 /// The files that differ, oldest finding first.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -134,36 +138,44 @@ pub async fn list(
     let settings = state.config.current();
     let reference = settings.gitlab.target_branch.as_str();
     let token = bot(&settings).ok();
-    let mut items = Vec::new();
-    for finding in list_findings(&db).await? {
-        let place = place_of(&settings, binding_of(&finding), &finding.path);
-        let last = match token {
-            Some(token) => state
-                .gitlab
-                .last_commit_of(token, &finding.project, &place.file, reference)
-                .await
-                .map_err(|err| err.to_string()),
-            None => Err("no bot token is configured".to_owned()),
-        };
-        let (last_commit, last_commit_unknown) = match last {
-            Ok(commit) => (commit.map(LastCommit::from), None),
-            Err(reason) => (None, Some(reason)),
-        };
-        items.push(DriftView {
-            kind: finding.kind,
-            target_key: finding.target_key,
-            subject_id: finding.subject_id,
-            project: finding.project,
-            path: finding.path,
-            file: place.file,
-            key: place.key,
-            blob_id: finding.blob_id,
-            since: rfc3339(finding.since),
-            detected_at: rfc3339(finding.detected_at),
-            last_commit,
-            last_commit_unknown,
-        });
-    }
+    // Each finding's last commit is one GitLab read; a few at a time, so
+    // a long report does not wait for them one after another.
+    let findings = list_findings(&db).await?;
+    let items = stream::iter(findings)
+        .map(|finding| {
+            let place = place_of(&settings, binding_of(&finding), &finding.path);
+            let gitlab = &state.gitlab;
+            async move {
+                let last = match token {
+                    Some(token) => gitlab
+                        .last_commit_of(token, &finding.project, &place.file, reference)
+                        .await
+                        .map_err(|err| err.to_string()),
+                    None => Err("no bot token is configured".to_owned()),
+                };
+                let (last_commit, last_commit_unknown) = match last {
+                    Ok(commit) => (commit.map(LastCommit::from), None),
+                    Err(reason) => (None, Some(reason)),
+                };
+                DriftView {
+                    kind: finding.kind,
+                    target_key: finding.target_key,
+                    subject_id: finding.subject_id,
+                    project: finding.project,
+                    path: finding.path,
+                    file: place.file,
+                    key: place.key,
+                    blob_id: finding.blob_id,
+                    since: rfc3339(finding.since),
+                    detected_at: rfc3339(finding.detected_at),
+                    last_commit,
+                    last_commit_unknown,
+                }
+            }
+        })
+        .buffered(LAST_COMMIT_READS)
+        .collect::<Vec<_>>()
+        .await;
     Ok(Json(DriftReport {
         items,
         adopted: None,
