@@ -73,7 +73,7 @@ pub fn adoptable_params(
         }
         (Layout::SharedKey { format, .. }, Some(key)) => {
             let document = document::parse(*format, text).ok()?;
-            let value = value_at(&document, key)?;
+            let value = value_at(*format, &document, key)?;
             if recorded != Some(value_id(value).as_str()) {
                 return None;
             }

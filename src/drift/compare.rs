@@ -45,19 +45,6 @@ impl Belief {
         })
     }
 
-    /// The file a finding's place is in: the shared file of a key's place,
-    /// else the place itself.
-    pub fn file_of<'a>(&'a self, place: &'a str) -> &'a str {
-        self.shared
-            .keys()
-            .find(|file| {
-                place
-                    .strip_prefix(file.as_str())
-                    .is_some_and(|key| key.starts_with('#'))
-            })
-            .map_or(place, String::as_str)
-    }
-
     /// The acceptances that no longer matter: the file is the binding's
     /// rendering again (its next change landed, or it was put back).
     pub fn settled_acceptances(&self, listed: &HashMap<String, String>) -> Vec<String> {

@@ -73,10 +73,11 @@ pub fn value_id(value: &Value) -> String {
     git_blob_id(&value.to_string())
 }
 
-/// The value at `key` of a parsed document.
-pub fn value_at<'v>(document: &'v Value, key: &[String]) -> Option<&'v Value> {
-    key.iter()
-        .try_fold(document, |value, segment| value.as_object()?.get(segment))
+/// The value at `key` of a parsed shared file, as the landed-files check
+/// reads it; none where a level above it is not a table (nothing is held
+/// there).
+pub fn value_at<'v>(format: FileFormat, document: &'v Value, key: &[String]) -> Option<&'v Value> {
+    document::lookup(format, document, key).ok().flatten()
 }
 
 /// What one pass found of one shared file: its findings, and the
@@ -125,7 +126,11 @@ pub fn compare_shared(
             return found;
         }
     };
-    let there = |key: &[String]| document.as_ref().and_then(|doc| value_at(doc, key));
+    let there = |key: &[String]| {
+        document
+            .as_ref()
+            .and_then(|doc| value_at(shared.format, doc, key))
+    };
     let mut believed_places = std::collections::HashSet::new();
     for believed in &shared.keys {
         let place = location(file, &believed.key);
@@ -149,7 +154,7 @@ pub fn compare_shared(
             continue;
         };
         for (subject, entry) in table {
-            let Some(value) = value_at(entry, &entries.rest) else {
+            let Some(value) = value_at(shared.format, entry, &entries.rest) else {
                 continue;
             };
             let mut key = entries.prefix.clone();

@@ -211,8 +211,9 @@ pub fn remove_key(format: FileFormat, text: &str, key: &[String]) -> Result<Stri
     check(format, edited, &Value::Object(expected), key)
 }
 
-/// The value at `key` in a parsed document, by the rules of [`value_at`].
-fn lookup<'v>(
+/// The value at `key` in a parsed document, by the rules of [`value_at`]:
+/// for a document parsed once and read at many keys.
+pub fn lookup<'v>(
     format: FileFormat,
     document: &'v Value,
     key: &[String],

@@ -182,6 +182,22 @@ pub async fn list(
     }))
 }
 
+/// `file` of `project` on the target branch now (none: no such file), or
+/// why it cannot be read.
+async fn branch_file(
+    state: &AppState,
+    project: &str,
+    file: &str,
+) -> Result<Option<String>, String> {
+    let settings = state.config.current();
+    let token = bot(&settings).map_err(|err| err.to_string())?;
+    state
+        .gitlab
+        .file_content(token, project, file, &settings.gitlab.target_branch)
+        .await
+        .map_err(|err| err.to_string())
+}
+
 /// The binding a finding names, as `(target, subject)`.
 fn binding_of(finding: &FindingRow) -> (Option<&str>, Option<&str>) {
     (finding.target_key.as_deref(), finding.subject_id.as_deref())
@@ -277,20 +293,7 @@ async fn readable_params(
     };
     let settings = state.config.current();
     let place = place_of(&settings, binding_of(&finding), &finding.path);
-    let text = match bot(&settings) {
-        Ok(token) => state
-            .gitlab
-            .file_content(
-                token,
-                &finding.project,
-                &place.file,
-                &settings.gitlab.target_branch,
-            )
-            .await
-            .map_err(|err| err.to_string()),
-        Err(err) => Err(err.to_string()),
-    };
-    let text = match text {
+    let text = match branch_file(state, &finding.project, &place.file).await {
         Ok(Some(text)) => text,
         Ok(None) => return Ok(None),
         Err(reason) => {
@@ -431,20 +434,7 @@ pub async fn diff(
         },
         _ => None,
     };
-    let current = match bot(&settings) {
-        Ok(token) => state
-            .gitlab
-            .file_content(
-                token,
-                &finding.project,
-                &place.file,
-                &settings.gitlab.target_branch,
-            )
-            .await
-            .map_err(|err| err.to_string()),
-        Err(err) => Err(err.to_string()),
-    };
-    let (diff, unreadable) = match current {
+    let (diff, unreadable) = match branch_file(&state, &finding.project, &place.file).await {
         Ok(current) => {
             let believed = match believed {
                 Some(FileChange::Whole { content, .. }) => content,
