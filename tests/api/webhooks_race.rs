@@ -5,6 +5,7 @@
 //! twice at once). The negative control claims check-then-act, without the
 //! compare-and-swap, and does produce duplicates: the test can fail.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,7 @@ use changegate::db::webhook_claims::list_due;
 use changegate::db::{self, Db};
 use changegate::webhooks::relay;
 use changegate::webhooks::worker::Deliverer;
+use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
 use crate::helpers::{mysql_db, settings_from};
@@ -109,13 +111,13 @@ async fn deliver_with_many_instances(test_db: &crate::helpers::TestDb) {
 }
 
 /// The claim done wrong: read the status, then update without naming the
-/// status and version read. Two instances can both see `queued`.
-async fn check_then_act_round(pool: &Db, worker: &Deliverer) {
+/// status and version read. Every instance reads its page before any of
+/// them writes, and writes before any of them sends (the barrier stands for
+/// the latency a real instance has between the steps), so every one of them
+/// sees `queued` and sends what it took.
+async fn check_then_act_round(pool: &Db, worker: &Deliverer, in_step: &Barrier) {
     let due = list_due(pool, 32).await.unwrap();
-    // A claim that does not compare cannot tell which instance won a row:
-    // every instance writes the same owner and sends what it wrote.
-    let token = "check-then-act";
-    let mut taken = Vec::new();
+    let mut seen_queued = Vec::new();
     for row in due {
         let status: String = changegate::with_pool!(pool, reader, |p| {
             sqlx::query_scalar("SELECT status FROM webhook_delivery WHERE id = ?")
@@ -124,12 +126,16 @@ async fn check_then_act_round(pool: &Db, worker: &Deliverer) {
                 .await
         })
         .unwrap();
-        if status != "queued" {
-            continue;
+        if status == "queued" {
+            seen_queued.push(row);
         }
-        // Anything between the read and the write (here a millisecond)
-        // widens the window; a real instance has network latency there.
-        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    in_step.wait().await;
+    // A claim that does not compare cannot tell which instance won a row:
+    // every instance writes the same owner and sends what it wrote.
+    let token = "check-then-act";
+    let mut taken = Vec::new();
+    for row in seen_queued {
         changegate::with_pool!(pool, writer, |p| {
             sqlx::query(
                 "UPDATE webhook_delivery SET status = 'sending', version = ?, \
@@ -145,6 +151,7 @@ async fn check_then_act_round(pool: &Db, worker: &Deliverer) {
         .unwrap();
         taken.push(row.id);
     }
+    in_step.wait().await;
     worker.send_claimed(token, &taken).await.unwrap();
 }
 
@@ -156,24 +163,20 @@ async fn negative_control_a_check_then_act_claim_sends_duplicates() {
     let receiver = Receiver::start().await;
     add_endpoint(&test_db.db, &receiver.url, "").await;
     add_events(&test_db.db, 500).await;
-    relay::run_once(&test_db.db, false).await.unwrap();
     while relay::run_once(&test_db.db, false).await.unwrap() != changegate::jobs::Outcome::Idle {}
     let config = hooks_config("concurrency = 32\nbreaker_failures = 1000\n");
+    let in_step = Arc::new(Barrier::new(INSTANCES));
     let mut running = JoinSet::new();
     for pool in instances(&test_db.url).await {
         let worker = deliverer(&pool, &config);
-        running.spawn(async move {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline && count_status(&pool, "queued").await > 0 {
-                check_then_act_round(&pool, &worker).await;
-            }
-        });
+        let in_step = in_step.clone();
+        running.spawn(async move { check_then_act_round(&pool, &worker, &in_step).await });
     }
     while let Some(done) = running.join_next().await {
         done.unwrap();
     }
     let duplicates = receiver.seen.duplicates.load(Ordering::SeqCst);
-    eprintln!("check-then-act: {duplicates} duplicate arrivals of 500 deliveries");
+    eprintln!("check-then-act: {duplicates} duplicate arrivals of {INSTANCES} x 32 claims");
     assert!(duplicates > 0, "the racy claim should have sent duplicates");
 }
 
