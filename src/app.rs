@@ -25,6 +25,7 @@ use crate::db::{self, Backend, DbSlot};
 use crate::http;
 use crate::http::layers::limiter::SlidingWindow;
 use crate::http::ops::ReadinessLog;
+use crate::identity::keys::KeyCache;
 use crate::instance::Instance;
 use crate::jobs::progress::ProgressGauges;
 use crate::jobs::{self, Outcome};
@@ -192,6 +193,18 @@ impl Application {
             instance.owner("h"),
         );
 
+        // Each fetch has its own, shorter timeout (identity::keys).
+        let identity_keys = KeyCache::new(SystemClient::new(
+            &outbound,
+            &dependencies,
+            System::Identity,
+            timeout(30),
+        )?);
+        workers.spawn(
+            identity_keys
+                .clone()
+                .keep_fresh(config.clone(), shutdown.child_token()),
+        );
         let state = AppState::new(App {
             config,
             db,
@@ -204,6 +217,7 @@ impl Application {
                 System::Authz,
                 timeout(300),
             )?),
+            identity_keys,
             gitlab,
             dependencies,
             executor,

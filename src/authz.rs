@@ -12,6 +12,9 @@ use crate::identity::Identity;
 
 /// In static grants, holds every authenticated identity.
 pub const EVERYONE: &str = "*";
+/// In static grants, `group:<name>` holds every member of the group a
+/// token names (`identity.jwt.groups_claim`).
+pub const GROUP_PREFIX: &str = "group:";
 
 /// Why the provider could not answer; callers deny.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +28,8 @@ pub enum PermissionError {
 #[serde(rename_all = "camelCase")]
 struct CheckRequest<'a> {
     identity: &'a str,
+    /// The groups the caller's token names; empty for proxy headers.
+    groups: &'a [String],
     rule_codes: &'a [String],
 }
 
@@ -93,6 +98,7 @@ impl Permissions {
                     .timeout(settings.timeout)
                     .json(&CheckRequest {
                         identity: identity.as_str(),
+                        groups: identity.groups(),
                         rule_codes: codes,
                     });
                 let response = self
@@ -135,8 +141,12 @@ pub fn static_route_access(
 
 fn holds_static(settings: &AuthzSettings, identity: &Identity, code: &String) -> bool {
     settings.grants.get(code).is_some_and(|holders| {
-        holders
-            .iter()
-            .any(|holder| holder == EVERYONE || holder == identity.as_str())
+        holders.iter().any(|holder| {
+            holder == EVERYONE
+                || holder == identity.as_str()
+                || holder
+                    .strip_prefix(GROUP_PREFIX)
+                    .is_some_and(|group| identity.in_group(group))
+        })
     })
 }

@@ -12,6 +12,7 @@ use crate::config::LiveConfig;
 use crate::db::DbSlot;
 use crate::http::layers::limiter::SlidingWindow;
 use crate::http::ops::ReadinessLog;
+use crate::identity::keys::KeyCache;
 use crate::observer::Observer;
 use crate::sealing::KeyRing;
 use crate::store::SubmissionQueue;
@@ -52,6 +53,8 @@ pub struct App {
     pub limiter: Arc<SlidingWindow>,
     /// Permission checks.
     pub permissions: Permissions,
+    /// The identity provider's signing keys, when one is configured.
+    pub identity_keys: KeyCache,
     /// GitLab, for the reads of a preview (the workflow has its own clone).
     pub gitlab: GitLabClient,
     /// What this instance last saw of the systems it calls.

@@ -22,6 +22,8 @@ pub enum System {
     Authz,
     /// A webhook subscriber.
     Webhook,
+    /// The identity provider (its discovery document and signing keys).
+    Identity,
 }
 
 impl System {
@@ -32,6 +34,7 @@ impl System {
             Self::Approval => "approval",
             Self::Authz => "authz",
             Self::Webhook => "webhook",
+            Self::Identity => "identity",
         }
     }
 
@@ -42,19 +45,25 @@ impl System {
             Self::Approval => "the approval system",
             Self::Authz => "the permission service",
             Self::Webhook => "the webhook receiver",
+            Self::Identity => "the identity provider",
         }
     }
 }
 
 /// The systems `GET /admin/v1/health/dependencies` reports (webhook
 /// receivers are many and have their own delivery log).
-pub const REPORTED: [System; 3] = [System::GitLab, System::Approval, System::Authz];
+pub const REPORTED: [System; 4] = [
+    System::GitLab,
+    System::Approval,
+    System::Authz,
+    System::Identity,
+];
 
 /// One system's last outcome, as reported.
 #[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DependencyView {
-    /// `gitlab`, `approval` or `authz`.
+    /// `gitlab`, `approval`, `authz` or `identity`.
     pub system: &'static str,
     /// Whether the last call succeeded; absent before the first call.
     pub last_call_succeeded: Option<bool>,
@@ -308,7 +317,7 @@ mod tests {
     fn the_report_keeps_the_last_outcome_and_the_last_error_per_system() {
         let health = Dependencies::default();
         let before = health.report();
-        assert_eq!(before.len(), 3);
+        assert_eq!(before.len(), 4);
         assert!(before.iter().all(|d| d.last_call_succeeded.is_none()));
 
         health.unreachable(
@@ -336,5 +345,6 @@ mod tests {
         assert!(approval.last_success_at.is_none());
         assert_eq!(report[2].system, "authz");
         assert!(report[2].last_call_succeeded.is_none());
+        assert_eq!(report[3].system, "identity");
     }
 }

@@ -11,7 +11,7 @@ use utoipa::openapi::schema::{AdditionalProperties, Object, ObjectBuilder, Type}
 
 use super::resolve::{AccessMode, AccessWindow, ApproveImpl};
 use super::static_settings::{STATIC_KEYS, STATIC_SECTIONS};
-use super::{ApprovalProvider, AuthzProvider, LogFormat, Settings};
+use super::{ApprovalProvider, AuthzProvider, LogFormat, Settings, Unverifiable};
 
 const REDACTED: &str = "[redacted]";
 
@@ -223,6 +223,15 @@ pub fn effective(settings: &Settings) -> EffectiveConfig {
                 "issuer": s.identity.jwt.issuer,
                 "audience": s.identity.jwt.audience,
                 "leeway": duration(s.identity.jwt.leeway),
+                "discovery": s.identity.jwt.discovery,
+                "jwksUrl": s.identity.jwt.jwks_url.as_deref().map(without_credentials),
+                "usernameClaim": s.identity.jwt.username_claim,
+                "usernamePrefix": s.identity.jwt.username_prefix,
+                "groupsClaim": s.identity.jwt.groups_claim,
+                "unverifiableFromTrustedProxy": match s.identity.jwt.unverifiable_from_trusted_proxy {
+                    Unverifiable::Refuse => "refuse",
+                    Unverifiable::Ignore => "ignore",
+                },
             },
         }),
         authz: json!({

@@ -3,6 +3,7 @@
 
 pub mod effective;
 mod git_ref;
+mod jwt;
 mod live;
 pub mod projects;
 mod reader;
@@ -25,13 +26,14 @@ mod windows;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub use jwt::{JwtSettings, KeySource, Unverifiable};
 pub use live::{LevelSetter, LiveConfig, ReloadOutcome};
 pub use retention::RetentionSettings;
 pub use scheduling::SchedulingSettings;
 pub use secrets::SecretFiles;
 pub use sections::{
     AuthzProvider, AuthzSettings, DriftSettings, ExecutorSettings, IdempotencySettings,
-    IdentitySettings, JwtSettings, PollSchedule, WebSettings, WebhookSettings,
+    IdentitySettings, PollSchedule, WebSettings, WebhookSettings,
 };
 pub use settings::{
     AccessSettings, ApprovalProvider, ApprovalSettings, BatchSettings, DatabaseSettings,

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use axum::http::HeaderName;
 use ipnet::IpNet;
-use secrecy::SecretString;
 use toml::Value;
 
+use super::jwt::JwtSettings;
 use super::reader::Reader;
 use super::resolve;
-use super::secrets::{self, SecretFiles};
+use super::secrets::SecretFiles;
 use super::webhook_keys::{self, SealingKeys};
 
 /// `[identity]`: who is calling (SPEC §3, identity).
@@ -32,22 +32,6 @@ pub struct IdentitySettings {
     pub aliases: BTreeMap<String, String>,
     /// `[identity.jwt]`: bearer tokens.
     pub jwt: JwtSettings,
-}
-
-/// `[identity.jwt]`: keys for bearer tokens; with none set, tokens are refused.
-#[derive(Debug, Clone, Default)]
-pub struct JwtSettings {
-    /// `hs256_secret` or `hs256_secret_file`.
-    pub hs256_secret: Option<SecretString>,
-    /// `rs256_public_key` or `rs256_public_key_file`: PEM.
-    pub rs256_public_key: Option<String>,
-    /// `issuer`: required `iss` when set.
-    pub issuer: Option<String>,
-    /// `audience`: required `aud` when set.
-    pub audience: Option<String>,
-    /// `leeway`, default `5s`, at most `60s`: the clock skew allowed when
-    /// checking `exp` and `nbf`.
-    pub leeway: Duration,
 }
 
 /// `[authz]`: who may do what (SPEC §3, authz).
@@ -209,38 +193,8 @@ pub(super) const IDENTITY_KEYS: &[&str] = &[
 pub(super) const AUTHZ_KEYS: &[&str] = &["provider", "url", "timeout", "rules", "grants"];
 pub(super) const IDEMPOTENCY_KEYS: &[&str] = &["ttl", "cleanup_interval"];
 /// `identity.jwt.leeway`: a duration of at most a minute (zero allowed).
-fn jwt_leeway(r: &mut Reader<'_>) -> Duration {
-    const DEFAULT: Duration = Duration::from_secs(5);
-    const MAX: Duration = Duration::from_secs(60);
-    let Some(raw) = r.at(&["identity", "jwt", "leeway"]) else {
-        return DEFAULT;
-    };
-    match raw
-        .as_str()
-        .map(|text| humantime::parse_duration(text.trim()))
-    {
-        Some(Ok(leeway)) if leeway <= MAX => leeway,
-        _ => {
-            r.error(
-                "identity.jwt.leeway",
-                "must be a duration of at most \"60s\", like \"5s\"",
-            );
-            DEFAULT
-        }
-    }
-}
-
 pub(super) const EXECUTOR_KEYS: &[&str] = &["workers", "queue_capacity", "lease", "poll_interval"];
 pub(super) const WEB_KEYS: &[&str] = &["demo_identity"];
-const JWT_KEYS: &[&str] = &[
-    "hs256_secret",
-    "hs256_secret_file",
-    "rs256_public_key",
-    "rs256_public_key_file",
-    "issuer",
-    "audience",
-    "leeway",
-];
 fn optional(text: String) -> Option<String> {
     (!text.is_empty()).then_some(text)
 }
@@ -283,16 +237,7 @@ pub(super) fn identity(r: &mut Reader<'_>, files: &mut SecretFiles) -> IdentityS
             }
         }
     }
-    if let Some(value) = r.at(&["identity", "jwt"]) {
-        r.check_keys("identity.jwt", value, Some(JWT_KEYS));
-    }
-    let jwt = JwtSettings {
-        hs256_secret: secrets::secret(r, files, &["identity", "jwt", "hs256_secret"]),
-        rs256_public_key: secrets::text(r, files, &["identity", "jwt", "rs256_public_key"]),
-        issuer: optional(r.string_at(&["identity", "jwt", "issuer"], "")),
-        audience: optional(r.string_at(&["identity", "jwt", "audience"], "")),
-        leeway: jwt_leeway(r),
-    };
+    let jwt = super::jwt::jwt(r, files);
     IdentitySettings {
         trusted_proxies,
         user_header: header_name(r, "user_header", "x-auth-request-user"),

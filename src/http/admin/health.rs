@@ -13,8 +13,9 @@ use crate::state::AppState;
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DependenciesView {
-    /// GitLab, the approval system and the permission service, in that
-    /// order, as seen by the instance that answers.
+    /// GitLab, the approval system, the permission service and the
+    /// identity provider, in that order, as seen by the instance that
+    /// answers.
     pub dependencies: Vec<DependencyView>,
 }
 

@@ -21,6 +21,7 @@ use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use self::authz::Decision;
+use self::identify::{Caller, Identification};
 use self::metrics::{Observation, Observed};
 use crate::state::AppState;
 
@@ -169,12 +170,48 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: Request) -> Self::Future {
-        let (state, spec) = (&self.state, self.spec);
+    fn call(&mut self, request: Request) -> Self::Future {
         // One snapshot for the three checks: they see the same configuration.
-        let settings = state.config.load();
+        let settings = self.state.config.load();
         let arrived = Instant::now();
-        let caller = identify::resolve(&settings, &request);
+        match identify::resolve(&self.state, &settings, &request) {
+            Identification::Now(caller) => self.admit(settings, caller, request, arrived),
+            Identification::AfterKeyRefetch(refetch) => {
+                // As for the HTTP authz provider below: the instance made
+                // ready goes with the request.
+                let ready = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, ready);
+                let mut guard = Self {
+                    state: self.state.clone(),
+                    spec: self.spec,
+                    inner,
+                };
+                GuardFuture::boxed(async move {
+                    refetch.run().await;
+                    let settings = guard.state.config.load();
+                    let caller = identify::resolve_after_refetch(&guard.state, &settings, &request);
+                    guard.admit(settings, caller, request, arrived).await
+                })
+            }
+        }
+    }
+}
+
+impl<S> Guard<S>
+where
+    S: Service<Request, Response = Response> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    /// The rate limit and authz of a resolved caller, then the route.
+    fn admit(
+        &mut self,
+        settings: arc_swap::Guard<std::sync::Arc<crate::config::Settings>>,
+        caller: Caller,
+        mut request: Request,
+        arrived: Instant,
+    ) -> GuardFuture<S::Future, S::Error> {
+        let (state, spec) = (&self.state, self.spec);
         if let Some(refused) = rate_limit::check(state, &settings, spec, &caller, arrived) {
             return GuardFuture::answered(refused);
         }
