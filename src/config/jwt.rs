@@ -53,8 +53,8 @@ pub struct JwtSettings {
     /// `username_prefix`, default empty: put before the canonical name a
     /// token gives, so that provider names cannot pass for other accounts.
     pub username_prefix: String,
-    /// `groups_claim`: the claim (a list of strings, or one string) that
-    /// names the caller's groups. Unset: a token names no group.
+    /// `groups_claim`: the claim (a list of strings, or one string with
+    /// commas between names) that names the caller's groups. Unset: a token names no group.
     pub groups_claim: Option<String>,
     /// `unverifiable_from_trusted_proxy`: what a bearer token that does not
     /// verify means when a trusted proxy also sent identity headers.

@@ -478,8 +478,9 @@ fn the_username_claim_prefix_and_groups_name_the_caller() {
     assert_eq!(who.groups(), ["dev", "platform-admins"]);
     assert!(who.in_group("platform-admins") && !who.in_group("platform"));
 
-    // One group as a string; a token without the username claim names nobody.
-    token_claims["groups"] = serde_json::json!("ops");
+    // Groups as one string, commas between; a token without the username
+    // claim names nobody.
+    token_claims["groups"] = serde_json::json!("ops, oncall");
     token_claims
         .as_object_mut()
         .unwrap()
@@ -501,7 +502,7 @@ fn the_username_claim_prefix_and_groups_name_the_caller() {
         ip("198.51.100.7"),
     )
     .unwrap();
-    assert_eq!(who.groups(), ["ops"]);
+    assert_eq!(who.groups(), ["oncall", "ops"]);
 }
 
 #[test]

@@ -171,11 +171,11 @@ fn bearer(
 }
 
 /// A groups claim: a list of strings (anything else in it ignored), or one
-/// string.
+/// string of names separated by commas (as glewlwyd writes several values).
 fn groups(value: &Value) -> Vec<String> {
     let names: Vec<&str> = match value {
         Value::Array(items) => items.iter().filter_map(Value::as_str).collect(),
-        Value::String(one) => vec![one.as_str()],
+        Value::String(joined) => joined.split(',').collect(),
         _ => Vec::new(),
     };
     let mut groups: Vec<String> = names

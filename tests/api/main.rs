@@ -20,6 +20,7 @@ mod galera;
 mod gitlab_client;
 mod health;
 mod helpers;
+mod identity_oidc;
 mod identity_provider;
 mod jobs;
 mod lease_takeover;
