@@ -4,6 +4,7 @@
 pub mod app;
 pub mod authz;
 pub mod batch;
+pub mod cli;
 pub mod clients;
 pub mod config;
 pub mod db;

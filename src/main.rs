@@ -1,11 +1,14 @@
 //! The changegate binary: parses the command line and runs the library.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
+use clap_complete::Shell;
 
 use changegate::app::Application;
+use changegate::cli::{self, Cli, Command};
 use changegate::clients::http::{Outbound, ProxyRules, Trust};
 use changegate::config::{self, LiveConfig, Problem, Settings, Severity, source};
 use changegate::traces::Traces;
@@ -14,50 +17,19 @@ use changegate::{db, telemetry};
 /// Exit code for configuration problems.
 const EXIT_CONFIG: u8 = 2;
 
-#[derive(Parser)]
-#[command(version, about = "Self-service configuration changes through GitLab")]
-struct Cli {
-    #[command(subcommand)]
-    command: Option<Command>,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Run the service (the default).
-    Serve {
-        /// Configuration file; default `config/default.toml` if present, else built-in defaults.
-        #[arg(long, env = "CHANGEGATE_CONFIG")]
-        config: Option<PathBuf>,
-    },
-    /// Apply database migrations and exit.
-    Migrate {
-        /// Configuration file, as for `serve`.
-        #[arg(long, env = "CHANGEGATE_CONFIG")]
-        config: Option<PathBuf>,
-    },
-    /// Write a consistent copy of the SQLite database (and its generated
-    /// webhook key) to a new file while the service runs.
-    Backup {
-        /// Configuration file, as for `serve`.
-        #[arg(long, env = "CHANGEGATE_CONFIG")]
-        config: Option<PathBuf>,
-        /// The new file to write.
-        path: PathBuf,
-    },
-    /// Validate a configuration file: print each problem with its key; exit 2 on any.
-    CheckConfig {
-        /// The file to check.
-        path: PathBuf,
-    },
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command.unwrap_or(Command::Serve { config: None }) {
+    // A bare `changegate` is `changegate serve`, so it reads the file that
+    // CHANGEGATE_CONFIG names just as `serve` does.
+    let command = cli.command.unwrap_or_else(|| Command::Serve {
+        config: std::env::var_os("CHANGEGATE_CONFIG").map(PathBuf::from),
+    });
+    match command {
         Command::Serve { config } => with_runtime(serve(config)),
         Command::Migrate { config } => with_runtime(migrate(config)),
         Command::Backup { config, path } => with_runtime(backup(config, path)),
         Command::CheckConfig { path } => check_config(&path),
+        Command::Completions { shell } => completions(shell),
     }
 }
 
@@ -275,4 +247,18 @@ fn check_config(path: &Path) -> ExitCode {
         println!("{problem}");
     }
     ExitCode::from(EXIT_CONFIG)
+}
+
+fn completions(shell: Shell) -> ExitCode {
+    // Written whole rather than by `generate` straight to stdout, which
+    // panics when the reader goes away (`changegate completions bash | head`).
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cli::command(), "changegate", &mut script);
+    match std::io::stdout().write_all(&script) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: cannot write the completion script: {err}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -63,7 +63,8 @@ impl<'a> Reader<'a> {
     pub fn check_schema(&mut self, schema: Schema<'_>) {
         for (section, value) in self.table {
             let Some((_, keys)) = schema.iter().find(|(name, _)| name == section) else {
-                self.error(section, "unknown section");
+                let nearest = nearest(section, schema.iter().map(|(name, _)| *name));
+                self.error(section, unknown("section", nearest));
                 continue;
             };
             self.check_keys(section, value, *keys);
@@ -78,7 +79,9 @@ impl<'a> Reader<'a> {
         };
         if let Some(keys) = keys {
             for key in entries.keys().filter(|key| !keys.contains(&key.as_str())) {
-                self.error(&format!("{name}.{key}"), "unknown key");
+                let nearest =
+                    nearest(key, keys.iter().copied()).map(|near| format!("{name}.{near}"));
+                self.error(&format!("{name}.{key}"), unknown("key", nearest));
             }
         }
     }
@@ -172,5 +175,79 @@ impl<'a> Reader<'a> {
 
     pub fn static_duration(&mut self, section: &str, key: &str, default: Duration) -> Duration {
         self.static_duration_at(&[section, key], default)
+    }
+}
+
+/// How similar (Jaro-Winkler, 0 to 1) a name must be to a known one to be
+/// taken for a mistake for it. Jaro-Winkler weighs a shared start, so a
+/// misspelling (`bse_url`), a missing or extra letter (`max_request`) and a
+/// name cut short (`password` for `password_file`) all score above 0.8,
+/// while unrelated words (`colour`, `port` in `[server]`) stay below 0.75:
+/// those get no suggestion rather than a misleading one.
+const SIMILAR_ENOUGH: f64 = 0.8;
+
+/// The known name `given` is most likely a mistake for, if any.
+fn nearest<'k>(given: &str, known: impl IntoIterator<Item = &'k str>) -> Option<&'k str> {
+    known
+        .into_iter()
+        .map(|name| (strsim::jaro_winkler(given, name), name))
+        .filter(|(similarity, _)| *similarity >= SIMILAR_ENOUGH)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, name)| name)
+}
+
+/// The message for an unknown section or key, with the name it may have
+/// meant.
+fn unknown(what: &str, nearest: Option<impl std::fmt::Display>) -> String {
+    match nearest {
+        Some(name) => format!("unknown {what} (did you mean `{name}`?)"),
+        None => format!("unknown {what}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(text: &str) -> Vec<String> {
+        let table = text.parse::<Table>().unwrap();
+        let mut reader = Reader::new(&table);
+        reader.check_schema(crate::config::schema::SCHEMA);
+        reader
+            .into_problems()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn a_misspelt_key_or_section_gets_the_nearest_known_name() {
+        assert_eq!(
+            problems("[batch]\nmax_request = 5\n[gitlab]\nbse_url = \"x\"\n[databse]\n"),
+            [
+                "error: batch.max_request: unknown key (did you mean `batch.max_requests`?)",
+                "error: databse: unknown section (did you mean `database`?)",
+                "error: gitlab.bse_url: unknown key (did you mean `gitlab.base_url`?)",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unrelated_name_gets_no_suggestion() {
+        assert_eq!(
+            problems("[server]\nport = 80\n[colour]\n"),
+            [
+                "error: colour: unknown section",
+                "error: server.port: unknown key",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_nearest_of_several_close_names_wins() {
+        let keys = ["bot_token", "bot_token_file", "reviewer_tokens"];
+        assert_eq!(nearest("bot_tokn", keys), Some("bot_token"));
+        assert_eq!(nearest("bot_token_fle", keys), Some("bot_token_file"));
+        assert_eq!(nearest("banana", keys), None);
     }
 }

@@ -50,6 +50,28 @@ fn check_config_names_every_problem_and_exits_2() {
 }
 
 #[test]
+fn check_config_suggests_the_nearest_known_key_and_section() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("typo.toml"),
+        "[batch]\nmax_request = 50\n[databse]\nurl = \"sqlite://x.db\"\n",
+    )
+    .unwrap();
+    let output = run(dir.path(), &["check-config", "typo.toml"], &[]);
+    assert_eq!(output.status.code(), Some(2));
+    let stdout = text(&output.stdout);
+    for expected in [
+        "error: batch.max_request: unknown key (did you mean `batch.max_requests`?)",
+        "error: databse: unknown section (did you mean `database`?)",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+}
+
+#[test]
 fn check_config_reports_toml_syntax_errors_with_the_line() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
@@ -96,6 +118,19 @@ fn serve_refuses_an_invalid_config_without_a_panic() {
         "{stderr}"
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn no_subcommand_serves_with_the_config_the_environment_names() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bad.toml"), BAD_CONFIG).unwrap();
+    let output = run(dir.path(), &[], &[("CHANGEGATE_CONFIG", "bad.toml")]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        text(&output.stderr).contains("error: gitlab.bse_url: unknown key"),
+        "{}",
+        text(&output.stderr)
+    );
 }
 
 #[test]
@@ -157,6 +192,32 @@ fn migrate_creates_and_migrates_the_default_sqlite_file() {
     assert!(dir.path().join("data/changegate.db").exists());
     let again = run(dir.path(), &["migrate"], &[]);
     assert!(again.status.success(), "{}", text(&again.stderr));
+}
+
+#[test]
+fn completions_prints_a_script_naming_the_subcommands() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(dir.path(), &["completions", "bash"], &[]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let script = text(&output.stdout);
+    assert!(script.contains("complete -F _changegate"), "{script}");
+    for subcommand in ["serve", "migrate", "backup", "check-config", "completions"] {
+        assert!(script.contains(subcommand), "no {subcommand} in:\n{script}");
+    }
+}
+
+#[test]
+fn completions_for_an_unknown_shell_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(dir.path(), &["completions", "tcsh"], &[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("invalid value 'tcsh'")
+            && stderr.contains("[possible values: bash, elvish, fish, powershell, zsh]"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -4,7 +4,9 @@ use changegate::clients::health::{Dependencies, System};
 use changegate::clients::http::{
     Outbound, ProxyRules, SystemClient, Trust, install_crypto_provider,
 };
+use std::io::Write as _;
 use std::process::{Command, Stdio};
+use std::sync::Once;
 use std::time::Duration;
 
 use changegate::app::{Application, Parts};
@@ -108,6 +110,26 @@ pub async fn each_backend() -> Vec<TestDb> {
     dbs
 }
 
+/// Tells whoever runs the tests, once per test binary, that the MariaDB/MySQL
+/// half of the storage tests did not run and how to run it.
+///
+/// Written on the `Stderr` handle, not with `eprintln!`: libtest captures
+/// what a test prints through the print macros (`set_output_capture`) and
+/// shows it only when that test fails, so such a note would never be seen
+/// on a green run, whereas a write on the handle goes straight to the
+/// process's standard error, which cargo passes through.
+fn note_mysql_skipped() {
+    static NOTE: Once = Once::new();
+    NOTE.call_once(|| {
+        let note = format!(
+            "note: the MariaDB/MySQL storage tests were skipped: {MYSQL_URL_VAR} is not set. \
+             To run them too: {MYSQL_URL_VAR}=mysql://root@127.0.0.1:3306 cargo test --workspace\n"
+        );
+        // A note that cannot be written is no reason to fail a test.
+        let _ = std::io::stderr().write_all(note.as_bytes());
+    });
+}
+
 /// A uniquely named MariaDB database, dropped when this value is dropped
 /// (also when the test panics).
 pub struct MySqlScratch {
@@ -133,7 +155,7 @@ impl MySqlScratch {
                     std::env::var_os(REQUIRE_MYSQL_VAR).is_none(),
                     "{REQUIRE_MYSQL_VAR} is set but {MYSQL_URL_VAR} is not: MariaDB tests cannot run"
                 );
-                eprintln!("skipped MariaDB half of this test: {MYSQL_URL_VAR} is not set");
+                note_mysql_skipped();
                 None
             }
         }
