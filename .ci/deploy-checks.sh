@@ -2,11 +2,11 @@
 # The deployment files: deploy/kubernetes/*.yaml validated offline with
 # kubernetes-validate (strict, against pinned Kubernetes versions),
 # deploy/compose.yml, the configuration files of both, and the Dockerfile,
-# each against the others and README.md (.ci/deploy-checks/check.py says
-# what exactly). With Docker Compose installed, `docker compose config`
-# checks compose.yml as well; with a Docker daemon, both image targets are
-# built and the image's user and environment inspected. Fails on any
-# finding.
+# each against the others and the manual's Docker section
+# (docs/src/how-to/docker-kubernetes.md; .ci/deploy-checks/check.py says what
+# exactly). With Docker Compose installed, `docker compose config` checks
+# compose.yml as well; with a Docker daemon, both image targets are built and
+# the image's user and environment inspected. Fails on any finding.
 #
 #   bash .ci/deploy-checks.sh
 set -euo pipefail
@@ -41,7 +41,7 @@ if docker info >/dev/null 2>&1; then
     log "docker build (the service, then the simulators' target)"
     docker build --quiet -t changegate:deploy-checks . >/dev/null
     docker build --quiet --target sim -t changegate-sim:deploy-checks . >/dev/null
-    # The Dockerfile's USER, which check.py compared with README.md and the
+    # The Dockerfile's USER, which check.py compared with the manual and the
     # Kubernetes and Compose files.
     expected="$(awk '$1 == "USER" { user = $2 } END { print user }' Dockerfile)"
     user="$(docker image inspect -f '{{.Config.User}}' changegate:deploy-checks)"

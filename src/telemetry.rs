@@ -190,7 +190,10 @@ fn spawn_upkeep(handle: PrometheusHandle) {
         .expect("the metrics upkeep thread starts");
 }
 
-fn describe_metrics() {
+/// Describes every metric changegate exports (and starts the counters that
+/// alerts read at zero) on the recorder in effect: the one
+/// [`metrics_handle`] installs, or the reference's check of the metrics page.
+pub fn describe_metrics() {
     metrics::describe_counter!(
         "changegate_config_reloads_total",
         "Configuration reloads applied."

@@ -16,8 +16,9 @@ Run by .ci/deploy-checks.sh with the pinned tools of requirements.txt:
   src/config/), secrets as `_file` keys under the mounted secret directory;
 - Dockerfile: the service is built with exactly
   `cargo build --release --locked -p changegate`, its user, config path and
-  environment are what README.md's Docker section says and what the
-  Kubernetes and Compose files use.
+  environment are what the Docker section of the manual's
+  docs/src/how-to/docker-kubernetes.md says and what the Kubernetes and
+  Compose files use.
 
 Prints every problem found and exits 1 when there is any.
 """
@@ -43,7 +44,8 @@ LABELS = {
 }
 KINDS = {"ConfigMap", "Secret", "Deployment", "Service", "PodDisruptionBudget", "Job"}
 COMPOSE_SERVICES = {"mariadb", "sim", "migrate", "changegate-1", "changegate-2"}
-# Secrets that also have a `_file` form (README.md, "Secrets from files").
+# Secrets that also have a `_file` form (docs/src/how-to/configuring.md,
+# "Secrets from files").
 INLINE_SECRETS = {
     "gitlab.bot_token",
     "gitlab.reviewer_tokens",
@@ -192,11 +194,14 @@ def dockerfile():
     return facts
 
 
-def readme_docker(image):
-    """README.md's Docker section states the image's user, paths and environment."""
-    where = "README.md, section Docker"
-    readme = (ROOT / "README.md").read_text()
-    match = re.search(r"^## Docker\n(.*?)(?=^## )", readme, re.S | re.M)
+DOCKER_PAGE = "docs/src/how-to/docker-kubernetes.md"
+
+
+def docker_section(image):
+    """The manual's Docker section states the image's user, paths and environment."""
+    where = f"{DOCKER_PAGE}, section Docker"
+    page = (ROOT / DOCKER_PAGE).read_text()
+    match = re.search(r"^## Docker\n(.*?)(?=^#{1,2} |\Z)", page, re.S | re.M)
     if not check(match, where, "missing"):
         return
     section = match[1]
@@ -211,7 +216,7 @@ def readme_docker(image):
         check(
             stated.get(key) == value,
             where,
-            f"says `{key}={value}` as the Dockerfile sets it (README: {stated.get(key)!r})",
+            f"says `{key}={value}` as the Dockerfile sets it (the page: {stated.get(key)!r})",
         )
     for key in set(stated) - set(image["env"]):
         problem(where, f"`{key}` is not set in the Dockerfile")
@@ -619,7 +624,7 @@ def main():
         raise SystemExit("usage: check.py KUBERNETES_VERSION...")
     print(f"kubernetes-validate {kubernetes_validate.__version__}")
     image = dockerfile()
-    readme_docker(image)
+    docker_section(image)
     schema = config_schema()
     kube = kubernetes(image, schema, versions) or {}
     compose(image, schema, kube)

@@ -130,6 +130,28 @@ pub fn load(
     }
 }
 
+/// Every key a configuration file may hold, dotted (`batch.max_requests`,
+/// `identity.jwt.issuer`); a section whose keys are names of the
+/// operator's own (`rate_limit`, `targets`, `windows`) is listed by its
+/// name. The reference's configuration page is checked against it.
+pub fn known_keys() -> Vec<String> {
+    let mut keys = Vec::new();
+    for (section, section_keys) in schema::SCHEMA {
+        match section_keys {
+            None => keys.push((*section).to_owned()),
+            Some(section_keys) => {
+                keys.extend(section_keys.iter().map(|key| format!("{section}.{key}")));
+            }
+        }
+    }
+    keys.extend(
+        jwt::JWT_KEYS
+            .iter()
+            .map(|key| format!("identity.jwt.{key}")),
+    );
+    keys
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

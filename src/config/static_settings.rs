@@ -170,14 +170,15 @@ mod tests {
         }
     }
 
-    /// The static settings README's configuration table names: sections
-    /// static as a whole by their name, the others' keys one by one.
-    fn static_in_readme() -> Vec<String> {
-        let readme = include_str!("../../README.md");
-        let table = readme
+    /// The static settings the configuration reference's table names
+    /// (docs/src/reference/configuration.md): sections static as a whole by
+    /// their name, the others' keys one by one.
+    fn static_in_the_reference() -> Vec<String> {
+        let reference = include_str!("../../docs/src/reference/configuration.md");
+        let table = reference
             .split("| key | kind | default |")
             .nth(1)
-            .expect("README's configuration table");
+            .expect("the configuration reference's table");
         let mut keys = Vec::new();
         for row in table
             .lines()
@@ -214,14 +215,14 @@ mod tests {
     }
 
     #[test]
-    fn the_static_settings_are_those_the_readme_names() {
+    fn the_static_settings_are_those_the_reference_names() {
         let mut listed: Vec<String> = STATIC_SECTIONS
             .iter()
             .chain(STATIC_KEYS)
             .map(|key| (*key).to_owned())
             .collect();
         listed.sort();
-        assert_eq!(listed, static_in_readme());
+        assert_eq!(listed, static_in_the_reference());
     }
 
     #[test]

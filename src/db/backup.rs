@@ -1,7 +1,7 @@
 //! An online copy of the embedded SQLite database: `VACUUM INTO` reads one
 //! consistent snapshot (a read transaction, so the service keeps writing)
 //! and writes it, compacted, to a new file. MySQL has its own tools
-//! (`mysqldump --single-transaction`; see the README).
+//! (`mysqldump --single-transaction`; see docs/src/how-to/backups-upgrades.md).
 
 use std::path::Path;
 
@@ -12,7 +12,7 @@ use super::Db;
 pub enum BackupError {
     /// The database is not SQLite.
     #[error(
-        "changegate backup copies a SQLite database; for MySQL use mysqldump --single-transaction (see the README's backup section)"
+        "changegate backup copies a SQLite database; for MySQL use mysqldump --single-transaction (see the manual, How-to: Backups and upgrades)"
     )]
     NotSqlite,
     /// The target exists: a copy never overwrites anything.

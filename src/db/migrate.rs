@@ -61,7 +61,7 @@ async fn run_unlocked<C: Migrate>(migrations: &Migrator, conn: &mut C) -> Result
     migrator.set_locking(false);
     // A database a newer release already migrated further (mid rolling
     // upgrade, an old instance restarting; or after a rollback) still
-    // opens: migrations only expand the schema (README, Upgrades), so an
+    // opens: migrations only expand the schema (docs/src/how-to/backups-upgrades.md), so an
     // older release runs on a newer schema.
     migrator.set_ignore_missing(true);
     migrator.run_direct(None, conn, false).await

@@ -167,7 +167,7 @@ pub async fn prepare(db: &Db, keys: Option<&KeyRing>) -> Result<(), sqlx::Error>
                 tracing::error!(
                     endpoints,
                     "webhooks.secret_key is not set: webhook endpoints exist, and no webhook is \
-                     delivered until the key is set (see the README's security section)"
+                     delivered until the key is set (see the manual, Explanation: Security)"
                 );
             }
         }

@@ -8,7 +8,9 @@
 # Needs /usr/bin/chromium (Debian `chromium`; CHROMIUM=... for another) and
 # the npm packages (`npm ci` in this directory); .ci/run installs both.
 # Screenshots and the demo's log go to web/e2e/screenshots/
-# (CHANGEGATE_E2E_OUTPUT=... for another directory).
+# (CHANGEGATE_E2E_OUTPUT=... for another directory). With
+# CHANGEGATE_E2E_TUTORIAL=1, a passing run also copies the screenshots the
+# manual's tutorial shows (docs/src/tutorial/images/) over them.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -76,5 +78,11 @@ node --test --test-concurrency=1 tests/ || status=$?
 if ! kill -0 "$demo_pid" 2>/dev/null; then
     echo "error: the demo stopped during the tests; its log is $CHANGEGATE_E2E_OUTPUT/demo.log" >&2
     status=1
+fi
+if [ "$status" -eq 0 ] && [ "${CHANGEGATE_E2E_TUTORIAL:-}" = 1 ]; then
+    for image in "$root"/docs/src/tutorial/images/*.png; do
+        cp "$CHANGEGATE_E2E_OUTPUT/$(basename "$image")" "$image"
+    done
+    echo "the tutorial's screenshots are this run's"
 fi
 exit "$status"

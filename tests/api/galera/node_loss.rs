@@ -151,7 +151,8 @@ async fn a_node_killed_for_20_s_mid_run_loses_no_request_and_repeats_no_effect()
     let w = world_with(
         &cluster.url(0),
         WorldOptions {
-            // As the README advises on Galera: longer than the cluster's
+            // As the manual advises on Galera (docs/src/how-to/mysql.md,
+            // High availability): longer than the cluster's
             // pause while it drops a dead node (evs.suspect_timeout, 5 s),
             // so requests on the surviving nodes wait it out.
             database_keys: "connect_timeout = \"10s\"".to_owned(),

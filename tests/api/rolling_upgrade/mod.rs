@@ -1,8 +1,9 @@
-//! A rolling upgrade from each earlier release (README, Upgrades): from the
-//! release whose schema ended at migration 0008, and from the previous one,
-//! whose schema ended at 0012. A database as that release left it, with a
-//! request in every status it had, written with its SQL and, for those with
-//! a merge request, the MR it had opened in GitLab; from the 0012 release
+//! A rolling upgrade from each earlier release (Upgrades, in
+//! docs/src/how-to/backups-upgrades.md): from the release whose schema ended
+//! at migration 0008, and from the previous one, whose schema ended at 0012.
+//! A database as that release left it, with a request in every status it
+//! had, written with its SQL and, for those with a merge request, the MR it
+//! had opened in GitLab; from the 0012 release
 //! also what only it could write (`since_0009.rs`). While an instance of
 //! the old release keeps submitting, moving and reading requests with its
 //! own SQL, `changegate migrate` applies the current migrations; none of
@@ -11,7 +12,7 @@
 //! during the migration too) reaches its end, and every finished one stays
 //! exactly as it was. Webhooks play no part: from migration 0013 on, the
 //! current release seals their secrets, which an old instance cannot open
-//! (README, Upgrades).
+//! (Upgrades, in docs/src/how-to/backups-upgrades.md).
 
 mod gitlab;
 mod old_release;
