@@ -79,6 +79,21 @@ pub fn configuration(root: &Path) -> anyhow::Result<Vec<String>> {
         .collect();
     let known = changegate::config::known_keys();
     let mut problems = Vec::new();
+    // Every row says whether a reload changes the key, and its default.
+    for cells in first_cells(&page).skip(1) {
+        let (Some(key), Some(kind), Some(default)) = (cells.first(), cells.get(1), cells.get(2))
+        else {
+            continue;
+        };
+        if !(kind.starts_with("static") || kind.starts_with("dynamic")) {
+            problems.push(format!(
+                "{CONFIGURATION}: {key}: the kind is neither static nor dynamic"
+            ));
+        }
+        if default.is_empty() {
+            problems.push(format!("{CONFIGURATION}: {key}: no default"));
+        }
+    }
     for key in &known {
         if !named.iter().any(|n| names(n, key)) {
             problems.push(format!(
