@@ -47,6 +47,19 @@ pub(super) async fn drift_until(w: &World, done: impl Fn(&[Value]) -> bool) -> V
     }
 }
 
+/// Waits until one line of the metrics is `wanted`.
+async fn metrics_until(w: &World, wanted: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let metrics = w.app.get("/metrics").await.text().await.unwrap();
+        if metrics.lines().any(&wanted) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "gave up; last metrics {metrics}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The report once a pass that started after now found `expected`: every
 /// finding seen again since (the passes refresh `detectedAt`).
 async fn after_a_pass(w: &World, expected: &[(String, String)]) -> Vec<Value> {
@@ -223,16 +236,15 @@ async fn edits_by_hand_are_reported_as_their_kind_and_clear_once_put_right() {
             "{}: {page}",
             test_db.name
         );
-        let metrics = w.app.get("/metrics").await.text().await.unwrap();
-        assert!(
-            metrics
-                .lines()
-                .any(|line| line.starts_with("changegate_drift_files")
-                    && line.contains("kind=\"missing\"")
-                    && line.contains("target=\"demo.feature-flags\"")
-                    && line.ends_with(" 2")),
-            "{metrics}"
-        );
+        // The pass exports its counts once it has recorded every finding,
+        // which the answers above may show before.
+        metrics_until(&w, |line| {
+            line.starts_with("changegate_drift_files")
+                && line.contains("kind=\"missing\"")
+                && line.contains("target=\"demo.feature-flags\"")
+                && line.ends_with(" 2")
+        })
+        .await;
 
         // Repairs that accept the repository: ignore only an unexpected file.
         let refused = repair(&w, &file("alice"), "ignore").await;

@@ -149,22 +149,25 @@ async fn a_token_revoked_while_the_pipeline_runs_fails_instead_of_waiting_for_ev
     );
 }
 
-/// A port nothing listens on: connections to it are refused.
-fn closed_port_url() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    drop(listener);
-    format!("http://127.0.0.1:{port}")
+/// A port nothing listens on, so connections to it are refused, held by a
+/// socket bound to it but not listening: while the socket lives, no other
+/// test's server can take the port (a port merely freed again could be).
+fn closed_port() -> (tokio::net::TcpSocket, String) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
+    (socket, format!("http://127.0.0.1:{port}"))
 }
 
 #[tokio::test]
 async fn an_unreachable_gitlab_is_waited_for_until_the_unreachable_deadline_then_fails() {
     for test_db in each_backend().await {
         for batched in [false, true] {
+            let (_held, gitlab_url) = closed_port();
             let w = world_with(
                 &test_db.url,
                 WorldOptions {
-                    gitlab_url: Some(closed_port_url()),
+                    gitlab_url: Some(gitlab_url),
                     batch_keys: if batched {
                         "interval = \"200ms\"".to_owned()
                     } else {
