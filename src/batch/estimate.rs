@@ -1,16 +1,22 @@
 //! Where a request stands in the merge queue and when it is expected to
-//! merge and deploy: the train ahead of it played forward with the medians
-//! of its project's last merged batches (pipeline, merge round, deploy
+//! merge and deploy: the train ahead of it, and the batches that board
+//! before its own, played forward (`forecast`) with the medians of its
+//! project's last merged batches (pipeline, merge round, deploy
 //! confirmation). Without enough history there is no expected time: a
-//! guess would be believed.
+//! guess would be believed; nor for a request whose batch is being
+//! bisected, which may be the one that fails.
 
 use chrono::{DateTime, NaiveDateTime, TimeDelta, Utc};
 
 use crate::config::Settings;
 use crate::db::Db;
-use crate::db::batches::{BatchRow, batch_of, get_batch};
-use crate::db::estimates::{MergedRun, deploy_delays, merged_runs, waiting_place};
+use crate::db::batches::{BatchRow, batch_of, get_batch, live_members};
+use crate::db::estimates::{
+    MergedRun, WaitingPlace, deploy_delays, merged_runs, waiting_ahead, waiting_place,
+};
 use crate::db::train::active_train;
+
+use super::forecast::{Boarding, Car, Durations, Fate, fates, merge_times};
 
 /// Merged batches a project needs before its times are estimated.
 pub const MIN_HISTORY: usize = 3;
@@ -80,95 +86,28 @@ fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
-/// A batch of the train, as far as its expected merge is concerned.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Car {
-    /// Not opened yet: its pipeline has not started.
-    Opening,
-    /// Its pipeline runs, started `since` seconds ago.
-    Pipeline { since: f64 },
-    /// Its pipeline passed; it waits for its turn.
-    Passed,
-    /// Merging, for `since` seconds.
-    Merging { since: f64 },
-}
-
-impl Car {
-    fn of(batch: &BatchRow, now: NaiveDateTime) -> Self {
-        let since =
-            |at: Option<NaiveDateTime>| at.map_or(0.0, |at| (now - at).as_seconds_f64().max(0.0));
-        match batch.phase.as_str() {
-            "PIPELINE" => Self::Pipeline {
-                since: since(batch.opened_at),
-            },
-            "PASSED" => Self::Passed,
-            "MERGING" => Self::Merging {
-                since: since(batch.merging_at),
-            },
-            _ => Self::Opening,
-        }
+/// A batch of the train as the forecast sees it, from its row.
+fn car_of(batch: &BatchRow, now: NaiveDateTime) -> Car {
+    let since =
+        |at: Option<NaiveDateTime>| at.map_or(0.0, |at| (now - at).as_seconds_f64().max(0.0));
+    match batch.phase.as_str() {
+        "PIPELINE" => Car::Pipeline {
+            since: since(batch.opened_at),
+        },
+        "PASSED" => Car::Passed,
+        "MERGING" => Car::Merging {
+            since: since(batch.merging_at),
+        },
+        _ => Car::Opening,
     }
 }
 
-/// How new batches board a train.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Boarding {
-    /// Batches not claimed yet that board, one after another.
-    pub batches: usize,
-    /// At most this many batches in flight (`batch.max_in_flight`).
-    pub depth: usize,
-    /// Seconds between claim rounds (`batch.interval`).
-    pub interval: f64,
-    /// Seconds since the newest batch of the train boarded, if any: a
-    /// train takes a new batch at most every half pipeline.
-    pub newest_boarded: Option<f64>,
-}
-
-/// Seconds from now until each car of the train (front first) merges, and
-/// then each of the batches `boarding`, which board as room frees up and
-/// the train's pace allows.
-pub fn merge_times(cars: &[Car], boarding: &Boarding, medians: &Medians) -> Vec<f64> {
-    let Boarding {
-        batches,
-        depth,
-        interval,
-        newest_boarded,
-    } = *boarding;
-    let pace = if depth > 1 {
-        medians.pipeline / 2.0
-    } else {
-        0.0
-    };
-    let mut merges: Vec<f64> = Vec::with_capacity(cars.len() + batches);
-    let mut previous: f64 = 0.0;
-    for car in cars {
-        let merge = match *car {
-            Car::Merging { since } => (medians.merge_round - since).max(0.0),
-            Car::Passed => previous + medians.merge_round,
-            Car::Pipeline { since } => {
-                (medians.pipeline - since).max(0.0).max(previous) + medians.merge_round
-            }
-            Car::Opening => medians.pipeline.max(previous) + medians.merge_round,
-        };
-        previous = previous.max(merge);
-        merges.push(previous);
-    }
-    let mut paced = newest_boarded.map_or(0.0, |age| (pace - age).max(0.0));
-    for _ in 0..batches {
-        // A new batch is claimed at the next round once a place is free
-        // (the batch `depth` places ahead of it has merged) and the pace
-        // allows.
-        let freed = merges
-            .len()
-            .checked_sub(depth.max(1))
-            .map_or(0.0, |index| merges[index]);
-        let claimed = freed.max(paced) + interval / 2.0;
-        let merge = (claimed + medians.pipeline).max(previous) + medians.merge_round;
-        previous = merge;
-        paced = claimed + pace;
-        merges.push(merge);
-    }
-    merges
+/// Where a request is in the merge queue.
+enum Place {
+    /// In a running batch of the train.
+    Boarded(Box<BatchRow>),
+    /// In the waiting set.
+    Waiting(WaitingPlace),
 }
 
 /// Where operation `operation_id` stands in the merge queue now, with its
@@ -179,52 +118,81 @@ pub async fn queue_estimate(
     settings: &Settings,
     operation_id: &str,
 ) -> Result<Option<QueueEstimate>, sqlx::Error> {
-    let (partition, project, own, older) = match batch_of(db, operation_id).await? {
+    let place = match batch_of(db, operation_id).await? {
         Some(id) => match get_batch(db, id).await? {
-            Some(batch) if batch.status == "RUNNING" => (
-                batch.partition_key.clone(),
-                batch.project.clone(),
-                Some(batch),
-                0,
-            ),
+            Some(batch) if batch.status == "RUNNING" => Place::Boarded(Box::new(batch)),
             _ => return Ok(None),
         },
         None => match waiting_place(db, operation_id).await? {
-            Some(place) => (place.partition_key, place.project, None, place.older),
+            Some(place) => Place::Waiting(place),
             None => return Ok(None),
         },
     };
-    let train = active_train(db, &partition).await?;
-    let (index, boarding, batch) = match &own {
-        Some(batch) => match train.iter().position(|car| car.id == batch.id) {
-            Some(index) => (index, 0, Some(batch.shown_number())),
+    let (partition, project, own_group) = match &place {
+        Place::Boarded(batch) => (&batch.partition_key, &batch.project, &batch.split_group),
+        Place::Waiting(place) => (&place.partition_key, &place.project, &place.split_group),
+    };
+    let train = active_train(db, partition).await?;
+    // Every batch from the front of the train to the request's own, by
+    // split group with its size (only a half's size matters).
+    let mut groups: Vec<(String, usize)> = Vec::with_capacity(train.len() + 1);
+    for car in &train {
+        let size = if car.split_group.is_empty() {
+            0
+        } else {
+            live_members(db, car.id).await?.len()
+        };
+        groups.push((car.split_group.clone(), size));
+    }
+    let (index, batch) = match &place {
+        Place::Boarded(batch) => match train.iter().position(|car| car.id == batch.id) {
+            Some(index) => (index, Some(batch.shown_number())),
             None => return Ok(None),
         },
-        None => {
-            let older = usize::try_from(older).unwrap_or(0);
-            let ahead = older / settings.batch.max_requests.max(1) as usize;
-            (train.len() + ahead, ahead + 1, None)
+        Place::Waiting(place) => {
+            let per_batch = settings.batch.max_requests.max(1) as usize;
+            for (group, count) in waiting_ahead(db, partition, place.id).await? {
+                let count = usize::try_from(count).unwrap_or(0);
+                if !group.is_empty() {
+                    groups.push((group, count));
+                } else if place.split_group.is_empty() {
+                    // Ordinary requests ahead fill whole batches first.
+                    groups.extend(std::iter::repeat_n((group, 0), count / per_batch));
+                }
+            }
+            groups.push((place.split_group.clone(), 1));
+            (groups.len() - 1, None)
         }
     };
-    let of = train.len() + boarding;
-    let runs = merged_runs(db, &project).await?;
-    let Some(medians) = Medians::of(&runs, &deploy_delays(db, &project).await?) else {
-        return Ok(Some(QueueEstimate {
-            position: index + 1,
-            of,
-            batch,
-            expected_merge_at: None,
-            expected_deploy_at: None,
-            basis: format!(
-                "no estimate yet: {} of the {MIN_HISTORY} merged batches of {project} needed to measure from",
-                runs.len()
-            ),
-        }));
+    let position = index + 1;
+    let of = groups.len();
+    let no_estimate = |basis: String| QueueEstimate {
+        position,
+        of,
+        batch,
+        expected_merge_at: None,
+        expected_deploy_at: None,
+        basis,
     };
+    if !own_group.is_empty() {
+        return Ok(Some(no_estimate(
+            "its batch failed and is being bisected to find the change that fails CI: no expected time until its part is cleared".to_owned(),
+        )));
+    }
+    let runs = merged_runs(db, project).await?;
+    let Some(medians) = Medians::of(&runs, &deploy_delays(db, project).await?) else {
+        return Ok(Some(no_estimate(format!(
+            "no estimate yet: {} of the {MIN_HISTORY} merged batches of {project} needed to measure from",
+            runs.len()
+        ))));
+    };
+    let named: Vec<(&str, usize)> = groups.iter().map(|(g, n)| (g.as_str(), *n)).collect();
+    let fates = fates(&named, settings.batch.max_split_depth);
     let now = Utc::now();
-    let cars: Vec<Car> = train
+    let cars: Vec<(Car, Fate)> = train
         .iter()
-        .map(|batch| Car::of(batch, now.naive_utc()))
+        .zip(&fates)
+        .map(|(batch, fate)| (car_of(batch, now.naive_utc()), *fate))
         .collect();
     let depth = settings.batch.max_in_flight as usize;
     let newest_boarded = train
@@ -233,31 +201,46 @@ pub async fn queue_estimate(
         .max()
         .map(|at| (now.naive_utc() - at).as_seconds_f64().max(0.0));
     let boarding = Boarding {
-        batches: boarding,
+        batches: fates[train.len()..].to_vec(),
         depth,
         interval: settings.batch.interval.as_secs_f64(),
         newest_boarded,
     };
-    let merges = merge_times(&cars, &boarding, &medians);
+    let durations = Durations {
+        pipeline: medians.pipeline,
+        merge_round: medians.merge_round,
+    };
+    let Some(merge) = merge_times(&cars, &boarding, &durations)[index] else {
+        return Ok(Some(no_estimate(
+            "its batch is expected to fail: no expected time".to_owned(),
+        )));
+    };
+    let bisecting = fates[..index]
+        .iter()
+        .any(|fate| matches!(fate, Fate::Fails { .. }));
     let at = |seconds: f64| now + TimeDelta::milliseconds((seconds * 1000.0) as i64);
-    let merge = merges[index];
     Ok(Some(QueueEstimate {
-        position: index + 1,
+        position,
         of,
         batch,
         expected_merge_at: Some(at(merge)),
         expected_deploy_at: medians.deploy.map(|deploy| at(merge + deploy)),
-        basis: basis(&project, &medians, depth),
+        basis: basis(project, &medians, depth, bisecting),
     }))
 }
 
-fn basis(project: &str, medians: &Medians, depth: usize) -> String {
+fn basis(project: &str, medians: &Medians, depth: usize, bisecting: bool) -> String {
     let deploy = medians.deploy.map_or_else(
         || "no deploy measured yet".to_owned(),
         |d| format!("deploy {d:.0} s"),
     );
+    let bisection = if bisecting {
+        "; a failed batch ahead is being bisected, and each of its failing halves sends the batches behind it back to be built again"
+    } else {
+        ""
+    };
     format!(
-        "medians of the last {} merged batches of {project}: pipeline {:.0} s, merge round {:.0} s, {deploy}; up to {depth} batches in flight",
+        "medians of the last {} merged batches of {project}: pipeline {:.0} s, merge round {:.0} s, {deploy}; up to {depth} batches in flight{bisection}",
         medians.samples, medians.pipeline, medians.merge_round
     )
 }
@@ -265,58 +248,6 @@ fn basis(project: &str, medians: &Medians, depth: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const MEDIANS: Medians = Medians {
-        pipeline: 10.0,
-        merge_round: 1.0,
-        deploy: Some(3.0),
-        samples: 5,
-    };
-
-    fn boarding(batches: usize, depth: usize, newest_boarded: Option<f64>) -> Boarding {
-        Boarding {
-            batches,
-            depth,
-            interval: 2.0,
-            newest_boarded,
-        }
-    }
-
-    #[test]
-    fn a_train_merges_one_after_another_each_no_sooner_than_its_own_pipeline() {
-        let cars = [
-            Car::Pipeline { since: 8.0 },
-            Car::Pipeline { since: 5.0 },
-            Car::Opening,
-        ];
-        let merges = merge_times(&cars, &boarding(0, 4, None), &MEDIANS);
-        assert_eq!(merges, vec![3.0, 6.0, 11.0]);
-    }
-
-    #[test]
-    fn a_passed_batch_waits_for_the_front_and_a_merging_one_is_nearly_done() {
-        let cars = [Car::Merging { since: 0.5 }, Car::Passed, Car::Passed];
-        assert_eq!(
-            merge_times(&cars, &boarding(0, 4, None), &MEDIANS),
-            vec![0.5, 1.5, 2.5]
-        );
-    }
-
-    #[test]
-    fn a_waiting_request_boards_once_a_place_is_free() {
-        let front = [Car::Pipeline { since: 0.0 }];
-        // Room in the train, the front boarded long ago: claimed at the
-        // next round (a second on average).
-        let room = merge_times(&front, &boarding(1, 4, Some(60.0)), &MEDIANS);
-        assert_eq!(room, vec![11.0, 12.0]);
-        // The front boarded 2 s ago: the next boards half a pipeline after
-        // it, and the one after half a pipeline later still.
-        let paced = merge_times(&front, &boarding(2, 4, Some(2.0)), &MEDIANS);
-        assert_eq!(paced, vec![11.0, 15.0, 21.0]);
-        // A full train of one: claimed once the front merged.
-        let full = merge_times(&front, &boarding(1, 1, Some(60.0)), &MEDIANS);
-        assert_eq!(full, vec![11.0, 23.0]);
-    }
 
     #[test]
     fn there_is_no_estimate_without_enough_history() {

@@ -5,6 +5,7 @@ mod claim;
 mod departed;
 mod estimate;
 mod fit;
+mod forecast;
 mod metrics;
 mod noted;
 mod outcome;

@@ -72,35 +72,59 @@ pub async fn deploy_delays(db: &Db, project: &str) -> Result<Vec<f64>, sqlx::Err
 /// Where a request waiting in the merge queue's waiting set stands.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct WaitingPlace {
+    /// Its row in the waiting set (the order requests are claimed in).
+    pub id: i64,
     /// Its partition (whose train it will board).
     pub partition_key: String,
     /// Its GitLab project.
     pub project: String,
-    /// How many waiting requests of its partition are older.
-    pub older: i64,
+    /// `""`, or the half of a failed batch it waits in.
+    pub split_group: String,
 }
 
 /// Where `operation_id` stands when it waits in the merge queue's waiting
-/// set (approved, in no batch yet, its time come), counting only the older
-/// requests whose time has come too: a scheduled request has no place yet.
-/// Served by `uk_merge_batch_request_operation` and
-/// `ix_merge_batch_request_waiting`.
+/// set (approved, in no batch yet, its time come): a scheduled request has
+/// no place yet. Served by `uk_merge_batch_request_operation`.
 pub async fn waiting_place(
     db: &Db,
     operation_id: &str,
 ) -> Result<Option<WaitingPlace>, sqlx::Error> {
     let now = dialect::now_ms(db.backend());
     let sql = format!(
-        "SELECT w.partition_key, w.project, (SELECT COUNT(*) FROM merge_batch_request o \
-         WHERE o.partition_key = w.partition_key AND o.batch_id IS NULL AND o.id < w.id \
-         AND (o.not_before IS NULL OR o.not_before <= {now})) AS older \
-         FROM merge_batch_request w WHERE w.operation_id = ? AND w.batch_id IS NULL \
-         AND (w.not_before IS NULL OR w.not_before <= {now})"
+        "SELECT id, partition_key, project, split_group FROM merge_batch_request \
+         WHERE operation_id = ? AND batch_id IS NULL \
+         AND (not_before IS NULL OR not_before <= {now})"
     );
     with_pool!(db, reader, |pool| {
         sqlx::query_as(AssertSqlSafe(sql))
             .bind(operation_id)
             .fetch_optional(pool)
+            .await
+    })
+}
+
+/// The requests of `partition_key` waiting ahead of the waiting row
+/// `before` (their time come too), by split group in the order they board:
+/// `""` for ordinary requests, which board together, and each half of a
+/// failed batch, which boards as a batch of its own; with how many each
+/// holds. Served by `ix_merge_batch_request_waiting`.
+pub async fn waiting_ahead(
+    db: &Db,
+    partition_key: &str,
+    before: i64,
+) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    let now = dialect::now_ms(db.backend());
+    let sql = format!(
+        "SELECT split_group, COUNT(*) FROM merge_batch_request \
+         WHERE partition_key = ? AND batch_id IS NULL AND id < ? \
+         AND (not_before IS NULL OR not_before <= {now}) \
+         GROUP BY split_group ORDER BY MIN(id)"
+    );
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .bind(partition_key)
+            .bind(before)
+            .fetch_all(pool)
             .await
     })
 }

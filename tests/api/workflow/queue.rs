@@ -85,3 +85,57 @@ async fn a_queued_request_has_no_estimate_until_merges_were_measured_then_one_be
         .force_pipeline(w.project, pipeline, PipelineOutcome::Success)
         .unwrap();
 }
+
+#[tokio::test]
+async fn behind_a_bisection_the_estimate_counts_its_halves_and_their_members_get_none() {
+    let db = sqlite_db().await;
+    let w = world_with(&db.url, manual_rounds()).await;
+    w.gitlab
+        .update_settings(w.project, |s| {
+            s.merge_method = MergeMethod::Merge;
+            s.failing_content = Some("POISON".to_owned());
+        })
+        .unwrap();
+    for n in 0..3 {
+        let id = apply_for(&w, &format!("member{n}"), "read").await;
+        approve_all(&w, std::slice::from_ref(&id)).await;
+        rounds_until_settled(&w, &[id]).await;
+    }
+
+    // A batch of two whose pipeline fails: split in halves that wait for
+    // the next round, one of which holds the change that fails CI.
+    let failed = one_car(&w, &[("member10", "read"), ("member11", "POISON")]).await;
+    for id in &failed {
+        let halved = until(&w, id, |v| v["step"]["name"] == "HANDLE_BATCH_RETRY").await;
+        assert!(halved["queue"].get("expectedMergeAt").is_none(), "{halved}");
+        assert!(
+            halved["queue"]["basis"]
+                .as_str()
+                .unwrap()
+                .contains("being bisected"),
+            "{halved}"
+        );
+    }
+
+    // A request approved now boards after both halves, and its estimate
+    // says it counts the failing half ahead of it.
+    let behind = apply_for(&w, "member12", "read").await;
+    approve_all(&w, std::slice::from_ref(&behind)).await;
+    let waiting = until(&w, &behind, |v| v["step"]["name"] == "QUEUED").await;
+    assert_eq!(
+        (&waiting["queue"]["position"], &waiting["queue"]["of"]),
+        (&Value::from(3), &Value::from(3)),
+        "{waiting}"
+    );
+    assert!(waiting["queue"]["expectedMergeAt"].is_string(), "{waiting}");
+    assert!(
+        waiting["queue"]["basis"]
+            .as_str()
+            .unwrap()
+            .contains("a failed batch ahead is being bisected"),
+        "{waiting}"
+    );
+    let all: Vec<String> = failed.iter().chain([&behind]).cloned().collect();
+    let settled = rounds_until_settled(&w, &all).await;
+    assert_eq!(settled[2]["status"], "VALIDATED", "{}", settled[2]);
+}
