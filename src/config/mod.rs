@@ -39,6 +39,7 @@ pub use settings::{
     AccessSettings, ApprovalProvider, ApprovalSettings, BatchSettings, DatabaseSettings,
     GitLabSettings, LogFormat, LogSettings, ServerSettings, Settings,
 };
+pub use static_settings::{STATIC_KEYS, STATIC_SECTIONS};
 pub use targets::TargetSettings;
 pub use telemetry::TelemetrySettings;
 pub use tls::TlsSettings;

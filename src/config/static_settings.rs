@@ -170,61 +170,6 @@ mod tests {
         }
     }
 
-    /// The static settings the configuration reference's table names
-    /// (docs/src/reference/configuration.md): sections static as a whole by
-    /// their name, the others' keys one by one.
-    fn static_in_the_reference() -> Vec<String> {
-        let reference = include_str!("../../docs/src/reference/configuration.md");
-        let table = reference
-            .split("| key | kind | default |")
-            .nth(1)
-            .expect("the configuration reference's table");
-        let mut keys = Vec::new();
-        for row in table
-            .lines()
-            .skip(2)
-            .take_while(|line| line.starts_with('|'))
-        {
-            let cells: Vec<&str> = row.split(" | ").collect();
-            if !cells[1].starts_with("static") {
-                continue;
-            }
-            let mut section = "";
-            for (index, quoted) in cells[0].split('`').enumerate() {
-                if index % 2 == 0 {
-                    continue;
-                }
-                let key = match quoted.split_once('.') {
-                    Some((named, _)) => {
-                        section = named;
-                        quoted.to_owned()
-                    }
-                    None => format!("{section}.{quoted}"),
-                };
-                let section = key.split('.').next().unwrap_or_default();
-                keys.push(if STATIC_SECTIONS.contains(&section) {
-                    section.to_owned()
-                } else {
-                    key
-                });
-            }
-        }
-        keys.sort();
-        keys.dedup();
-        keys
-    }
-
-    #[test]
-    fn the_static_settings_are_those_the_reference_names() {
-        let mut listed: Vec<String> = STATIC_SECTIONS
-            .iter()
-            .chain(STATIC_KEYS)
-            .map(|key| (*key).to_owned())
-            .collect();
-        listed.sort();
-        assert_eq!(listed, static_in_the_reference());
-    }
-
     #[test]
     fn a_reload_changes_the_dynamic_settings() {
         let running = settings("");

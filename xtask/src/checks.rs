@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
+use changegate::config::{STATIC_KEYS, STATIC_SECTIONS};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 
 const CONFIGURATION: &str = "docs/src/reference/configuration.md";
@@ -68,8 +69,9 @@ fn names(named: &str, key: &str) -> bool {
         .is_some_and(|rest| rest.starts_with(".<") || rest.starts_with(".\""))
 }
 
-/// Every configuration key is in the configuration page's table, and every
-/// key the table names is one changegate reads.
+/// Every configuration key is in the configuration page's table with its
+/// kind (static exactly when a reload keeps it) and default, and every key
+/// the table names is one changegate reads.
 pub fn configuration(root: &Path) -> anyhow::Result<Vec<String>> {
     let page = read(root, CONFIGURATION)?;
     let named: Vec<String> = first_cells(&page)
@@ -79,7 +81,10 @@ pub fn configuration(root: &Path) -> anyhow::Result<Vec<String>> {
         .collect();
     let known = changegate::config::known_keys();
     let mut problems = Vec::new();
-    // Every row says whether a reload changes the key, and its default.
+    // Every row says whether a reload changes the key, and its default;
+    // the static ones are exactly those a reload keeps (a section static
+    // as a whole stands for its keys).
+    let mut said_static = BTreeSet::new();
     for cells in first_cells(&page).skip(1) {
         let (Some(key), Some(kind), Some(default)) = (cells.first(), cells.get(1), cells.get(2))
         else {
@@ -93,6 +98,31 @@ pub fn configuration(root: &Path) -> anyhow::Result<Vec<String>> {
         if default.is_empty() {
             problems.push(format!("{CONFIGURATION}: {key}: no default"));
         }
+        if kind.starts_with("static") {
+            for named in keys_of_cell(key) {
+                let section = named.split('.').next().unwrap_or_default().to_owned();
+                said_static.insert(if STATIC_SECTIONS.contains(&section.as_str()) {
+                    section
+                } else {
+                    named
+                });
+            }
+        }
+    }
+    let kept: BTreeSet<String> = STATIC_SECTIONS
+        .iter()
+        .chain(STATIC_KEYS)
+        .map(|key| (*key).to_owned())
+        .collect();
+    for key in kept.difference(&said_static) {
+        problems.push(format!(
+            "{CONFIGURATION}: `{key}` is static (a reload keeps it) but not said so"
+        ));
+    }
+    for key in said_static.difference(&kept) {
+        problems.push(format!(
+            "{CONFIGURATION}: `{key}` is said static, but a reload changes it"
+        ));
     }
     for key in &known {
         if !named.iter().any(|n| names(n, key)) {
