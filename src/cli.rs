@@ -7,6 +7,10 @@ use std::path::PathBuf;
 use clap::{CommandFactory, Parser, Subcommand};
 use clap_complete::Shell;
 
+/// The environment variable that names the configuration file, for
+/// `serve`, `migrate` and `backup`, and for a bare `changegate`.
+pub const CONFIG_ENV: &str = "CHANGEGATE_CONFIG";
+
 /// Self-service configuration changes through approval, GitLab merge
 /// requests, CI and deploy confirmation.
 ///
@@ -40,7 +44,7 @@ pub enum Command {
         /// The configuration file to read; without it, changegate reads
         /// `config/default.toml` when that file exists and uses its built-in
         /// defaults otherwise.
-        #[arg(long, env = "CHANGEGATE_CONFIG", long_help)]
+        #[arg(long, env = CONFIG_ENV, long_help)]
         config: Option<PathBuf>,
     },
     /// Applies the database migrations and exits.
@@ -51,7 +55,7 @@ pub enum Command {
     /// the database cannot be opened or migrated.
     Migrate {
         /// The configuration file to read, found as for `serve`.
-        #[arg(long, env = "CHANGEGATE_CONFIG", long_help)]
+        #[arg(long, env = CONFIG_ENV, long_help)]
         config: Option<PathBuf>,
     },
     /// Writes a consistent copy of the SQLite database to a new file, also
@@ -68,7 +72,7 @@ pub enum Command {
     /// error and 1 on any other failure.
     Backup {
         /// The configuration file to read, found as for `serve`.
-        #[arg(long, env = "CHANGEGATE_CONFIG", long_help)]
+        #[arg(long, env = CONFIG_ENV, long_help)]
         config: Option<PathBuf>,
         /// The new file to write the copy to.
         #[arg(long_help)]

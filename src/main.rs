@@ -20,9 +20,9 @@ const EXIT_CONFIG: u8 = 2;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // A bare `changegate` is `changegate serve`, so it reads the file that
-    // CHANGEGATE_CONFIG names just as `serve` does.
+    // the configuration variable names just as `serve` does.
     let command = cli.command.unwrap_or_else(|| Command::Serve {
-        config: std::env::var_os("CHANGEGATE_CONFIG").map(PathBuf::from),
+        config: std::env::var_os(cli::CONFIG_ENV).map(PathBuf::from),
     });
     match command {
         Command::Serve { config } => with_runtime(serve(config)),
