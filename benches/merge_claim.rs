@@ -73,6 +73,7 @@ async fn measure(name: &str, url: &str) {
         let room = Room {
             members: MEMBERS as u32,
             in_flight: 1,
+            ordinary: true,
         };
         let claimed = claim_batch(&db, "", room, &|_| true).await.expect("claim");
         times.push(started.elapsed());

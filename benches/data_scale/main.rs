@@ -68,6 +68,7 @@ const MEMBERS: u32 = 500;
 const ONE_BATCH: Room = Room {
     members: MEMBERS,
     in_flight: 1,
+    ordinary: true,
 };
 /// Timed rounds of the jobs that use up their work (claim, relay,
 /// retention), after one untimed warm-up round.

@@ -59,6 +59,11 @@ pub struct Room {
     /// At most this many active batches in the partition's train
     /// (`batch.max_in_flight`).
     pub in_flight: u32,
+    /// Whether a batch of ordinary requests may board now; the halves of
+    /// a failed batch always may. Only a train deeper than one asks: one
+    /// batch at a time takes the oldest waiting requests, whichever they
+    /// are.
+    pub ordinary: bool,
 }
 
 /// Whether a target's change windows let a request land now.
@@ -138,7 +143,7 @@ pub async fn claim_in(
         .into_iter()
         .filter(|waiting| open(&waiting.target_key))
         .collect();
-    let Some(first) = due.first().cloned() else {
+    let Some(first) = first_to_board(&due, active, room).cloned() else {
         return Ok(Claimed::Empty);
     };
     let waiting: Vec<Waiting> = due
@@ -193,4 +198,29 @@ pub async fn claim_in(
         number,
         members,
     })
+}
+
+/// The waiting request whose group boards next: in a train of one, the
+/// oldest. In a deeper train the halves of failed batches are never held,
+/// and ordinary requests go first only when they may board now and the
+/// train still has a place for every waiting half behind them: the next
+/// level of a bisection is then built on their batch, and they need not
+/// wait for its last level.
+fn first_to_board(due: &[Waiting], active: i64, room: Room) -> Option<&Waiting> {
+    if room.in_flight <= 1 {
+        return due.first();
+    }
+    let mut halves: Vec<&str> = due
+        .iter()
+        .map(|waiting| waiting.split_group.as_str())
+        .filter(|group| !group.is_empty())
+        .collect();
+    halves.sort_unstable();
+    halves.dedup();
+    let places_left = i64::from(room.in_flight) - active;
+    let ordinary = due.iter().find(|waiting| waiting.split_group.is_empty());
+    match ordinary {
+        Some(ordinary) if room.ordinary && (halves.len() as i64) < places_left => Some(ordinary),
+        _ => due.iter().find(|waiting| !waiting.split_group.is_empty()),
+    }
 }

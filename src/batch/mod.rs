@@ -11,6 +11,7 @@ mod noted;
 mod outcome;
 mod runner;
 mod settle;
+mod split;
 mod traced;
 mod train;
 mod turn;

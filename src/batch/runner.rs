@@ -96,22 +96,20 @@ impl MergeQueue {
         if settings.batch.freeze || frozen_by_operator(db).await.map_err(StoreError::from)? {
             return Err(ClaimError::NotNow(NotNow::Frozen));
         }
-        let room = Room {
-            members: settings.batch.max_requests,
-            in_flight: settings.batch.max_in_flight,
-        };
+        let (members, in_flight) = (settings.batch.max_requests, settings.batch.max_in_flight);
         let now = chrono::Utc::now();
         let open = |target_key: &str| windows_open(&settings, target_key, now);
         let mut claimed = Vec::new();
         // The lock-free pre-check: no waiting request, no transaction.
         for partition in waiting_partitions(db).await.map_err(StoreError::from)? {
-            // An urgent lane is never paced: it goes in the next round.
-            if room.in_flight > 1
-                && !is_urgent_lane(&partition)
-                && self.paced(db, &partition).await?
-            {
-                continue;
-            }
+            // An urgent lane is never held: it goes in the next round.
+            let room = Room {
+                members,
+                in_flight,
+                ordinary: in_flight <= 1
+                    || is_urgent_lane(&partition)
+                    || self.ordinary_boards(db, &partition).await?,
+            };
             // A train takes as many new batches as it has room for (halves
             // of a failed batch are groups of their own, so each is one).
             for _ in 0..room.in_flight.max(1) {

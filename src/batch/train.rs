@@ -21,13 +21,14 @@ use crate::config::Settings;
 use crate::db::Db;
 use crate::db::batches::{BatchRow, append_membership, get_batch, live_members};
 use crate::db::estimates::merged_runs;
-use crate::db::train::{active_train, built_behind, record_footing, send_back};
+use crate::db::train::{active_train, record_footing, send_back};
 use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, StoreError, StoreTx, move_members};
 use crate::write_tx;
 
 use super::estimate::Medians;
 use super::runner::{ACTOR, IN_FLIGHT, MergeQueue, build_branch};
+use super::split::are_siblings;
 
 /// How long a project's merge method is trusted once read.
 const METHOD_TTL: Duration = Duration::from_secs(300);
@@ -105,18 +106,24 @@ pub(super) fn describe_train_metrics() {
 pub(super) struct Behind(Vec<(i64, Vec<String>)>);
 
 impl Behind {
-    /// The built batches of `batch`'s project behind it in its train.
+    /// The batches of `batch`'s train built on it, directly or on one
+    /// built on it (by their recorded footing), that may still be sent
+    /// back: running, and not merging (only the front merges). A half of a
+    /// failed batch is built beside its sibling, not on it, so it is not
+    /// behind its sibling.
     pub(super) async fn of(db: &Db, batch: &BatchRow) -> Result<Self, StoreError> {
-        let ids = built_behind(
-            db,
-            &batch.partition_key,
-            &batch.project,
-            batch.train_position,
-        )
-        .await?;
-        let mut behind = Vec::with_capacity(ids.len());
-        for id in ids {
-            behind.push((id, live_members(db, id).await?));
+        let train = active_train(db, &batch.partition_key).await?;
+        let mut on_it = vec![batch.id];
+        let mut behind = Vec::new();
+        // Every batch is built on one ahead of it: one pass, front first.
+        for car in &train {
+            let built_on_it = car
+                .ahead_batch_id
+                .is_some_and(|ahead| on_it.contains(&ahead));
+            if built_on_it && car.status == "RUNNING" && car.phase != "MERGING" {
+                on_it.push(car.id);
+                behind.push((car.id, live_members(db, car.id).await?));
+            }
         }
         Ok(Self(behind))
     }
@@ -194,10 +201,14 @@ impl MergeQueue {
             return Ok(Turn::Go(Box::new(batch.clone())));
         }
         let train = active_train(db, &batch.partition_key).await?;
-        let ahead = train
-            .iter()
-            .rev()
-            .find(|car| car.train_position < batch.train_position && car.project == batch.project);
+        // A half of a failed batch is built beside its sibling, on what is
+        // ahead of both: at most one of them holds the change that failed,
+        // and each is tested on its own.
+        let ahead = train.iter().rev().find(|car| {
+            car.train_position < batch.train_position
+                && car.project == batch.project
+                && !are_siblings(&car.split_group, &batch.split_group)
+        });
         if ahead.is_none() && batch.rebuilds == 0 && settings.batch.max_in_flight <= 1 {
             return Ok(Turn::Go(Box::new(batch.clone())));
         }
@@ -312,22 +323,42 @@ impl MergeQueue {
         gitlab.delete_branch(token, &batch.project, &branch).await
     }
 
-    /// Whether the train of `partition` takes no new batch yet: one boarded
-    /// less than half a pipeline ago (the median of its project's last
-    /// merged batches). A batch every half pipeline keeps the wait to board
-    /// under half a pipeline; more batches would each carry fewer requests
-    /// for little less waiting, and every one is a pipeline more.
-    pub(super) async fn paced(&self, db: &Db, partition: &str) -> Result<bool, StoreError> {
+    /// Whether the train of `partition` takes a new batch of ordinary
+    /// requests now. Not while a half of a failed batch is untested: a
+    /// batch built on it is built again if it fails, which one of each
+    /// pair is expected to do (the halves board first, and the ordinary
+    /// batch boards with the next level of halves, or after the last).
+    /// Nor less than half a pipeline (the median of its project's last
+    /// merged batches) after the newest ordinary batch boarded: a batch
+    /// every half pipeline keeps the wait to board under half a pipeline;
+    /// more batches would each carry fewer requests for little less
+    /// waiting, and every one is a pipeline more. A batch built again is
+    /// not new: its requests boarded when it first did.
+    pub(super) async fn ordinary_boards(
+        &self,
+        db: &Db,
+        partition: &str,
+    ) -> Result<bool, StoreError> {
         let train = active_train(db, partition).await?;
-        let Some(newest) = train.iter().max_by_key(|car| car.created_at) else {
+        let untested_half = train.iter().any(|car| {
+            !car.split_group.is_empty() && matches!(car.phase.as_str(), "OPENING" | "PIPELINE")
+        });
+        if untested_half {
             return Ok(false);
+        }
+        let Some(newest) = train
+            .iter()
+            .filter(|car| car.split_group.is_empty() && car.rebuilds == 0)
+            .max_by_key(|car| car.created_at)
+        else {
+            return Ok(true);
         };
         let runs = merged_runs(db, &newest.project).await?;
         let Some(medians) = Medians::of(&runs, &[]) else {
-            return Ok(false);
+            return Ok(true);
         };
         let boarded = (chrono::Utc::now().naive_utc() - newest.created_at).as_seconds_f64();
-        Ok(boarded < medians.pipeline / 2.0)
+        Ok(boarded >= medians.pipeline / 2.0)
     }
 
     /// Whether a batch that started more than `timeout` ago has itself run
@@ -360,8 +391,10 @@ impl MergeQueue {
         Ok(ran > timeout)
     }
 
-    /// The first batch ahead of `batch`, of its project, whose pipeline has
-    /// not passed yet: a failure of `batch`'s pipeline may be its doing.
+    /// The first batch `batch` was built on (directly, or through the
+    /// batches it was built on) whose pipeline has not passed yet: a
+    /// failure of `batch`'s pipeline may be its doing. A sibling half is
+    /// not one of them: they are built side by side.
     pub(super) async fn unproven_ahead(
         &self,
         db: &Db,
@@ -371,11 +404,14 @@ impl MergeQueue {
             return Ok(None);
         }
         let train = active_train(db, &batch.partition_key).await?;
-        Ok(train.into_iter().find(|car| {
-            car.train_position < batch.train_position
-                && car.project == batch.project
-                && matches!(car.phase.as_str(), "OPENING" | "PIPELINE")
-        }))
+        let mut on = batch.ahead_batch_id;
+        while let Some(car) = on.and_then(|id| train.iter().find(|car| car.id == id)) {
+            if matches!(car.phase.as_str(), "OPENING" | "PIPELINE") {
+                return Ok(Some(car.clone()));
+            }
+            on = car.ahead_batch_id;
+        }
+        Ok(None)
     }
 
     /// Before the front merges: does the target branch hold exactly what it

@@ -85,28 +85,6 @@ pub async fn record_footing(
     })
 }
 
-/// The batches to build again behind the one at `position`: the active
-/// batches of the same project further back that were built (a footing or
-/// an MR), and are not merging (only the front merges). Their ids.
-pub async fn built_behind(
-    db: &Db,
-    partition_key: &str,
-    project: &str,
-    position: i64,
-) -> Result<Vec<i64>, sqlx::Error> {
-    let sql = "SELECT id FROM merge_batch WHERE active_slot = ? AND train_position > ? \
-               AND project = ? AND status = 'RUNNING' AND phase <> 'MERGING' \
-               AND (base_sha IS NOT NULL OR mr_iid IS NOT NULL) ORDER BY train_position";
-    with_pool!(db, reader, |pool| {
-        sqlx::query_scalar(sql)
-            .bind(partition_key)
-            .bind(position)
-            .bind(project)
-            .fetch_all(pool)
-            .await
-    })
-}
-
 /// Sends batches back to OPENING to be built again, each on a branch of its
 /// own: their MR and footing are forgotten (the next build closes the MR
 /// and deletes the branch of the last), their version moves on, so a round

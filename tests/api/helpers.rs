@@ -398,6 +398,7 @@ pub fn one_at_a_time(members: u32) -> changegate::batch::Room {
     changegate::batch::Room {
         members,
         in_flight: 1,
+        ordinary: true,
     }
 }
 

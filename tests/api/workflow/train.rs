@@ -321,3 +321,152 @@ async fn the_timeout_sweep_counts_only_a_batchs_own_time_at_the_front_of_the_tra
         assert_eq!(v["status"], "VALIDATED", "{v}");
     }
 }
+
+/// Claim rounds until operation `id` is in a running batch other than
+/// `not`: that batch.
+async fn boarded_again(w: &World, db: &changegate::db::Db, id: &str, not: i64) -> BatchRow {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let run = w
+            .app
+            .post_as("admin", "/admin/v1/batches/run", &json!({}))
+            .await;
+        assert_eq!(run.status(), 200);
+        if let Some(batch) = view(w, id).await["batchId"].as_i64()
+            && batch != not
+            && let Some(car) = get_batch(db, batch).await.unwrap()
+            && car.status == "RUNNING"
+        {
+            return car;
+        }
+        assert!(Instant::now() < deadline, "{id} never boarded again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls batch `id` until `done` holds for its row.
+async fn until_batch(
+    db: &changegate::db::Db,
+    id: i64,
+    done: impl Fn(&BatchRow) -> bool,
+) -> BatchRow {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let batch = get_batch(db, id).await.unwrap().unwrap();
+        if done(&batch) {
+            return batch;
+        }
+        assert!(Instant::now() < deadline, "gave up waiting; last {batch:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_halves_of_a_failed_batch_are_tested_side_by_side_and_requests_board_behind_the_clean_one()
+ {
+    if train_depth() < 4 {
+        return;
+    }
+    let db = sqlite_db().await;
+    let w = train_world(&db.url).await;
+    w.gitlab
+        .update_settings(w.project, |s| s.failing_content = Some("POISON".to_owned()))
+        .unwrap();
+    w.gitlab
+        .script_pipelines(w.project, [PipelineOutcome::StuckRunning; 3])
+        .unwrap();
+    let failed = one_car(
+        &w,
+        &[
+            ("member0", "POISON"),
+            ("member1", "read"),
+            ("member2", "read"),
+            ("member3", "read"),
+        ],
+    )
+    .await;
+    let first = batch_of(&w, &db.db, &failed[0]).await;
+    end_pipeline(&w, pipeline_of(&w, 1).await, PipelineOutcome::Failed);
+    until_batch(&db.db, first.id, |b| b.status == "FAILED").await;
+
+    // Both halves board in one round, each built on main as it is, not one
+    // on the other: only one of them can hold the failing change.
+    let main = w.gitlab.branch_head(w.project, "main");
+    // The halves split the members as the batch lists them: the clean
+    // half is the one without the poisoned request.
+    let half_a = boarded_again(&w, &db.db, &failed[0], first.id).await;
+    let mut clean = None;
+    for member in &failed[1..] {
+        let half = boarded_again(&w, &db.db, member, first.id).await;
+        if half.id != half_a.id {
+            clean = Some((member.clone(), half));
+        }
+    }
+    let (clean_member, half_b) = clean.expect("two halves");
+    for half in [&half_a, &half_b] {
+        let built = until_batch(&db.db, half.id, |b| b.mr_iid.is_some()).await;
+        assert_eq!(built.ahead_batch_id, None, "{built:?}");
+        assert_eq!(built.base_sha, main, "built on main: {built:?}");
+    }
+
+    // A request approved meanwhile does not board on an untested half.
+    let later = one_request(&w, "member4").await;
+    for _ in 0..3 {
+        let run = w
+            .app
+            .post_as("admin", "/admin/v1/batches/run", &json!({}))
+            .await;
+        assert_eq!(run.status(), 200);
+        assert_eq!(view(&w, &later).await["step"]["name"], "QUEUED");
+    }
+
+    // The half with the poisoned request fails and the other merges, with
+    // nothing built again; the waiting request boards ahead of the failed
+    // half's halves, which are built on it.
+    let pipeline_a = pipeline_of_batch(&w, &db.db, half_a.id).await;
+    let pipeline_b = pipeline_of_batch(&w, &db.db, half_b.id).await;
+    end_pipeline(&w, pipeline_b, PipelineOutcome::Success);
+    end_pipeline(&w, pipeline_a, PipelineOutcome::Failed);
+    until(&w, &clean_member, |v| v["status"] == "VALIDATED").await;
+    until_batch(&db.db, half_a.id, |b| b.status == "FAILED").await;
+    let boarded = boarded_again(&w, &db.db, &later, 0).await;
+    let quarter = boarded_again(&w, &db.db, &failed[0], half_a.id).await;
+    assert!(boarded.train_position < quarter.train_position);
+    let quarter = until_batch(&db.db, quarter.id, |b| b.base_sha.is_some()).await;
+    assert_eq!(quarter.ahead_batch_id, Some(boarded.id), "{quarter:?}");
+
+    let all: Vec<String> = failed.iter().chain([&later]).cloned().collect();
+    let views = rounds_until_settled(&w, &all).await;
+    for (id, v) in all.iter().zip(&views) {
+        if *id == failed[0] {
+            assert_eq!(v["step"]["name"], "CREATE_PIPELINE_FAILED", "{v}");
+        } else {
+            assert_eq!(v["status"], "VALIDATED", "{v}");
+        }
+    }
+    // One pipeline per batch: 1, its two halves, the later request's, and
+    // the two quarters.
+    assert!(mr_state(&w, 6).is_some());
+    assert_eq!(mr_state(&w, 7), None, "nothing was built again");
+    let files = w.gitlab.files(w.project, "main").unwrap();
+    assert!(!files.values().any(|content| content.contains("POISON")));
+}
+
+/// The pipeline of batch `id`'s MR, once it has one.
+async fn pipeline_of_batch(w: &World, db: &changegate::db::Db, id: i64) -> u64 {
+    let iid = until_batch(db, id, |b| b.mr_iid.is_some())
+        .await
+        .mr_iid
+        .and_then(|iid| u64::try_from(iid).ok())
+        .unwrap();
+    pipeline_of(w, iid).await
+}
+
+/// `subject` applies for read access and is approved: one request waiting
+/// to board.
+async fn one_request(w: &World, subject: &str) -> String {
+    let id = apply_for(w, subject, "read").await;
+    approve_all(w, std::slice::from_ref(&id)).await;
+    until(w, &id, |v| v["step"]["name"] == "QUEUED").await;
+    id
+}
