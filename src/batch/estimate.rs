@@ -16,7 +16,8 @@ use crate::db::estimates::{
 };
 use crate::db::train::active_train;
 
-use super::forecast::{Boarding, Car, Durations, Fate, fates, merge_times};
+use super::forecast::{Boarded, Boarding, Car, Durations, Fate, Waiting, fates, merge_times};
+use super::split::are_siblings;
 
 /// Merged batches a project needs before its times are estimated.
 pub const MIN_HISTORY: usize = 3;
@@ -100,6 +101,23 @@ fn car_of(batch: &BatchRow, now: NaiveDateTime) -> Car {
         },
         _ => Car::Opening,
     }
+}
+
+/// The batch of `train` the one at `index` is built on: the one its
+/// footing names; none when it was built on the target branch; before it
+/// is built, the one it will be built on (the last ahead of its project,
+/// beside its sibling half).
+fn footing_of(train: &[BatchRow], index: usize) -> Option<usize> {
+    let batch = &train[index];
+    if let Some(ahead) = batch.ahead_batch_id {
+        return train.iter().position(|car| car.id == ahead);
+    }
+    if batch.base_sha.is_some() {
+        return None;
+    }
+    train[..index].iter().rposition(|car| {
+        car.project == batch.project && !are_siblings(&car.split_group, &batch.split_group)
+    })
 }
 
 /// Where a request is in the merge queue.
@@ -189,19 +207,33 @@ pub async fn queue_estimate(
     let named: Vec<(&str, usize)> = groups.iter().map(|(g, n)| (g.as_str(), *n)).collect();
     let fates = fates(&named, settings.batch.max_split_depth);
     let now = Utc::now();
-    let cars: Vec<(Car, Fate)> = train
+    let boarded: Vec<Boarded> = train
         .iter()
         .zip(&fates)
-        .map(|(batch, fate)| (car_of(batch, now.naive_utc()), *fate))
+        .enumerate()
+        .map(|(index, (batch, fate))| Boarded {
+            car: car_of(batch, now.naive_utc()),
+            fate: *fate,
+            group: batch.split_group.clone(),
+            on: footing_of(&train, index),
+        })
         .collect();
     let depth = settings.batch.max_in_flight as usize;
     let newest_boarded = train
         .iter()
+        .filter(|batch| batch.split_group.is_empty() && batch.rebuilds == 0)
         .map(|batch| batch.created_at)
         .max()
         .map(|at| (now.naive_utc() - at).as_seconds_f64().max(0.0));
     let boarding = Boarding {
-        batches: fates[train.len()..].to_vec(),
+        batches: groups[train.len()..]
+            .iter()
+            .zip(&fates[train.len()..])
+            .map(|((group, _), fate)| Waiting {
+                fate: *fate,
+                group: group.clone(),
+            })
+            .collect(),
         depth,
         interval: settings.batch.interval.as_secs_f64(),
         newest_boarded,
@@ -210,7 +242,7 @@ pub async fn queue_estimate(
         pipeline: medians.pipeline,
         merge_round: medians.merge_round,
     };
-    let Some(merge) = merge_times(&cars, &boarding, &durations)[index] else {
+    let Some(merge) = merge_times(&boarded, &boarding, &durations)[index] else {
         return Ok(Some(no_estimate(
             "its batch is expected to fail: no expected time".to_owned(),
         )));

@@ -1,0 +1,85 @@
+//! What each batch is expected to do: a half of a failed batch holds the
+//! change that failed it, or its sibling does.
+
+use super::super::split::sibling;
+use super::Fate;
+
+/// What each batch of `groups` (front to back: the train's, then those
+/// waiting) is expected to do, from its split group (`""`: an ordinary
+/// batch; `12a`, `12a/15b`: a half of a failed batch) and its size, one
+/// change failing in each bisected batch: of two halves both still there,
+/// the first is taken to fail (either does, and the batches behind wait
+/// the same); a half whose sibling has gone fails, unless the sibling is
+/// itself being split, having failed.
+pub fn fates(groups: &[(&str, usize)], max_split_depth: u32) -> Vec<Fate> {
+    groups
+        .iter()
+        .map(|(group, size)| {
+            if group.is_empty() {
+                return Fate::Merges;
+            }
+            let sibling = sibling(group);
+            let present = |g: &str| groups.iter().any(|(other, _)| *other == g);
+            let split = |g: &str| {
+                let prefix = format!("{g}/");
+                groups.iter().any(|(other, _)| other.starts_with(&prefix))
+            };
+            let fails = match sibling.as_deref() {
+                Some(sibling) if present(sibling) => group.ends_with('a'),
+                Some(sibling) => !split(sibling),
+                None => true,
+            };
+            if fails {
+                Fate::Fails {
+                    halvings: halvings(*size, group.split('/').count(), max_split_depth),
+                }
+            } else {
+                Fate::Merges
+            }
+        })
+        .collect()
+}
+
+/// How many more times a failing batch of `size` at split `depth` is
+/// halved (its failing half each time) before one request is left or
+/// `batch.max_split_depth` is reached.
+fn halvings(size: usize, depth: usize, max_split_depth: u32) -> u32 {
+    let (mut size, mut depth, mut halvings) = (size, depth, 0);
+    while size > 1 && depth < max_split_depth as usize {
+        size = size.div_ceil(2);
+        depth += 1;
+        halvings += 1;
+    }
+    halvings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_half_of_each_pair_is_expected_to_fail_until_the_change_is_alone() {
+        assert_eq!(
+            fates(&[("", 3), ("7a", 5), ("7b", 5), ("", 9)], 4),
+            [
+                Fate::Merges,
+                Fate::Fails { halvings: 3 },
+                Fate::Merges,
+                Fate::Merges
+            ]
+        );
+        // 7a failed and is being split, so 7b is clear; of 7a's halves the
+        // first is taken to fail; a lone half whose sibling passed holds
+        // the change.
+        assert_eq!(
+            fates(&[("7b", 5), ("7a/9a", 2), ("7a/9b", 3)], 4),
+            [Fate::Merges, Fate::Fails { halvings: 1 }, Fate::Merges]
+        );
+        assert_eq!(fates(&[("7a/9b", 3)], 4), [Fate::Fails { halvings: 2 }]);
+        // The split depth stops the halving.
+        assert_eq!(
+            fates(&[("1a/2a/3a/4a", 6)], 4),
+            [Fate::Fails { halvings: 0 }]
+        );
+    }
+}

@@ -1,0 +1,223 @@
+//! The merge train played forward: when each batch ahead of a request leaves
+//! the train (merged, or failed and bisected) and when the request's own
+//! batch merges, from the measured durations. Pure: `estimate` reads what
+//! it needs and asks this module.
+//!
+//! It plays the rules the merge queue runs by (SPEC §7), round by claim
+//! round: a batch is built on the one ahead of it (the two halves of a
+//! failed batch beside each other), tested for a pipeline, and merges in
+//! train order; a failure is blamed once what it was built on has passed,
+//! and sends every batch built on it back to be built again. A batch that
+//! holds the change a bigger batch failed on (a half of a bisection) is
+//! expected to fail again, one half of each pair, until the change is
+//! alone. Halves board as soon as there is a place; ordinary requests board
+//! at most every half pipeline, never while a half is untested, and ahead
+//! of waiting halves only when there is a place for them too. So the
+//! requests behind a bisection wait for its levels, and the estimate says
+//! how long.
+
+mod fates;
+mod play;
+
+pub use fates::fates;
+use play::Play;
+
+/// A batch of the train, as far as its expected merge is concerned.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Car {
+    /// Not opened yet: its pipeline has not started.
+    Opening,
+    /// Its pipeline runs, started `since` seconds ago.
+    Pipeline { since: f64 },
+    /// Its pipeline passed; it waits for its turn.
+    Passed,
+    /// Merging, for `since` seconds.
+    Merging { since: f64 },
+}
+
+/// What a batch is expected to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// It merges.
+    Merges,
+    /// It holds a change a bigger batch failed on: it fails, and its
+    /// failing half fails `halvings` more times (a level of bisection each)
+    /// before the change is alone or the split depth is reached.
+    Fails { halvings: u32 },
+}
+
+/// The medians the train is played forward with, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Durations {
+    /// A pipeline, from MR opened to passed.
+    pub pipeline: f64,
+    /// A merge round, from its turn to merged.
+    pub merge_round: f64,
+}
+
+/// A batch of the train now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Boarded {
+    /// Where it is.
+    pub car: Car,
+    /// What it is expected to do.
+    pub fate: Fate,
+    /// Its split group (`""`: ordinary requests).
+    pub group: String,
+    /// The batch of the train it is built on (its index), if any.
+    pub on: Option<usize>,
+}
+
+/// A batch not claimed yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Waiting {
+    /// What it is expected to do.
+    pub fate: Fate,
+    /// Its split group (`""`: ordinary requests).
+    pub group: String,
+}
+
+/// How new batches board a train.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Boarding {
+    /// Batches not claimed yet, in the order their requests wait (the
+    /// halves of failed batches, older, first).
+    pub batches: Vec<Waiting>,
+    /// At most this many batches in flight (`batch.max_in_flight`).
+    pub depth: usize,
+    /// Seconds between claim rounds (`batch.interval`).
+    pub interval: f64,
+    /// Seconds since the newest batch of ordinary requests boarded (not
+    /// counting one built again), if any: the pace counts from it.
+    pub newest_boarded: Option<f64>,
+}
+
+/// Seconds from now until each batch of `train` (front first) and then
+/// each batch of `boarding` merges; `None` for those expected to fail, or
+/// not boarded within the rounds played.
+pub fn merge_times(
+    train: &[Boarded],
+    boarding: &Boarding,
+    durations: &Durations,
+) -> Vec<Option<f64>> {
+    Play::new(train, boarding, *durations).merge_times(train.len() + boarding.batches.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DURATIONS: Durations = Durations {
+        pipeline: 10.0,
+        merge_round: 1.0,
+    };
+
+    fn ordinary(batches: usize) -> Vec<Waiting> {
+        vec![
+            Waiting {
+                fate: Fate::Merges,
+                group: String::new(),
+            };
+            batches
+        ]
+    }
+
+    fn boarding(batches: usize, depth: usize, newest_boarded: Option<f64>) -> Boarding {
+        Boarding {
+            batches: ordinary(batches),
+            depth,
+            interval: 2.0,
+            newest_boarded,
+        }
+    }
+
+    /// A train of ordinary batches, each built on the one ahead.
+    fn merging(cars: &[Car]) -> Vec<Boarded> {
+        cars.iter()
+            .enumerate()
+            .map(|(index, car)| boarded(*car, Fate::Merges, "", index.checked_sub(1)))
+            .collect()
+    }
+
+    fn boarded(car: Car, fate: Fate, group: &str, on: Option<usize>) -> Boarded {
+        Boarded {
+            car,
+            fate,
+            group: group.to_owned(),
+            on,
+        }
+    }
+
+    #[test]
+    fn a_train_merges_one_after_another_each_no_sooner_than_its_own_pipeline() {
+        let cars = merging(&[
+            Car::Pipeline { since: 8.0 },
+            Car::Pipeline { since: 5.0 },
+            Car::Opening,
+        ]);
+        let merges = merge_times(&cars, &boarding(0, 4, None), &DURATIONS);
+        assert_eq!(merges, vec![Some(3.0), Some(6.0), Some(11.0)]);
+    }
+
+    #[test]
+    fn a_passed_batch_waits_for_the_front_and_a_merging_one_is_nearly_done() {
+        let cars = merging(&[Car::Merging { since: 0.5 }, Car::Passed, Car::Passed]);
+        assert_eq!(
+            merge_times(&cars, &boarding(0, 4, None), &DURATIONS),
+            vec![Some(0.5), Some(1.5), Some(2.5)]
+        );
+    }
+
+    #[test]
+    fn a_waiting_request_boards_once_a_place_is_free() {
+        let front = merging(&[Car::Pipeline { since: 0.0 }]);
+        // Room in the train, the front boarded long ago: claimed at the
+        // next round (half an interval away on average).
+        let room = merge_times(&front, &boarding(1, 4, Some(60.0)), &DURATIONS);
+        assert_eq!(room, vec![Some(11.0), Some(12.0)]);
+        // The front boarded 2 s ago: the next boards at the first round
+        // half a pipeline after it (3 s from now), the one after in the
+        // same round, there being room.
+        let paced = merge_times(&front, &boarding(2, 4, Some(2.0)), &DURATIONS);
+        assert_eq!(paced, vec![Some(11.0), Some(14.0), Some(15.0)]);
+        // A full train of one: claimed at the round the front merged in.
+        let full = merge_times(&front, &boarding(1, 1, Some(60.0)), &DURATIONS);
+        assert_eq!(full, vec![Some(11.0), Some(22.0)]);
+    }
+
+    #[test]
+    fn a_failing_batch_sends_back_the_batches_built_on_it_and_its_halves_board_first() {
+        let cars = [
+            boarded(
+                Car::Pipeline { since: 4.0 },
+                Fate::Fails { halvings: 1 },
+                "",
+                None,
+            ),
+            boarded(Car::Pipeline { since: 4.0 }, Fate::Merges, "", Some(0)),
+            boarded(Car::Pipeline { since: 1.0 }, Fate::Merges, "", Some(1)),
+        ];
+        let waiting = |depth| Boarding {
+            batches: ordinary(1),
+            depth,
+            interval: 2.0,
+            newest_boarded: Some(1.0),
+        };
+        // The front fails when its pipeline ends (6 s): the two behind it
+        // are built again then, and merge a pipeline and a round later.
+        let room = merge_times(&cars, &waiting(4), &DURATIONS);
+        assert_eq!(&room[..3], &[None, Some(17.0), Some(18.0)]);
+        // With room, the waiting batch boards at the pace (the round at
+        // 5 s), built on the third: built again with it at 6, it merges
+        // after it.
+        assert_eq!(room[3], Some(19.0));
+        // In a full train of three, a place is free once the front has
+        // failed (the round at 7 s); the halves of the failed batch take
+        // it and the next, and the ordinary batch waits until they are
+        // tested (17 s): one fails, the other merges after the two built
+        // again, and the ordinary batch boards in the round at 17, to
+        // merge at 28.
+        let full = merge_times(&cars, &waiting(3), &DURATIONS);
+        assert_eq!(full[3], Some(28.0));
+    }
+}
