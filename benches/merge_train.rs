@@ -4,7 +4,8 @@
 //! the step history, `QUEUED` → `MERGED` p50 and p95 as multiples of the
 //! pipeline, the pipelines run (one per MR, plus one per rebase) and the
 //! GitLab calls. changegate runs in-process with its real workflow against
-//! the three simulators on loopback, on SQLite.
+//! the three simulators on loopback, on SQLite; the project has run five
+//! pipelines of 10 s before (its CI history in GitLab).
 //!
 //! Then the queue's expected times: the same arrivals at `max_in_flight = 4`
 //! with pipelines of 5–15 s (drawn per pipeline) and one failing request;
@@ -71,6 +72,11 @@ async fn run(depth: u32, failing: bool, varied: bool, database_url: &str) -> Mea
             s.failing_content = Some("POISON".to_owned());
         })
         .expect("project settings");
+    // A team's project has run CI before changegate: its last pipelines
+    // took the pipeline's time (the median of the drawn ones).
+    gitlab
+        .record_past_pipelines(project, &[PIPELINE; 5])
+        .expect("CI history");
     let text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = {database_url:?}\nmax_connections = 20\n\
          [log]\nlevel = \"error\"\n[access]\nmode = \"OPEN\"\n[rate_limit]\napply = 0\n\

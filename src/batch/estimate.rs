@@ -77,7 +77,8 @@ impl Medians {
     }
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
+/// The median of `values` (not empty).
+pub(super) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     let middle = values.len() / 2;
     if values.len().is_multiple_of(2) {

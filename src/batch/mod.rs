@@ -9,6 +9,8 @@ mod forecast;
 mod metrics;
 mod noted;
 mod outcome;
+mod pace;
+mod remembered;
 mod runner;
 mod settle;
 mod split;

@@ -28,7 +28,8 @@ use crate::workflow::{
 use super::claim::{Claimed, Room, claim_batch};
 use super::fit::{MAX_COMMIT_BYTES, changes_that_fit, members_that_fit};
 use super::metrics::Ended;
-use super::train::{MergeMethods, Turn};
+use super::remembered::Remembered;
+use super::train::Turn;
 use super::unwritable::Unwritten;
 use crate::write_tx;
 
@@ -46,7 +47,11 @@ pub struct MergeQueue {
     pub(super) config: LiveConfig,
     pub(super) workflow: Workflow,
     pub(super) owner: Arc<str>,
-    pub(super) methods: Arc<MergeMethods>,
+    /// Each project's merge method, as last read.
+    pub(super) methods: Arc<Remembered<String>>,
+    /// The median of each project's recent pipelines in GitLab (seconds),
+    /// as last read; `None` when too few or unreadable.
+    pub(super) ci_pipelines: Arc<Remembered<Option<f64>>>,
 }
 
 /// Why a round may not start.
@@ -69,6 +74,7 @@ impl MergeQueue {
             workflow,
             owner: Arc::from(format!("merge-queue-{}", uuid::Uuid::new_v4())),
             methods: Arc::default(),
+            ci_pipelines: Arc::default(),
         }
     }
 
@@ -108,7 +114,7 @@ impl MergeQueue {
                 in_flight,
                 ordinary: in_flight <= 1
                     || is_urgent_lane(&partition)
-                    || self.ordinary_boards(db, &partition).await?,
+                    || self.ordinary_boards(db, &settings, &partition).await?,
             };
             // A train takes as many new batches as it has room for (halves
             // of a failed batch are groups of their own, so each is one).

@@ -11,22 +11,18 @@
 //! what is there now, with every batch behind it. Building the batches
 //! behind a failed one again at once only saves their pipelines' time.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use secrecy::SecretString;
 
 use crate::config::Settings;
 use crate::db::Db;
 use crate::db::batches::{BatchRow, append_membership, get_batch, live_members};
-use crate::db::estimates::merged_runs;
 use crate::db::train::{active_train, record_footing, send_back};
 use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, StoreError, StoreTx, move_members};
 use crate::write_tx;
 
-use super::estimate::Medians;
 use super::runner::{ACTOR, IN_FLIGHT, MergeQueue, build_branch};
 use super::split::are_siblings;
 
@@ -38,31 +34,6 @@ const METHOD_TTL: Duration = Duration::from_secs(300);
 /// behind need a rebase, and what it tested is gone. The train runs at
 /// depth 1 for such a project.
 const SEMI_LINEAR: &str = "rebase_merge";
-
-/// Each project's merge method as last read (GitLab's `merge_method`).
-#[derive(Default)]
-pub(super) struct MergeMethods(Mutex<HashMap<String, (String, Instant)>>);
-
-impl MergeMethods {
-    fn fresh(&self, project: &str) -> Option<String> {
-        let known = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        known
-            .get(project)
-            .filter(|(_, at)| at.elapsed() < METHOD_TTL)
-            .map(|(method, _)| method.clone())
-    }
-
-    fn remember(&self, project: &str, method: &str) {
-        let mut known = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        known.insert(project.to_owned(), (method.to_owned(), Instant::now()));
-    }
-}
 
 /// Why a batch is built again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -295,11 +266,11 @@ impl MergeQueue {
         token: &SecretString,
         project: &str,
     ) -> Result<String, crate::clients::gitlab::GitLabError> {
-        if let Some(method) = self.methods.fresh(project) {
+        if let Some(method) = self.methods.fresh(project, METHOD_TTL) {
             return Ok(method);
         }
         let method = self.workflow.gitlab.merge_method(token, project).await?;
-        self.methods.remember(project, &method);
+        self.methods.remember(project, method.clone());
         Ok(method)
     }
 
@@ -321,44 +292,6 @@ impl MergeQueue {
                 .await?;
         }
         gitlab.delete_branch(token, &batch.project, &branch).await
-    }
-
-    /// Whether the train of `partition` takes a new batch of ordinary
-    /// requests now. Not while a half of a failed batch is untested: a
-    /// batch built on it is built again if it fails, which one of each
-    /// pair is expected to do (the halves board first, and the ordinary
-    /// batch boards with the next level of halves, or after the last).
-    /// Nor less than half a pipeline (the median of its project's last
-    /// merged batches) after the newest ordinary batch boarded: a batch
-    /// every half pipeline keeps the wait to board under half a pipeline;
-    /// more batches would each carry fewer requests for little less
-    /// waiting, and every one is a pipeline more. A batch built again is
-    /// not new: its requests boarded when it first did.
-    pub(super) async fn ordinary_boards(
-        &self,
-        db: &Db,
-        partition: &str,
-    ) -> Result<bool, StoreError> {
-        let train = active_train(db, partition).await?;
-        let untested_half = train.iter().any(|car| {
-            !car.split_group.is_empty() && matches!(car.phase.as_str(), "OPENING" | "PIPELINE")
-        });
-        if untested_half {
-            return Ok(false);
-        }
-        let Some(newest) = train
-            .iter()
-            .filter(|car| car.split_group.is_empty() && car.rebuilds == 0)
-            .max_by_key(|car| car.created_at)
-        else {
-            return Ok(true);
-        };
-        let runs = merged_runs(db, &newest.project).await?;
-        let Some(medians) = Medians::of(&runs, &[]) else {
-            return Ok(true);
-        };
-        let boarded = (chrono::Utc::now().naive_utc() - newest.created_at).as_seconds_f64();
-        Ok(boarded >= medians.pipeline / 2.0)
     }
 
     /// Whether a batch that started more than `timeout` ago has itself run

@@ -303,6 +303,28 @@ impl GitLabControl {
         })
     }
 
+    /// Gives the project a CI history: one past successful merge request pipeline for
+    /// each of `durations`, on the target branch's head, the last ended a minute ago.
+    pub fn record_past_pipelines(
+        &self,
+        project: ProjectId,
+        durations: &[Duration],
+    ) -> Result<(), SimError> {
+        with_scope(&mut self.lock(), project, |scope| {
+            let sha = scope
+                .project
+                .repo
+                .head(&scope.project.default_branch)
+                .map(|commit| commit.id.clone())
+                .unwrap_or_default();
+            for (index, duration) in durations.iter().enumerate() {
+                let ago = Duration::from_secs(60 * (durations.len() - index) as u64);
+                pipelines::record_past(scope, &sha, *duration, ago);
+            }
+            Ok(())
+        })
+    }
+
     /// Sets how the next pipelines created in the project end, in order (the pipeline
     /// failure and timeout faults); after the script runs out pipelines succeed.
     pub fn script_pipelines(

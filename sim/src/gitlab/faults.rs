@@ -62,6 +62,8 @@ pub enum Endpoint {
     GetApprovalChecklist,
     /// `GET …/merge_requests/:iid/pipelines`
     ListMergeRequestPipelines,
+    /// `GET /projects/:id/pipelines`
+    ListProjectPipelines,
     /// `GET /projects/:id/pipelines/:pipeline_id`
     GetPipeline,
     /// `POST /projects/:id/pipelines/:pipeline_id/retry`

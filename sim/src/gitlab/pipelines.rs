@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use chrono::{DateTime, Utc};
@@ -407,4 +407,100 @@ pub async fn retry_pipeline(
     }
     let pipeline = &scope.project.pipelines[index];
     Ok((StatusCode::CREATED, Json(pipeline.json(scope.users))))
+}
+
+/// The filters of `GET /projects/:id/pipelines` the simulator answers.
+#[derive(Debug, Deserialize)]
+pub struct ProjectPipelinesQuery {
+    status: Option<String>,
+    source: Option<String>,
+    #[serde(rename = "ref")]
+    git_ref: Option<String>,
+    scope: Option<String>,
+}
+
+/// `GET /projects/:id/pipelines`, newest first (`order_by=id`, `sort=desc`, GitLab's
+/// defaults), filtered by `status`, `source`, `ref` and `scope=finished`; a value outside
+/// those GitLab allows is a 400, as Grape's `values:` makes it (lib/api/ci/pipelines.rb).
+/// Every pipeline polled first, so its status is as of now.
+pub async fn list_project_pipelines(
+    State(ctx): State<SimContext>,
+    _caller: Caller,
+    Path(project): Path<String>,
+    Query(query): Query<ProjectPipelinesQuery>,
+    page: PageQuery,
+) -> ApiResult<Response> {
+    const STATUSES: [&str; 6] = [
+        "created", "pending", "running", "success", "failed", "canceled",
+    ];
+    const SCOPES: [&str; 5] = ["running", "pending", "finished", "branches", "tags"];
+    let invalid =
+        |name: &str| ApiError::InvalidParam(format!("{name} does not have a valid value"));
+    if query
+        .status
+        .as_deref()
+        .is_some_and(|s| !STATUSES.contains(&s))
+    {
+        return Err(invalid("status"));
+    }
+    if query.scope.as_deref().is_some_and(|s| !SCOPES.contains(&s)) {
+        return Err(invalid("scope"));
+    }
+    let mut state = ctx.lock();
+    let mut scope = state.scope(&project)?;
+    for index in 0..scope.project.pipelines.len() {
+        let steps = poll_step(scope.options.pipeline_steps_per_poll);
+        update_at(&mut scope, index, steps);
+    }
+    // Every simulated pipeline runs for a merge request.
+    let source_matches = query
+        .source
+        .as_deref()
+        .is_none_or(|source| source == "merge_request_event");
+    let items: Vec<Value> = scope
+        .project
+        .pipelines
+        .iter()
+        .rev()
+        .filter(|_| source_matches)
+        .filter(|p| {
+            query
+                .status
+                .as_deref()
+                .is_none_or(|s| p.status.as_str() == s)
+        })
+        .filter(|p| query.git_ref.as_deref().is_none_or(|r| p.git_ref == r))
+        .filter(|p| query.scope.as_deref() != Some("finished") || !p.status.is_active())
+        .map(Pipeline::basic_json)
+        .collect();
+    Ok(paginate(&items, &page))
+}
+
+/// A merge request pipeline that ran before the simulation started: `success`, on
+/// `sha`, ended `ago` and ran for `duration`, for no merge request still known (a
+/// project's CI history).
+pub fn record_past(scope: &mut Scope, sha: &str, duration: Duration, ago: Duration) {
+    let project = &mut *scope.project;
+    let id = scope.ids.pipeline();
+    let ended = Utc::now() - ago;
+    let started = ended - duration;
+    let iid = project.pipelines.len() as u64 + 1;
+    let user = project.members.keys().min().copied().unwrap_or_default();
+    project.pipelines.push(Pipeline {
+        id,
+        iid,
+        project_id: project.id,
+        sha: sha.to_owned(),
+        head_sha: sha.to_owned(),
+        merge_request_iid: 0,
+        git_ref: "refs/merge-requests/0/head".to_owned(),
+        status: PipelineStatus::Success,
+        outcome: PipelineOutcome::Success,
+        user,
+        duration,
+        run_from: started,
+        created_at: started,
+        updated_at: ended,
+        web_url: format!("{}/-/pipelines/{id}", project.web_url),
+    });
 }

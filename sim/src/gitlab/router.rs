@@ -127,6 +127,11 @@ pub fn build(ctx: SimContext, control: GitLabControl) -> Router {
             get(pipelines::list_mr_pipelines),
         ),
         (
+            "/projects/{id}/pipelines",
+            Endpoint::ListProjectPipelines,
+            get(pipelines::list_project_pipelines),
+        ),
+        (
             "/projects/{id}/pipelines/{pipeline_id}",
             Endpoint::GetPipeline,
             get(pipelines::get_pipeline),

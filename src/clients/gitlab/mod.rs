@@ -4,6 +4,7 @@
 
 mod blobs;
 mod checklist;
+mod ci_history;
 mod error;
 mod history;
 mod merge_requests;

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use changegate::db::batches::{BatchRow, get_batch};
-use changegate_sim::gitlab::{MergeMethod, MrState, PipelineOutcome};
+use changegate_sim::gitlab::{Endpoint, MergeMethod, MrState, PipelineOutcome};
 use serde_json::{Value, json};
 
 use super::batched::{apply_for, approve_all, manual_rounds, rounds_until_settled, view};
@@ -469,4 +469,39 @@ async fn one_request(w: &World, subject: &str) -> String {
     approve_all(w, std::slice::from_ref(&id)).await;
     until(w, &id, |v| v["step"]["name"] == "QUEUED").await;
     id
+}
+
+#[tokio::test]
+async fn a_project_new_to_changegate_is_paced_by_its_pipelines_in_gitlab() {
+    if train_depth() < 2 {
+        return;
+    }
+    let db = sqlite_db().await;
+    let w = train_world(&db.url).await;
+    // Its CI took ten minutes a run: a new batch every five minutes at most.
+    let ten_minutes = Duration::from_secs(600);
+    w.gitlab
+        .record_past_pipelines(w.project, &[ten_minutes; 5])
+        .unwrap();
+    w.gitlab
+        .script_pipelines(w.project, [PipelineOutcome::StuckRunning; 2])
+        .unwrap();
+    let first = one_car(&w, &[("member0", "read")]).await;
+    pipeline_of(&w, 1).await;
+    let later = one_request(&w, "member1").await;
+    for _ in 0..3 {
+        let run = w
+            .app
+            .post_as("admin", "/admin/v1/batches/run", &json!({}))
+            .await;
+        assert_eq!(run.status(), 200);
+        assert_eq!(view(&w, &later).await["step"]["name"], "QUEUED");
+    }
+    assert_eq!(
+        w.gitlab.calls(Endpoint::ListProjectPipelines),
+        1,
+        "read once, then remembered"
+    );
+    let car = batch_of(&w, &db.db, &first[0]).await;
+    assert_eq!(car.status, "RUNNING");
 }

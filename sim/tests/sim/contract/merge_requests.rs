@@ -64,6 +64,20 @@ async fn pipelines_follow_the_contract() {
     contract.check("get", &pipeline);
     let listed = fx.get(BOT, &fx.mr_path(iid, "/pipelines")).await;
     contract.check("list_for_merge_request", &listed);
+    let project = fx
+        .get(
+            BOT,
+            &format!(
+                "{}/pipelines?status=success&source=merge_request_event",
+                fx.root
+            ),
+        )
+        .await;
+    contract.check("list_for_project", &project);
+    let invalid = fx
+        .get(BOT, &format!("{}/pipelines?status=green", fx.root))
+        .await;
+    contract.check("list_for_project_invalid_status", &invalid);
     let missing = fx
         .get(BOT, &format!("{}/pipelines/{}", fx.root, id + 100))
         .await;
