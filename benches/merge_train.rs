@@ -8,9 +8,10 @@
 //! pipelines of 10 s before (its CI history in GitLab).
 //!
 //! Then the queue's expected times: the same arrivals at `max_in_flight = 4`
-//! with pipelines of 5–15 s (drawn per pipeline) and one failing request;
-//! each request's `expectedMergeAt` as shown when it became `QUEUED` against
-//! when it merged, as a fraction of its wait.
+//! with pipelines of 5–15 s (drawn per pipeline) and one failing request,
+//! after three requests merged one at a time (the history an estimate
+//! needs); each request's `expectedMergeAt` as shown when it became
+//! `QUEUED` against when it merged, as a fraction of its wait.
 //!
 //! ```sh
 //! cargo bench --bench merge_train            # both parts
@@ -47,6 +48,10 @@ struct Measured {
     /// Requests shown no expected time when they became `QUEUED`.
     unestimated: usize,
 }
+
+/// Requests merged one at a time before the expected-time run's arrivals:
+/// the merged batches an estimate needs.
+const HISTORY: usize = changegate::batch::MIN_HISTORY;
 
 /// Pipelines of 5–15 s, drawn per pipeline, for the expected-time run.
 const VARIED: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(15));
@@ -90,6 +95,18 @@ async fn run(depth: u32, failing: bool, varied: bool, database_url: &str) -> Mea
     let running = world.start_changegate(&text).await;
     let (address, client) = (&running.address, &running.client);
 
+    let db = &running.db;
+    // The expected times are those of a queue with history: three requests
+    // merge one after another first, so the arrivals are estimated from
+    // the first (a project's first three batches get none).
+    let warm_up = if varied { HISTORY } else { 0 };
+    for n in 0..warm_up {
+        apply(client, address, &format!("earlier{n}"), "read").await;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while settled(db).await <= n && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
     let mut arrivals = tokio::time::interval(ARRIVAL);
     let mut watchers: tokio::task::JoinSet<(String, Option<NaiveDateTime>)> =
         tokio::task::JoinSet::new();
@@ -100,24 +117,11 @@ async fn run(depth: u32, failing: bool, varied: bool, database_url: &str) -> Mea
         } else {
             "read"
         };
-        let answer = client
-            .post(format!("{address}/api/v1/applications"))
-            .header("x-auth-request-user", format!("user{n}"))
-            .json(
-                &json!({ "targetKey": "team.access", "subjectId": format!("user{n}"),
-                           "params": { "level": level }, "reason": "bench" }),
-            )
-            .send()
-            .await
-            .expect("apply");
-        assert_eq!(answer.status(), 202);
-        let answer: serde_json::Value = answer.json().await.expect("answer");
-        let id = answer["operationId"].as_str().expect("id").to_owned();
+        let id = apply(client, address, &format!("user{n}"), level).await;
         watchers.spawn(first_estimate(client.clone(), address.clone(), n, id));
     }
-    let db = &running.db;
     let deadline = Instant::now() + Duration::from_secs(600);
-    while settled(db).await < REQUESTS && Instant::now() < deadline {
+    while settled(db).await < warm_up + REQUESTS && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let shown = watchers.join_all().await;
@@ -156,6 +160,21 @@ async fn run(depth: u32, failing: bool, varied: bool, database_url: &str) -> Mea
     };
     running.stop().await;
     measured
+}
+
+/// `user` applies for themself at `level`: the operation's id.
+async fn apply(client: &reqwest::Client, address: &str, user: &str, level: &str) -> String {
+    let answer = client
+        .post(format!("{address}/api/v1/applications"))
+        .header("x-auth-request-user", user)
+        .json(&json!({ "targetKey": "team.access", "subjectId": user,
+                       "params": { "level": level }, "reason": "bench" }))
+        .send()
+        .await
+        .expect("apply");
+    assert_eq!(answer.status(), 202);
+    let answer: serde_json::Value = answer.json().await.expect("answer");
+    answer["operationId"].as_str().expect("id").to_owned()
 }
 
 /// Requests that merged or failed: nothing more happens to them in the
