@@ -17,7 +17,7 @@ use crate::db::estimates::{
 use crate::db::train::active_train;
 
 use super::forecast::{Boarded, Boarding, Car, Durations, Fate, Waiting, fates, merge_times};
-use super::split::are_siblings;
+use super::train::to_build_on;
 
 /// Merged batches a project needs before its times are estimated.
 pub const MIN_HISTORY: usize = 3;
@@ -106,19 +106,15 @@ fn car_of(batch: &BatchRow, now: NaiveDateTime) -> Car {
 
 /// The batch of `train` the one at `index` is built on: the one its
 /// footing names; none when it was built on the target branch; before it
-/// is built, the one it will be built on (the last ahead of its project,
-/// beside its sibling half).
+/// is built, the one it will be built on.
 fn footing_of(train: &[BatchRow], index: usize) -> Option<usize> {
     let batch = &train[index];
-    if let Some(ahead) = batch.ahead_batch_id {
-        return train.iter().position(|car| car.id == ahead);
-    }
-    if batch.base_sha.is_some() {
-        return None;
-    }
-    train[..index].iter().rposition(|car| {
-        car.project == batch.project && !are_siblings(&car.split_group, &batch.split_group)
-    })
+    let ahead = match batch.ahead_batch_id {
+        Some(ahead) => ahead,
+        None if batch.base_sha.is_some() => return None,
+        None => to_build_on(train, batch)?.id,
+    };
+    train.iter().position(|car| car.id == ahead)
 }
 
 /// Where a request is in the merge queue.

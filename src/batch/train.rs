@@ -35,6 +35,18 @@ const METHOD_TTL: Duration = Duration::from_secs(300);
 /// depth 1 for such a project.
 const SEMI_LINEAR: &str = "rebase_merge";
 
+/// The batch of `train` that `batch` is built on, if any: the nearest
+/// ahead of it of its project. A half of a failed batch is built beside
+/// its sibling, on what is ahead of both: at most one of them holds the
+/// change that failed, and each is tested on its own.
+pub(super) fn to_build_on<'a>(train: &'a [BatchRow], batch: &BatchRow) -> Option<&'a BatchRow> {
+    train.iter().rev().find(|car| {
+        car.train_position < batch.train_position
+            && car.project == batch.project
+            && !are_siblings(&car.split_group, &batch.split_group)
+    })
+}
+
 /// Why a batch is built again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Rebuild {
@@ -172,14 +184,7 @@ impl MergeQueue {
             return Ok(Turn::Go(Box::new(batch.clone())));
         }
         let train = active_train(db, &batch.partition_key).await?;
-        // A half of a failed batch is built beside its sibling, on what is
-        // ahead of both: at most one of them holds the change that failed,
-        // and each is tested on its own.
-        let ahead = train.iter().rev().find(|car| {
-            car.train_position < batch.train_position
-                && car.project == batch.project
-                && !are_siblings(&car.split_group, &batch.split_group)
-        });
+        let ahead = to_build_on(&train, batch);
         if ahead.is_none() && batch.rebuilds == 0 && settings.batch.max_in_flight <= 1 {
             return Ok(Turn::Go(Box::new(batch.clone())));
         }
