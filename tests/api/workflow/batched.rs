@@ -65,15 +65,20 @@ pub(super) async fn approve_all(w: &World, ids: &[String]) {
     }
 }
 
+/// Runs one claim round, as an operator's `POST /admin/v1/batches/run`.
+pub(super) async fn claim_round(w: &World) {
+    let run = w
+        .app
+        .post_as("admin", "/admin/v1/batches/run", &json!({}))
+        .await;
+    assert_eq!(run.status(), 200);
+}
+
 /// Runs merge rounds until every operation of `ids` is settled; their views.
 pub(super) async fn rounds_until_settled(w: &World, ids: &[String]) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let run = w
-            .app
-            .post_as("admin", "/admin/v1/batches/run", &json!({}))
-            .await;
-        assert_eq!(run.status(), 200);
+        claim_round(w).await;
         let mut views = Vec::new();
         for id in ids {
             views.push(view(w, id).await);

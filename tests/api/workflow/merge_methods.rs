@@ -11,7 +11,9 @@ use changegate::domain::render::{BindingFile, canonical_json};
 use changegate_sim::gitlab::{Endpoint, MergeMethod, MrState, PipelineOutcome};
 use serde_json::{Value, json};
 
-use super::batched::{apply_for, approve_all, manual_rounds, rounds_until_settled, view};
+use super::batched::{
+    apply_for, approve_all, claim_round, manual_rounds, rounds_until_settled, view,
+};
 use super::end_to_end::{World, WorldOptions, world_with};
 use super::gitlab_faults::{approve, mr_first_held, settled, waiting_for_approval};
 use super::{apply, move_main_on};
@@ -143,11 +145,7 @@ async fn batches_land_with(method: MergeMethod) {
     w.gitlab
         .script_pipelines(w.project, [PipelineOutcome::StuckRunning])
         .unwrap();
-    let run = w
-        .app
-        .post_as("admin", "/admin/v1/batches/run", &json!({}))
-        .await;
-    assert_eq!(run.status(), 200);
+    claim_round(&w).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while w.gitlab.merge_request(w.project, 2).is_none() {
         assert!(Instant::now() < deadline, "the second batch opened no MR");

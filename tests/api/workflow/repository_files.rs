@@ -9,7 +9,7 @@ use std::time::Duration;
 use changegate_sim::gitlab::{Endpoint, Fault, FaultKind, MrState};
 use serde_json::{Value, json};
 
-use super::batched::{approve_all, manual_rounds, rounds_until_settled, view};
+use super::batched::{approve_all, claim_round, manual_rounds, rounds_until_settled, view};
 use super::end_to_end::{World, WorldOptions, world_with};
 use crate::helpers::each_backend;
 
@@ -337,11 +337,7 @@ async fn an_edit_that_lands_between_the_read_of_the_target_and_the_new_branch_is
 async fn rounds_until_closed(w: &World, id: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        let run = w
-            .app
-            .post_as("admin", "/admin/v1/batches/run", &json!({}))
-            .await;
-        assert_eq!(run.status(), 200);
+        claim_round(w).await;
         let v = view(w, id).await;
         if v["status"] == "CLOSED" {
             return;

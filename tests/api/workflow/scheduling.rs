@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use changegate_sim::gitlab::Endpoint;
 
+use super::batched::claim_round;
 use super::end_to_end::{World, WorldOptions, world, world_with};
 use super::wait_for;
 use crate::helpers::{each_backend, spawn_app, sqlite_db};
@@ -134,11 +135,7 @@ async fn a_scheduled_request_withdrawn_before_its_time_never_reaches_gitlab() {
             .await;
         assert_eq!(again.status(), 409);
 
-        let run = w
-            .app
-            .post_as("admin", "/admin/v1/batches/run", &json!({}))
-            .await;
-        assert_eq!(run.status(), 200);
+        claim_round(&w).await;
         assert_eq!(
             w.gitlab.calls(Endpoint::CreateBranch),
             0,

@@ -8,9 +8,11 @@ use std::time::{Duration, Instant};
 
 use changegate::db::batches::{BatchRow, get_batch};
 use changegate_sim::gitlab::{Endpoint, MergeMethod, MrState, PipelineOutcome};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::batched::{apply_for, approve_all, manual_rounds, rounds_until_settled, view};
+use super::batched::{
+    apply_for, approve_all, claim_round, manual_rounds, rounds_until_settled, view,
+};
 use super::end_to_end::{World, world_with};
 use crate::helpers::{sqlite_db, train_depth};
 
@@ -19,6 +21,19 @@ async fn train_world(db_url: &str) -> World {
     let w = world_with(db_url, manual_rounds()).await;
     w.gitlab
         .update_settings(w.project, |s| s.merge_method = MergeMethod::Merge)
+        .unwrap();
+    w
+}
+
+/// A train where a file holding `POISON` fails CI, and whose first three
+/// pipelines run until the test ends them.
+async fn poisoned_train_world(db_url: &str) -> World {
+    let w = train_world(db_url).await;
+    w.gitlab
+        .update_settings(w.project, |s| s.failing_content = Some("POISON".to_owned()))
+        .unwrap();
+    w.gitlab
+        .script_pipelines(w.project, [PipelineOutcome::StuckRunning; 3])
         .unwrap();
     w
 }
@@ -36,11 +51,7 @@ pub(super) async fn one_car(w: &World, subjects: &[(&str, &str)]) -> Vec<String>
     // every half pipeline (measured), so one round may be too soon.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let run = w
-            .app
-            .post_as("admin", "/admin/v1/batches/run", &json!({}))
-            .await;
-        assert_eq!(run.status(), 200);
+        claim_round(w).await;
         if view(w, &ids[0]).await["step"]["name"] != "QUEUED" {
             return ids;
         }
@@ -209,13 +220,7 @@ async fn a_failing_batch_is_blamed_only_after_the_one_ahead_passed_and_the_one_b
         return;
     }
     let db = sqlite_db().await;
-    let w = train_world(&db.url).await;
-    w.gitlab
-        .update_settings(w.project, |s| s.failing_content = Some("POISON".to_owned()))
-        .unwrap();
-    w.gitlab
-        .script_pipelines(w.project, [PipelineOutcome::StuckRunning; 3])
-        .unwrap();
+    let w = poisoned_train_world(&db.url).await;
     let first = one_car(&w, &[("member0", "read")]).await;
     let p1 = pipeline_of(&w, 1).await;
     let second = one_car(&w, &[("member1", "read"), ("member2", "POISON")]).await;
@@ -327,11 +332,7 @@ async fn the_timeout_sweep_counts_only_a_batchs_own_time_at_the_front_of_the_tra
 async fn boarded_again(w: &World, db: &changegate::db::Db, id: &str, not: i64) -> BatchRow {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let run = w
-            .app
-            .post_as("admin", "/admin/v1/batches/run", &json!({}))
-            .await;
-        assert_eq!(run.status(), 200);
+        claim_round(w).await;
         if let Some(batch) = view(w, id).await["batchId"].as_i64()
             && batch != not
             && let Some(car) = get_batch(db, batch).await.unwrap()
@@ -368,13 +369,7 @@ async fn the_halves_of_a_failed_batch_are_tested_side_by_side_and_requests_board
         return;
     }
     let db = sqlite_db().await;
-    let w = train_world(&db.url).await;
-    w.gitlab
-        .update_settings(w.project, |s| s.failing_content = Some("POISON".to_owned()))
-        .unwrap();
-    w.gitlab
-        .script_pipelines(w.project, [PipelineOutcome::StuckRunning; 3])
-        .unwrap();
+    let w = poisoned_train_world(&db.url).await;
     let failed = one_car(
         &w,
         &[
@@ -412,11 +407,7 @@ async fn the_halves_of_a_failed_batch_are_tested_side_by_side_and_requests_board
     // A request approved meanwhile does not board on an untested half.
     let later = one_request(&w, "member4").await;
     for _ in 0..3 {
-        let run = w
-            .app
-            .post_as("admin", "/admin/v1/batches/run", &json!({}))
-            .await;
-        assert_eq!(run.status(), 200);
+        claim_round(&w).await;
         assert_eq!(view(&w, &later).await["step"]["name"], "QUEUED");
     }
 
@@ -490,11 +481,7 @@ async fn a_project_new_to_changegate_is_paced_by_its_pipelines_in_gitlab() {
     pipeline_of(&w, 1).await;
     let later = one_request(&w, "member1").await;
     for _ in 0..3 {
-        let run = w
-            .app
-            .post_as("admin", "/admin/v1/batches/run", &json!({}))
-            .await;
-        assert_eq!(run.status(), 200);
+        claim_round(&w).await;
         assert_eq!(view(&w, &later).await["step"]["name"], "QUEUED");
     }
     assert_eq!(

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use changegate_sim::gitlab::{GitLabSimOptions, MrState, PipelineOutcome};
 use serde_json::{Value, json};
 
-use super::batched::{apply_for, approve_all, manual_rounds, rounds_until_settled, view};
+use super::batched::{
+    apply_for, approve_all, claim_round, manual_rounds, rounds_until_settled, view,
+};
 use super::end_to_end::{World, WorldOptions, world_with};
 use crate::helpers::each_backend;
 
@@ -26,11 +28,7 @@ fn held_pipelines() -> WorldOptions {
 async fn rounds_until(w: &World, ids: &[String], status: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let run = w
-            .app
-            .post_as("admin", "/admin/v1/batches/run", &json!({}))
-            .await;
-        assert_eq!(run.status(), 200);
+        claim_round(w).await;
         let mut views = Vec::new();
         for id in ids {
             views.push(view(w, id).await);
