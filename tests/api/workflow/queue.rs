@@ -4,11 +4,10 @@
 
 use serde_json::Value;
 
-use changegate_sim::gitlab::{MergeMethod, PipelineOutcome};
+use changegate_sim::gitlab::PipelineOutcome;
 
-use super::batched::{apply_for, approve_all, manual_rounds, rounds_until_settled, view};
-use super::end_to_end::world_with;
-use super::train::{one_car, pipeline_of, until};
+use super::batched::{apply_for, approve_all, rounds_until_settled, view};
+use super::train::{one_car, pipeline_of, train_world, until};
 use crate::helpers::{sqlite_db, train_depth};
 
 fn expected_merge(view: &Value) -> chrono::DateTime<chrono::Utc> {
@@ -19,10 +18,7 @@ fn expected_merge(view: &Value) -> chrono::DateTime<chrono::Utc> {
 #[tokio::test]
 async fn a_queued_request_has_no_estimate_until_merges_were_measured_then_one_behind_the_train() {
     let db = sqlite_db().await;
-    let w = world_with(&db.url, manual_rounds()).await;
-    w.gitlab
-        .update_settings(w.project, |s| s.merge_method = MergeMethod::Merge)
-        .unwrap();
+    let w = train_world(&db.url).await;
 
     let first = apply_for(&w, "member0", "read").await;
     approve_all(&w, std::slice::from_ref(&first)).await;
@@ -89,12 +85,9 @@ async fn a_queued_request_has_no_estimate_until_merges_were_measured_then_one_be
 #[tokio::test]
 async fn behind_a_bisection_the_estimate_counts_its_halves_and_their_members_get_none() {
     let db = sqlite_db().await;
-    let w = world_with(&db.url, manual_rounds()).await;
+    let w = train_world(&db.url).await;
     w.gitlab
-        .update_settings(w.project, |s| {
-            s.merge_method = MergeMethod::Merge;
-            s.failing_content = Some("POISON".to_owned());
-        })
+        .update_settings(w.project, |s| s.failing_content = Some("POISON".to_owned()))
         .unwrap();
     for n in 0..3 {
         let id = apply_for(&w, &format!("member{n}"), "read").await;

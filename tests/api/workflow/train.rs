@@ -17,7 +17,7 @@ use super::end_to_end::{World, world_with};
 use crate::helpers::{sqlite_db, train_depth};
 
 /// A train with merge commits (GitLab's default merge method).
-async fn train_world(db_url: &str) -> World {
+pub(super) async fn train_world(db_url: &str) -> World {
     let w = world_with(db_url, manual_rounds()).await;
     w.gitlab
         .update_settings(w.project, |s| s.merge_method = MergeMethod::Merge)
