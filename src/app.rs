@@ -634,7 +634,7 @@ async fn merge_queue_loop(queue: MergeQueue, tick: Duration, shutdown: Cancellat
     let mut last_claim: Option<tokio::time::Instant> = None;
     loop {
         let interval = queue.interval();
-        if last_claim.is_none_or(|at| at.elapsed() >= interval) {
+        if queue.pace_allows() || last_claim.is_none_or(|at| at.elapsed() >= interval) {
             last_claim = Some(tokio::time::Instant::now());
             match queue.claim_round().await {
                 Ok(_) | Err(crate::batch::ClaimError::NotNow(_)) => {}
@@ -648,9 +648,13 @@ async fn merge_queue_loop(queue: MergeQueue, tick: Duration, shutdown: Cancellat
             crate::batch::count_round_failure("drive");
             tracing::warn!(job = "merge_queue", "driving batches failed: {err:#}");
         }
+        let pause = queue
+            .until_pace_allows()
+            .map_or(tick, |until| tick.min(until))
+            .min(interval);
         tokio::select! {
             () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(tick.min(interval)) => {}
+            () = tokio::time::sleep(pause) => {}
         }
     }
 }

@@ -28,6 +28,7 @@ use crate::workflow::{
 use super::claim::{Claimed, Room, claim_batch};
 use super::fit::{MAX_COMMIT_BYTES, changes_that_fit, members_that_fit};
 use super::metrics::Ended;
+use super::pace::PaceDue;
 use super::remembered::Remembered;
 use super::train::Turn;
 use super::unwritable::Unwritten;
@@ -52,6 +53,8 @@ pub struct MergeQueue {
     /// The median of each project's recent pipelines in GitLab (seconds),
     /// as last read; `None` when too few or unreadable.
     pub(super) ci_pipelines: Arc<Remembered<Option<f64>>>,
+    /// When a train's pace next lets a batch of ordinary requests board.
+    pub(super) pace_due: Arc<PaceDue>,
 }
 
 /// Why a round may not start.
@@ -75,6 +78,7 @@ impl MergeQueue {
             owner: Arc::from(format!("merge-queue-{}", uuid::Uuid::new_v4())),
             methods: Arc::default(),
             ci_pipelines: Arc::default(),
+            pace_due: Arc::default(),
         }
     }
 
@@ -89,6 +93,19 @@ impl MergeQueue {
     /// How often a new batch is claimed (`batch.interval`, live).
     pub fn interval(&self) -> std::time::Duration {
         self.config.current().batch.interval
+    }
+
+    /// Whether a train's pace lets a batch board now that it held back at
+    /// an earlier round: a claim round should run now, not at the next
+    /// interval. Answers `true` once per such moment.
+    pub fn pace_allows(&self) -> bool {
+        self.pace_due.take_if_due()
+    }
+
+    /// How long until a train's pace lets a batch board that it holds
+    /// back now, if one does.
+    pub fn until_pace_allows(&self) -> Option<std::time::Duration> {
+        self.pace_due.until()
     }
 
     /// One claim per partition with waiting requests (the scheduler and

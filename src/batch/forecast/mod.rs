@@ -211,13 +211,14 @@ mod tests {
         // 5 s), built on the third: built again with it at 6, it merges
         // after it.
         assert_eq!(room[3], Some(19.0));
-        // In a full train of three, a place is free once the front has
-        // failed (the round at 7 s); the halves of the failed batch take
-        // it and the next, and the ordinary batch waits until they are
-        // tested (17 s): one fails, the other merges after the two built
-        // again, and the ordinary batch boards in the round at 17, to
-        // merge at 28.
+        // In a full train of three, the round at the pace's moment (4 s)
+        // finds no place; the next, an interval later, comes as the front
+        // fails (6 s). The halves of the failed batch take the places
+        // that free, one at 6 s and the other at 16 s, once the first has
+        // failed and the two built again are nearly merged; the ordinary
+        // batch waits until the second half is tested (26 s), to merge
+        // at 37.
         let full = merge_times(&cars, &waiting(3), &DURATIONS);
-        assert_eq!(full[3], Some(28.0));
+        assert_eq!(full[3], Some(37.0));
     }
 }

@@ -109,8 +109,8 @@ impl Play {
             if self.queue.is_empty() && !self.failing_after(now) {
                 break;
             }
-            match self.next_change(now) {
-                Some(at) => now = self.round_at_or_after(at, now),
+            match self.next_round(now) {
+                Some(at) => now = at,
                 None => break,
             }
         }
@@ -336,8 +336,22 @@ impl Play {
         });
     }
 
+    /// The next claim round that may claim differently: the first round
+    /// after a change, or the moment the pace lets a batch of ordinary
+    /// requests board (an instance claims then, though never sooner than
+    /// an interval after the newest).
+    fn next_round(&self, now: f64) -> Option<f64> {
+        let changed = self
+            .next_change(now)
+            .map(|at| self.round_at_or_after(at, now));
+        let paced = (self.depth > 1)
+            .then(|| self.newest_ordinary + self.pace().max(self.interval))
+            .filter(|at| *at > now);
+        changed.into_iter().chain(paced).min_by(f64::total_cmp)
+    }
+
     /// The next time after `now` when a round may claim differently: a
-    /// failure, a car leaving, a half tested, or the pace running out.
+    /// failure, a car leaving, or a half tested.
     fn next_change(&self, now: f64) -> Option<f64> {
         let leaves = self.leaves();
         let ends = self.cars.iter().enumerate().map(|(index, car)| {
@@ -347,12 +361,10 @@ impl Play {
                 self.decided(index)
             }
         });
-        let pace = std::iter::once(self.newest_ordinary + self.pace());
         leaves
             .iter()
             .copied()
             .chain(ends)
-            .chain(pace)
             .chain(self.failing().map(|index| self.decided(index)))
             .filter(|at| *at > now)
             .min_by(f64::total_cmp)
