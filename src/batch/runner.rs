@@ -174,17 +174,36 @@ impl MergeQueue {
             if !acquire_batch_lease(db, batch_id, &self.owner, lease).await? {
                 continue;
             }
-            let outcome = match get_batch(db, batch_id).await? {
-                Some(batch) if batch.status == "RUNNING" => {
-                    self.drive_traced(db, &settings, batch).await
-                }
-                _ => Ok(()),
-            };
+            let outcome = self.drive_leased(db, &settings, batch_id).await;
             release_batch_lease(db, batch_id, &self.owner).await?;
             outcome?;
             driven += 1;
         }
         Ok(driven)
+    }
+
+    /// One round of running batch `batch_id`, whose lease this instance
+    /// holds; a batch whose turn to merge came in that round merges in a
+    /// second one at once, not a tick later: every member waits for it.
+    async fn drive_leased(
+        &self,
+        db: &Db,
+        settings: &Settings,
+        batch_id: i64,
+    ) -> Result<(), StoreError> {
+        let running = |batch: &BatchRow| batch.status == "RUNNING";
+        let Some(batch) = get_batch(db, batch_id).await?.filter(running) else {
+            return Ok(());
+        };
+        let was_merging = batch.phase == "MERGING";
+        self.drive_traced(db, settings, batch).await?;
+        if was_merging {
+            return Ok(());
+        }
+        match get_batch(db, batch_id).await?.filter(running) {
+            Some(batch) if batch.phase == "MERGING" => self.drive_traced(db, settings, batch).await,
+            _ => Ok(()),
+        }
     }
 
     /// One round of a running batch's current phase.
