@@ -8,6 +8,7 @@ mod fit;
 mod forecast;
 mod metrics;
 mod noted;
+mod open;
 mod outcome;
 mod pace;
 mod remembered;
