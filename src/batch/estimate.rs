@@ -239,9 +239,11 @@ pub async fn queue_estimate(
         pipeline: medians.pipeline,
         merge_round: medians.merge_round,
     };
+    // Its own batch is one of ordinary requests, expected to merge: no time
+    // means the forecast did not see it board.
     let Some(merge) = merge_times(&boarded, &boarding, &durations)[index] else {
         return Ok(Some(no_estimate(
-            "its batch is expected to fail: no expected time".to_owned(),
+            "no estimate yet: the forecast does not reach the round its batch boards in".to_owned(),
         )));
     };
     let bisecting = fates[..index]

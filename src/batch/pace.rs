@@ -98,9 +98,9 @@ impl MergeQueue {
         partition: &str,
     ) -> Result<Pace, StoreError> {
         let train = active_train(db, partition).await?;
-        let untested_half = train.iter().any(|car| {
-            !car.split_group.is_empty() && matches!(car.phase.as_str(), "OPENING" | "PIPELINE")
-        });
+        let untested_half = train
+            .iter()
+            .any(|car| !car.split_group.is_empty() && car.untested());
         if untested_half {
             return Ok(Pace::Held);
         }

@@ -344,7 +344,7 @@ impl MergeQueue {
         let train = active_train(db, &batch.partition_key).await?;
         let mut on = batch.ahead_batch_id;
         while let Some(car) = on.and_then(|id| train.iter().find(|car| car.id == id)) {
-            if matches!(car.phase.as_str(), "OPENING" | "PIPELINE") {
+            if car.untested() {
                 return Ok(Some(car.clone()));
             }
             on = car.ahead_batch_id;

@@ -85,6 +85,12 @@ impl BatchRow {
     pub fn shown_number(&self) -> i64 {
         shown_number(self.id, self.number)
     }
+
+    /// Whether its pipeline has yet to pass: it is being opened, or its
+    /// pipeline runs.
+    pub fn untested(&self) -> bool {
+        matches!(self.phase.as_str(), "OPENING" | "PIPELINE")
+    }
 }
 
 /// [`BatchRow::shown_number`] of the batch `id` numbered `number`.
