@@ -14,7 +14,7 @@ use changegate::clients::approval::ApprovalClient;
 use changegate::clients::gitlab::{GitLabClient, RetryPolicy};
 use changegate::config::LiveConfig;
 use changegate::db::batch_queue::enqueue;
-use changegate::db::batches::{acquire_batch_lease, release_batch_lease};
+use changegate::db::batches::{acquire_batch_lease, get_batch, release_batch_lease};
 use changegate::db::{Db, DbSlot};
 use changegate::store::StoreTx;
 use changegate::workflow::Workflow;
@@ -51,13 +51,13 @@ async fn enqueue_many(db: &Db, count: usize) -> Vec<String> {
 
 /// `count` approved requests waiting for a merge round, each with its
 /// operation and binding (MR_CREATING, QUEUED), as the workflow leaves them.
-async fn queued_requests(db: &Db, count: usize) -> Vec<String> {
+async fn queued_requests(db: &Db, subjects: std::ops::Range<usize>) -> Vec<String> {
     use changegate::config::resolve::FlowOrder;
     use changegate::domain::{BindingStatus, OperationId, OperationKind, StepStatus};
     use changegate::store::{Change, Controls, NewRequest};
 
     let mut ids = Vec::new();
-    for n in 0..count {
+    for n in subjects {
         let request = NewRequest {
             operation_id: OperationId::new(),
             kind: OperationKind::Apply,
@@ -301,7 +301,7 @@ async fn enqueue_is_idempotent_and_an_empty_round_holds_no_slot() {
 async fn of_several_racing_settlers_exactly_one_settles_a_batch() {
     for test_db in each_backend().await {
         let db = test_db.db.clone();
-        queued_requests(&db, 5).await;
+        queued_requests(&db, 0..5).await;
         let Claimed::Batch { id, .. } = claim_batch(&db, "", one_at_a_time(10), &|_| true)
             .await
             .unwrap()
@@ -366,82 +366,196 @@ async fn of_several_racing_settlers_exactly_one_settles_a_batch() {
     }
 }
 
+/// A merge queue whose rounds the test runs, on `db` with `more_settings`,
+/// against a GitLab simulator whose project `config/repo` has the bot and
+/// both reviewers and whose pipelines run until the test ends them.
+struct DrivenQueue {
+    gitlab: changegate_sim::gitlab::GitLabSimHandle,
+    project: changegate_sim::gitlab::ProjectId,
+    client: GitLabClient,
+    queue: MergeQueue,
+}
+
+impl DrivenQueue {
+    async fn on(db: &Db, more_settings: &str) -> Self {
+        use changegate_sim::gitlab::{AccessLevel, GitLabSim, GitLabSimOptions, PipelineOutcome};
+
+        let gitlab = GitLabSim::start(GitLabSimOptions::default()).await.unwrap();
+        let project = gitlab.create_project("config/repo");
+        for (name, token) in [
+            ("bot", "bot-token"),
+            ("rev-a", "a-token"),
+            ("rev-b", "b-token"),
+        ] {
+            let user = gitlab.add_user(name, token);
+            gitlab
+                .add_member(project, user, AccessLevel::Developer)
+                .unwrap();
+        }
+        gitlab
+            .script_pipelines(project, [PipelineOutcome::StuckRunning])
+            .unwrap();
+        let (settings, problems) = settings_from(&format!(
+            "[gitlab]\nbase_url = {:?}\nproject = \"config/repo\"\nbot_token = \"bot-token\"\n\
+             reviewer_tokens = [\"a-token\", \"b-token\"]\n{more_settings}",
+            gitlab.base_url()
+        ));
+        assert!(problems.is_empty(), "{problems:?}");
+        let config = LiveConfig::new(settings, None, None);
+        let slot = DbSlot::ready(db.clone());
+        let client = GitLabClient::new(
+            system_client(System::GitLab),
+            gitlab.base_url(),
+            Duration::from_secs(5),
+            RetryPolicy::default(),
+        );
+        let workflow = Workflow::new(
+            slot.clone(),
+            config.clone(),
+            ApprovalClient::new(system_client(System::Approval)),
+            client.clone(),
+        );
+        let queue = MergeQueue::new(slot, config, workflow);
+        Self {
+            gitlab,
+            project,
+            client,
+            queue,
+        }
+    }
+
+    /// Claims a batch of what waits and opens its MR: the batch's id and
+    /// the MR's iid.
+    async fn opened(&self, db: &Db) -> (i64, i64) {
+        let Claimed::Batch { id, .. } = claim_batch(db, "", one_at_a_time(10), &|_| true)
+            .await
+            .unwrap()
+        else {
+            panic!("a batch");
+        };
+        self.queue.drive_round().await.unwrap(); // opens the MR
+        self.queue.drive_round().await.unwrap(); // its pipeline runs on and on
+        let batch = get_batch(db, id).await.unwrap();
+        (id, batch.unwrap().mr_iid.unwrap())
+    }
+
+    /// Ends the pipeline of MR `iid`, passed: the MR as it was then.
+    fn pass_pipeline(&self, iid: i64) -> changegate_sim::gitlab::MergeRequestSnapshot {
+        let mr = self
+            .gitlab
+            .merge_request(self.project, u64::try_from(iid).unwrap())
+            .unwrap();
+        self.gitlab
+            .force_pipeline(
+                self.project,
+                mr.head_pipeline.unwrap().0,
+                changegate_sim::gitlab::PipelineOutcome::Success,
+            )
+            .unwrap();
+        mr
+    }
+}
+
 #[tokio::test]
-async fn a_batch_whose_mr_merged_meanwhile_settles_as_merged() {
-    use changegate::db::batches::get_batch;
+async fn a_train_held_back_by_its_pace_claims_again_when_it_lets_a_batch_board_and_not_sooner_than_the_interval()
+ {
+    // The project's pipelines take a minute (its CI history): a new
+    // batch of ordinary requests boards at most every 30 s.
+    for (interval, pace) in [("1s", 30), ("1h", 3600)] {
+        let test_db = crate::helpers::sqlite_db().await;
+        let db = test_db.db.clone();
+        let batch = format!("[batch]\ninterval = \"{interval}\"\nmax_in_flight = 4\n");
+        let driven = DrivenQueue::on(&db, &batch).await;
+        driven
+            .gitlab
+            .record_past_pipelines(driven.project, &[Duration::from_secs(60); 5])
+            .unwrap();
+        let queue = &driven.queue;
+        queued_requests(&db, 0..3).await;
+        let boarded = queue.claim_round().await.unwrap();
+        assert!(
+            matches!(boarded.as_slice(), [Claimed::Batch { members, .. }, ..] if members.len() == 3),
+            "{boarded:?}"
+        );
+        assert_eq!(
+            queue.until_pace_allows(),
+            None,
+            "{interval}: nothing held back"
+        );
+
+        queued_requests(&db, 3..5).await;
+        let held = queue.claim_round().await.unwrap();
+        assert!(
+            !held
+                .iter()
+                .any(|claim| matches!(claim, Claimed::Batch { .. })),
+            "{interval}: {held:?}"
+        );
+        let until = queue
+            .until_pace_allows()
+            .expect("the moment the pace lets the batch board is kept");
+        let pace = Duration::from_secs(pace);
+        assert!(
+            until <= pace && until > pace - Duration::from_secs(5),
+            "{interval}: {until:?}"
+        );
+        assert!(!queue.pace_allows(), "{interval}: not yet");
+    }
+}
+
+/// Every operation of `ids` merged, and its request says so.
+async fn assert_all_merged(db: &Db, ids: &[String]) {
     use changegate::db::operations::get_operation_with_status;
     use changegate::domain::{BindingStatus, StepStatus};
-    use changegate_sim::gitlab::{AccessLevel, GitLabSim, GitLabSimOptions, PipelineOutcome};
+
+    for id in ids {
+        let (operation, status, _) = get_operation_with_status(db, id).await.unwrap().unwrap();
+        assert_eq!(
+            (status, operation.step),
+            (Some(BindingStatus::Merged), StepStatus::HandleMerged),
+            "{id}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_batch_whose_pipeline_passed_merges_in_that_round_not_a_round_later() {
+    use changegate_sim::gitlab::MrState;
+
+    let test_db = crate::helpers::sqlite_db().await;
+    let db = test_db.db.clone();
+    let driven = DrivenQueue::on(&db, "").await;
+    let ids = queued_requests(&db, 0..3).await;
+    let (batch_id, iid) = driven.opened(&db).await;
+    driven.pass_pipeline(iid);
+
+    // One round sees the pipeline passed, starts merging (the batch is
+    // the front) and merges.
+    driven.queue.drive_round().await.unwrap();
+    let batch = get_batch(&db, batch_id).await.unwrap().unwrap();
+    assert_eq!(batch.status, "SUCCEEDED", "{batch:?}");
+    let mr = driven
+        .gitlab
+        .merge_request(driven.project, u64::try_from(iid).unwrap())
+        .unwrap();
+    assert_eq!(mr.state, MrState::Merged);
+    assert_all_merged(&db, &ids).await;
+}
+
+#[tokio::test]
+async fn a_batch_whose_mr_merged_meanwhile_settles_as_merged() {
     use secrecy::SecretString;
 
     let test_db = crate::helpers::sqlite_db().await;
     let db = test_db.db.clone();
-    let gitlab = GitLabSim::start(GitLabSimOptions::default()).await.unwrap();
-    let project = gitlab.create_project("config/repo");
-    for (name, token) in [
-        ("bot", "bot-token"),
-        ("rev-a", "a-token"),
-        ("rev-b", "b-token"),
-    ] {
-        let user = gitlab.add_user(name, token);
-        gitlab
-            .add_member(project, user, AccessLevel::Developer)
-            .unwrap();
-    }
-    gitlab
-        .script_pipelines(project, [PipelineOutcome::StuckRunning])
-        .unwrap();
-    let ids = queued_requests(&db, 3).await;
-
-    let (settings, problems) = settings_from(&format!(
-        "[gitlab]\nbase_url = {:?}\nproject = \"config/repo\"\nbot_token = \"bot-token\"\n\
-         reviewer_tokens = [\"a-token\", \"b-token\"]\n",
-        gitlab.base_url()
-    ));
-    assert!(problems.is_empty(), "{problems:?}");
-    let config = LiveConfig::new(settings, None, None);
-    let slot = DbSlot::ready(db.clone());
-    let client = GitLabClient::new(
-        system_client(System::GitLab),
-        gitlab.base_url(),
-        Duration::from_secs(5),
-        RetryPolicy::default(),
-    );
-    let workflow = Workflow::new(
-        slot.clone(),
-        config.clone(),
-        ApprovalClient::new(system_client(System::Approval)),
-        client.clone(),
-    );
-    let queue = MergeQueue::new(slot, config, workflow);
-
-    let Claimed::Batch { id: batch_id, .. } = claim_batch(&db, "", one_at_a_time(10), &|_| true)
-        .await
-        .unwrap()
-    else {
-        panic!("a batch");
-    };
-    queue.drive_round().await.unwrap(); // opens the MR
-    queue.drive_round().await.unwrap(); // its pipeline runs on and on
-    let iid = get_batch(&db, batch_id)
-        .await
-        .unwrap()
-        .unwrap()
-        .mr_iid
-        .unwrap();
+    let driven = DrivenQueue::on(&db, "").await;
+    let ids = queued_requests(&db, 0..3).await;
+    let (batch_id, iid) = driven.opened(&db).await;
+    let (queue, client) = (&driven.queue, &driven.client);
 
     // Someone finishes the pipeline, approves and merges it by hand just as
     // an operator gives up on the batch.
-    let mr = gitlab
-        .merge_request(project, u64::try_from(iid).unwrap())
-        .unwrap();
-    gitlab
-        .force_pipeline(
-            project,
-            mr.head_pipeline.unwrap().0,
-            PipelineOutcome::Success,
-        )
-        .unwrap();
+    let mr = driven.pass_pipeline(iid);
     for token in ["a-token", "b-token"] {
         client
             .approve(&SecretString::from(token), "config/repo", iid)
@@ -460,13 +574,7 @@ async fn a_batch_whose_mr_merged_meanwhile_settles_as_merged() {
     );
     let batch = get_batch(&db, batch_id).await.unwrap().unwrap();
     assert_eq!(batch.status, "SUCCEEDED", "merged wins: {batch:?}");
-    for id in &ids {
-        let (operation, status, _) = get_operation_with_status(&db, id).await.unwrap().unwrap();
-        assert_eq!(
-            (status, operation.step),
-            (Some(BindingStatus::Merged), StepStatus::HandleMerged)
-        );
-    }
+    assert_all_merged(&db, &ids).await;
     assert_eq!(
         queue.settle(batch_id, "again").await.unwrap(),
         Settled::NotRunning,
