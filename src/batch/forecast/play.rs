@@ -337,14 +337,15 @@ impl Play {
     }
 
     /// The next claim round that may claim differently: the first round
-    /// after a change, or the moment the pace lets a batch of ordinary
-    /// requests board (an instance claims then, though never sooner than
-    /// an interval after the newest).
+    /// after a change, or, while ordinary requests wait, the moment the
+    /// pace lets their batch board (an instance claims then, though never
+    /// sooner than an interval after the newest).
     fn next_round(&self, now: f64) -> Option<f64> {
         let changed = self
             .next_change(now)
             .map(|at| self.round_at_or_after(at, now));
-        let paced = (self.depth > 1)
+        let ordinary_waits = self.queue.iter().any(|queued| !queued.is_half());
+        let paced = (self.depth > 1 && ordinary_waits)
             .then(|| self.newest_ordinary + self.pace().max(self.interval))
             .filter(|at| *at > now);
         changed.into_iter().chain(paced).min_by(f64::total_cmp)
