@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use changegate::batch::{Claimed, Room, claim_batch};
+use changegate::batch::{Claimed, Ordinary, Room, claim_batch};
 use changegate::config::resolve::FlowOrder;
 use changegate::config::{Settings, source};
 use changegate::db::batch_queue::enqueue;
@@ -73,7 +73,7 @@ async fn measure(name: &str, url: &str) {
         let room = Room {
             members: MEMBERS as u32,
             in_flight: 1,
-            ordinary: true,
+            ordinary: Ordinary::Unpaced,
         };
         let claimed = claim_batch(&db, "", room, &|_| true).await.expect("claim");
         times.push(started.elapsed());

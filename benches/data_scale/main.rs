@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use changegate::app::{Application, Parts};
-use changegate::batch::{Claimed, Room, claim_batch};
+use changegate::batch::{Claimed, Ordinary, Room, claim_batch};
 use changegate::config::projects::Projects;
 use changegate::config::{LiveConfig, Settings, source};
 use changegate::db::retention::{Pruned, delete_ids, eligible_ids, newest_old_id};
@@ -65,10 +65,10 @@ const TARGETS: i64 = 8;
 const MEMBERS: u32 = 500;
 /// One batch of `MEMBERS` at a time: the claim measured is the same at any
 /// train depth.
-const ONE_BATCH: Room = Room {
+const ONE_BATCH: Room<'static> = Room {
     members: MEMBERS,
     in_flight: 1,
-    ordinary: true,
+    ordinary: Ordinary::Unpaced,
 };
 /// Timed rounds of the jobs that use up their work (claim, relay,
 /// retention), after one untimed warm-up round.

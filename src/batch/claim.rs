@@ -24,12 +24,16 @@
 //! No lock is held beyond this transaction: a batch runs for minutes, its
 //! slot is data (the batch's status), not a lock.
 
+use std::collections::HashMap;
+
 use crate::db::batch_queue::{CLAIM_SCAN, Waiting, claim, due_waiting, next_batch_number};
 use crate::db::batches::{append_membership, describe_batch};
 use crate::db::train::{insert_car, places_taken};
 use crate::db::{Db, is_retryable_conflict, is_unique_violation, retrying};
 use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, StoreError, StoreTx, move_members};
+
+use super::pace::Pace;
 
 /// What a claim did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,18 +56,29 @@ pub enum Claimed {
 }
 
 /// How big a batch may be, and how many may be in flight at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Room {
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Room<'a> {
     /// At most this many members (`batch.max_requests`).
     pub members: u32,
     /// At most this many active batches in the partition's train
     /// (`batch.max_in_flight`).
     pub in_flight: u32,
-    /// Whether a batch of ordinary requests may board now; the halves of
-    /// a failed batch always may. Only a train deeper than one asks: one
-    /// batch at a time takes the oldest waiting requests, whichever they
-    /// are.
-    pub ordinary: bool,
+    /// Whose ordinary requests may board now; the halves of a failed batch
+    /// always may.
+    pub ordinary: Ordinary<'a>,
+}
+
+/// Whose ordinary requests (not the halves of a failed batch) may board.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Ordinary<'a> {
+    /// Anyone's: one batch at a time takes the oldest waiting requests,
+    /// whichever they are, and the urgent lane is never held.
+    Unpaced,
+    /// As the pace of each project's train says: a project's requests
+    /// board when it lets a batch board, or when they fill a batch (the
+    /// pace is there to let a batch grow, and a full one cannot); a
+    /// project it was not read for waits for the next round.
+    Paced(&'a HashMap<String, Pace>),
 }
 
 /// Whether a target's change windows let a request land now.
@@ -75,7 +90,7 @@ pub type OpenNow<'a> = &'a (dyn Fn(&str) -> bool + Sync);
 pub async fn claim_batch(
     db: &Db,
     partition_key: &str,
-    room: Room,
+    room: Room<'_>,
     open: OpenNow<'_>,
 ) -> Result<Claimed, StoreError> {
     retrying(|| claim_once(db, partition_key, room, open)).await
@@ -84,7 +99,7 @@ pub async fn claim_batch(
 async fn claim_once(
     db: &Db,
     partition_key: &str,
-    room: Room,
+    room: Room<'_>,
     open: OpenNow<'_>,
 ) -> Result<Claimed, StoreError> {
     let mut tx = StoreTx::begin(db).await?;
@@ -124,7 +139,7 @@ async fn claim_once(
 pub async fn claim_in(
     tx: &mut StoreTx,
     partition_key: &str,
-    room: Room,
+    room: Room<'_>,
     open: OpenNow<'_>,
 ) -> Result<Claimed, StoreError> {
     let (active, last) = places_taken(tx.db(), partition_key).await?;
@@ -202,11 +217,11 @@ pub async fn claim_in(
 
 /// The waiting request whose group boards next: in a train of one, the
 /// oldest. In a deeper train the halves of failed batches are never held,
-/// and ordinary requests go first only when they may board now and the
-/// train still has a place for every waiting half behind them: the next
-/// level of a bisection is then built on their batch, and they need not
-/// wait for its last level.
-fn first_to_board(due: &[Waiting], active: i64, room: Room) -> Option<&Waiting> {
+/// and ordinary requests go first only when they may board now (see
+/// [`Ordinary`]) and the train still has a place for every waiting half
+/// behind them: the next level of a bisection is then built on their batch,
+/// and they need not wait for its last level.
+fn first_to_board<'w>(due: &'w [Waiting], active: i64, room: Room<'_>) -> Option<&'w Waiting> {
     if room.in_flight <= 1 {
         return due.first();
     }
@@ -218,9 +233,29 @@ fn first_to_board(due: &[Waiting], active: i64, room: Room) -> Option<&Waiting> 
     halves.sort_unstable();
     halves.dedup();
     let places_left = i64::from(room.in_flight) - active;
-    let ordinary = due.iter().find(|waiting| waiting.split_group.is_empty());
+    let boards = may_board(due, room);
+    let ordinary = due
+        .iter()
+        .find(|waiting| waiting.split_group.is_empty() && boards(&waiting.project));
     match ordinary {
-        Some(ordinary) if room.ordinary && (halves.len() as i64) < places_left => Some(ordinary),
+        Some(ordinary) if (halves.len() as i64) < places_left => Some(ordinary),
         _ => due.iter().find(|waiting| !waiting.split_group.is_empty()),
+    }
+}
+
+/// Whether the ordinary requests of a project may board now, of those `due`.
+fn may_board<'r>(due: &[Waiting], room: Room<'r>) -> impl Fn(&str) -> bool + 'r {
+    let mut waiting: HashMap<String, usize> = HashMap::new();
+    for ordinary in due.iter().filter(|waiting| waiting.split_group.is_empty()) {
+        *waiting.entry(ordinary.project.clone()).or_default() += 1;
+    }
+    let full = room.members.max(1) as usize;
+    move |project| match room.ordinary {
+        Ordinary::Unpaced => true,
+        Ordinary::Paced(paces) => match paces.get(project) {
+            Some(Pace::Boards) => true,
+            Some(Pace::Waits(_)) => waiting.get(project).is_some_and(|count| *count >= full),
+            Some(Pace::Held) | None => false,
+        },
     }
 }

@@ -159,6 +159,8 @@ pub async fn queue_estimate(
         };
         groups.push((car.split_group.clone(), size));
     }
+    // Whether the request's own batch, once it boards, is full.
+    let mut own_full = false;
     let (index, batch) = match &place {
         Place::Boarded(batch) => match train.iter().position(|car| car.id == batch.id) {
             Some(index) => (index, Some(batch.shown_number())),
@@ -171,8 +173,10 @@ pub async fn queue_estimate(
                 if !group.is_empty() {
                     groups.push((group, count));
                 } else if place.split_group.is_empty() {
-                    // Ordinary requests ahead fill whole batches first.
+                    // Ordinary requests ahead fill whole batches first,
+                    // and the rest share the request's own.
                     groups.extend(std::iter::repeat_n((group, 0), count / per_batch));
+                    own_full = count % per_batch + 1 >= per_batch;
                 }
             }
             groups.push((place.split_group.clone(), 1));
@@ -216,8 +220,10 @@ pub async fn queue_estimate(
         })
         .collect();
     let depth = settings.batch.max_in_flight as usize;
+    // The pace is its project's own.
     let newest_boarded = train
         .iter()
+        .filter(|car| &car.project == project)
         .filter(|batch| batch.split_group.is_empty() && batch.rebuilds == 0)
         .map(|batch| batch.created_at)
         .max()
@@ -226,9 +232,17 @@ pub async fn queue_estimate(
         batches: groups[train.len()..]
             .iter()
             .zip(&fates[train.len()..])
-            .map(|((group, _), fate)| Waiting {
+            .enumerate()
+            .map(|(index, ((group, _), fate))| Waiting {
                 fate: *fate,
                 group: group.clone(),
+                // Ordinary requests ahead of the request's own batch fill
+                // whole batches.
+                full: if train.len() + index + 1 == groups.len() {
+                    own_full
+                } else {
+                    group.is_empty()
+                },
             })
             .collect(),
         depth,

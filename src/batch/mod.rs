@@ -21,8 +21,9 @@ mod turn;
 mod unwritable;
 mod writes;
 
-pub use claim::{Claimed, OpenNow, Room, claim_batch, claim_in};
+pub use claim::{Claimed, OpenNow, Ordinary, Room, claim_batch, claim_in};
 pub use estimate::{MIN_HISTORY, QueueEstimate, queue_estimate};
 pub use metrics::{count_round_failure, count_urgent, describe_metrics};
+pub use pace::Pace;
 pub use runner::{ClaimError, MergeQueue, NotNow};
 pub use settle::Settled;

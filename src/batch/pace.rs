@@ -1,11 +1,15 @@
-//! When a train takes a new batch of ordinary requests (SPEC §7): the pace
-//! of a train, what it is measured from, and the moment it next allows one.
+//! When a train takes a new batch of ordinary requests of a project (SPEC
+//! §7): the pace of each project's batches, what it is measured from, and
+//! the moment it next allows one.
 
+use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::config::Settings;
 use crate::db::Db;
+use crate::db::batch_queue::waiting_projects;
+use crate::db::batches::BatchRow;
 use crate::db::estimates::merged_runs;
 use crate::db::train::active_train;
 use crate::store::StoreError;
@@ -17,18 +21,18 @@ use super::runner::MergeQueue;
 /// How long a project's recent pipelines in GitLab are trusted once read.
 const CI_HISTORY_TTL: Duration = Duration::from_secs(300);
 
-/// Whether a train takes a new batch of ordinary requests now.
+/// Whether a train takes a new batch of a project's ordinary requests now.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) enum Pace {
+pub enum Pace {
     /// It does.
     Boards,
-    /// Not while a half of a failed batch is untested.
+    /// Not while a half of one of its failed batches is untested.
     Held,
-    /// Not for this long yet.
+    /// Not for this long yet, unless its requests fill a batch.
     Waits(Duration),
 }
 
-/// The soonest moment this instance saw a train's pace let the next batch
+/// The soonest moment this instance saw a project's pace let its next batch
 /// of ordinary requests board: its claim loop claims then, rather than up
 /// to `batch.interval` later (a wait that every request of that batch
 /// would add to its own).
@@ -60,58 +64,60 @@ impl PaceDue {
 }
 
 impl MergeQueue {
-    /// Whether the train of `partition` takes a new batch of ordinary
-    /// requests now. Not while a half of a failed batch is untested: a
-    /// batch built on it is built again if it fails, which one of each
-    /// pair is expected to do (the halves board first, and the ordinary
-    /// batch boards with the next level of halves, or after the last).
-    /// Nor less than half a pipeline (see [`Self::pipeline_seconds`])
-    /// after the newest ordinary batch boarded: a batch
-    /// every half pipeline keeps the wait to board under half a pipeline;
-    /// more batches would each carry fewer requests for little less
-    /// waiting, and every one is a pipeline more. A batch built again is
-    /// not new: its requests boarded when it first did. While the pace
-    /// holds a batch back, the moment it lets it board is kept (see
-    /// [`PaceDue`]), though never sooner than `batch.interval` after the
-    /// newest: a long interval is how a team asks for bigger batches.
-    pub(super) async fn ordinary_boards(
+    /// The pace of each project whose ordinary requests wait in
+    /// `partition`, for the claim that comes next. Each project has its
+    /// own: its batches are built on its own, and in a partition shared
+    /// by several projects one project's batch does not hold back
+    /// another's. While the pace holds a batch back, the moment it lets it
+    /// board is kept (see [`PaceDue`]).
+    pub(super) async fn paces(
         &self,
         db: &Db,
         settings: &Settings,
         partition: &str,
-    ) -> Result<bool, StoreError> {
-        Ok(match self.pace(db, settings, partition).await? {
-            Pace::Boards => true,
-            Pace::Held => false,
-            Pace::Waits(wait) => {
+    ) -> Result<HashMap<String, Pace>, StoreError> {
+        let train = active_train(db, partition).await?;
+        let mut paces = HashMap::new();
+        for project in waiting_projects(db, partition).await? {
+            let pace = self.pace(db, settings, &train, &project).await?;
+            if let Pace::Waits(wait) = pace {
                 self.pace_due.at(Instant::now() + wait);
-                false
             }
-        })
+            paces.insert(project, pace);
+        }
+        Ok(paces)
     }
 
-    /// The pace of `partition`'s train now.
+    /// The pace of `project` in `train`. Held while a half of one of its
+    /// failed batches is untested: a batch built on it is built again if
+    /// it fails, which one of each pair is expected to do (the halves
+    /// board first, and the ordinary batch boards with the next level of
+    /// halves, or after the last). Else no sooner than half a pipeline
+    /// (see [`Self::pipeline_seconds`]) after its newest ordinary batch
+    /// boarded: a batch every half pipeline keeps the wait to board under
+    /// half a pipeline; more batches would each carry fewer requests for
+    /// little less waiting, and every one is a pipeline more. A batch
+    /// built again is not new: its requests boarded when it first did. Nor
+    /// sooner than `batch.interval` after it: a long interval is how a
+    /// team asks for bigger batches.
     async fn pace(
         &self,
         db: &Db,
         settings: &Settings,
-        partition: &str,
+        train: &[BatchRow],
+        project: &str,
     ) -> Result<Pace, StoreError> {
-        let train = active_train(db, partition).await?;
-        let untested_half = train
-            .iter()
-            .any(|car| !car.split_group.is_empty() && car.untested());
-        if untested_half {
+        let own = || train.iter().filter(|car| car.project == project);
+        if own().any(|car| !car.split_group.is_empty() && car.untested()) {
             return Ok(Pace::Held);
         }
-        let Some(newest) = train
-            .iter()
+        let Some(newest) = own()
             .filter(|car| car.split_group.is_empty() && car.rebuilds == 0)
             .max_by_key(|car| car.created_at)
         else {
             return Ok(Pace::Boards);
         };
-        let Some(pipeline) = self.pipeline_seconds(db, settings, &newest.project).await? else {
+        let Some(pipeline) = self.pipeline_seconds(db, settings, project).await? else {
             return Ok(Pace::Boards);
         };
         let boarded = (chrono::Utc::now().naive_utc() - newest.created_at).as_seconds_f64();

@@ -20,7 +20,7 @@ use crate::store::StoreError;
 use crate::store::is_urgent_lane;
 use crate::workflow::{Round, Workflow, bot, head_pipeline_run, rebasing_event};
 
-use super::claim::{Claimed, Room, claim_batch};
+use super::claim::{Claimed, Ordinary, Room, claim_batch};
 use super::pace::PaceDue;
 use super::remembered::Remembered;
 use super::train::Turn;
@@ -44,7 +44,7 @@ pub struct MergeQueue {
     /// The median of each project's recent pipelines in GitLab (seconds),
     /// as last read; `None` when too few or unreadable.
     pub(super) ci_pipelines: Arc<Remembered<Option<f64>>>,
-    /// When a train's pace next lets a batch of ordinary requests board.
+    /// When a project's pace next lets a batch of its ordinary requests board.
     pub(super) pace_due: Arc<PaceDue>,
 }
 
@@ -86,14 +86,14 @@ impl MergeQueue {
         self.config.current().batch.interval
     }
 
-    /// Whether a train's pace lets a batch board now that it held back at
+    /// Whether a project's pace lets a batch board now that it held back at
     /// an earlier round: a claim round should run now, not at the next
     /// interval. Answers `true` once per such moment.
     pub fn pace_allows(&self) -> bool {
         self.pace_due.take_if_due()
     }
 
-    /// How long until a train's pace lets a batch board that it holds
+    /// How long until a project's pace lets a batch board that it holds
     /// back now, if one does.
     pub fn until_pace_allows(&self) -> Option<std::time::Duration> {
         self.pace_due.until()
@@ -116,17 +116,25 @@ impl MergeQueue {
         let mut claimed = Vec::new();
         // The lock-free pre-check: no waiting request, no transaction.
         for partition in waiting_partitions(db).await.map_err(StoreError::from)? {
-            // An urgent lane is never held: it goes in the next round.
-            let room = Room {
-                members,
-                in_flight,
-                ordinary: in_flight <= 1
-                    || is_urgent_lane(&partition)
-                    || self.ordinary_boards(db, &settings, &partition).await?,
-            };
+            // One batch at a time has no pace, and an urgent lane is never
+            // held: it goes in the next round.
+            let unpaced = in_flight <= 1 || is_urgent_lane(&partition);
             // A train takes as many new batches as it has room for (halves
             // of a failed batch are groups of their own, so each is one).
-            for _ in 0..room.in_flight.max(1) {
+            for _ in 0..in_flight.max(1) {
+                // Read again after each claim: the batch just claimed paces
+                // its project's next, so a request that arrived meanwhile
+                // waits for it rather than boarding alone.
+                let paces = if unpaced {
+                    None
+                } else {
+                    Some(self.paces(db, &settings, &partition).await?)
+                };
+                let room = Room {
+                    members,
+                    in_flight,
+                    ordinary: paces.as_ref().map_or(Ordinary::Unpaced, Ordinary::Paced),
+                };
                 let claim = claim_batch(db, &partition, room, &open).await?;
                 let more = matches!(claim, Claimed::Batch { .. });
                 claimed.push(claim);

@@ -51,6 +51,23 @@ pub async fn waiting_partitions(db: &Db) -> Result<Vec<String>, sqlx::Error> {
     })
 }
 
+/// The projects of `partition_key` with ordinary requests (not the halves
+/// of a failed batch) waiting whose time has come: whose pace a claim
+/// reads. Served by `ix_merge_batch_request_waiting`.
+pub async fn waiting_projects(db: &Db, partition_key: &str) -> Result<Vec<String>, sqlx::Error> {
+    let sql = format!(
+        "SELECT DISTINCT project FROM merge_batch_request WHERE partition_key = ? \
+         AND batch_id IS NULL AND split_group = '' AND (not_before IS NULL OR not_before <= {})",
+        dialect::now_ms(db.backend())
+    );
+    with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(AssertSqlSafe(sql))
+            .bind(partition_key)
+            .fetch_all(pool)
+            .await
+    })
+}
+
 /// A waiting request.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Waiting {

@@ -49,9 +49,18 @@ async fn enqueue_many(db: &Db, count: usize) -> Vec<String> {
     ids
 }
 
-/// `count` approved requests waiting for a merge round, each with its
+/// Approved requests of `subjects` waiting for a merge round, each with its
 /// operation and binding (MR_CREATING, QUEUED), as the workflow leaves them.
 async fn queued_requests(db: &Db, subjects: std::ops::Range<usize>) -> Vec<String> {
+    queued_requests_of(db, "config/repo", subjects).await
+}
+
+/// [`queued_requests`] of a project's target.
+async fn queued_requests_of(
+    db: &Db,
+    project: &str,
+    subjects: std::ops::Range<usize>,
+) -> Vec<String> {
     use changegate::config::resolve::FlowOrder;
     use changegate::domain::{BindingStatus, OperationId, OperationKind, StepStatus};
     use changegate::store::{Change, Controls, NewRequest};
@@ -85,9 +94,7 @@ async fn queued_requests(db: &Db, subjects: std::ops::Range<usize>) -> Vec<Strin
             .await
             .unwrap();
         let mut tx = db.begin().await.unwrap();
-        enqueue(&mut tx, &id, "", "config/repo", None)
-            .await
-            .unwrap();
+        enqueue(&mut tx, &id, "", project, None).await.unwrap();
         tx.commit().await.unwrap();
         ids.push(id);
     }
@@ -372,6 +379,8 @@ async fn of_several_racing_settlers_exactly_one_settles_a_batch() {
 struct DrivenQueue {
     gitlab: changegate_sim::gitlab::GitLabSimHandle,
     project: changegate_sim::gitlab::ProjectId,
+    /// The bot and the two reviewers.
+    users: Vec<changegate_sim::gitlab::UserId>,
     client: GitLabClient,
     queue: MergeQueue,
 }
@@ -382,6 +391,7 @@ impl DrivenQueue {
 
         let gitlab = GitLabSim::start(GitLabSimOptions::default()).await.unwrap();
         let project = gitlab.create_project("config/repo");
+        let mut users = Vec::new();
         for (name, token) in [
             ("bot", "bot-token"),
             ("rev-a", "a-token"),
@@ -391,6 +401,7 @@ impl DrivenQueue {
             gitlab
                 .add_member(project, user, AccessLevel::Developer)
                 .unwrap();
+            users.push(user);
         }
         gitlab
             .script_pipelines(project, [PipelineOutcome::StuckRunning])
@@ -419,9 +430,25 @@ impl DrivenQueue {
         Self {
             gitlab,
             project,
+            users,
             client,
             queue,
         }
+    }
+
+    /// Another project the bot and the reviewers work in.
+    fn another_project(&self, path: &str) -> changegate_sim::gitlab::ProjectId {
+        let project = self.gitlab.create_project(path);
+        for user in &self.users {
+            self.gitlab
+                .add_member(
+                    project,
+                    *user,
+                    changegate_sim::gitlab::AccessLevel::Developer,
+                )
+                .unwrap();
+        }
+        project
     }
 
     /// Claims a batch of what waits and opens its MR: the batch's id and
@@ -507,6 +534,95 @@ async fn a_train_held_back_by_its_pace_claims_again_when_it_lets_a_batch_board_a
         );
         assert!(!queue.pace_allows(), "{interval}: not yet");
     }
+}
+
+/// What a claim round boarded: each batch's project and size.
+async fn boarded(db: &Db, round: &[Claimed]) -> Vec<(String, usize)> {
+    let mut boarded = Vec::new();
+    for claim in round {
+        if let Claimed::Batch { id, members, .. } = claim {
+            let batch = get_batch(db, *id).await.unwrap().unwrap();
+            boarded.push((batch.project, members.len()));
+        }
+    }
+    boarded
+}
+
+#[tokio::test]
+async fn each_project_sharing_a_train_has_its_own_pace() {
+    // Both projects' requests share the default partition, so one train.
+    // The pipelines of both take a minute: a project's next batch boards
+    // 30 s after its last. Project B's requests are not built on A's
+    // batch, and nothing of B's has boarded: B's batch boards at once.
+    let one_at_a_time = crate::helpers::train_depth() == 1;
+    let test_db = crate::helpers::sqlite_db().await;
+    let db = test_db.db.clone();
+    let driven = DrivenQueue::on(&db, "[batch]\ninterval = \"1s\"\n").await;
+    let other = driven.another_project("other/repo");
+    for project in [driven.project, other] {
+        driven
+            .gitlab
+            .record_past_pipelines(project, &[Duration::from_secs(60); 5])
+            .unwrap();
+    }
+    let queue = &driven.queue;
+    queued_requests(&db, 0..3).await;
+    let first = queue.claim_round().await.unwrap();
+    assert_eq!(
+        boarded(&db, &first).await,
+        [("config/repo".to_owned(), 3)],
+        "{first:?}"
+    );
+
+    queued_requests(&db, 3..5).await;
+    queued_requests_of(&db, "other/repo", 100..102).await;
+    let second = queue.claim_round().await.unwrap();
+    if one_at_a_time {
+        // One batch at a time: nothing boards beside A's batch.
+        assert_eq!(boarded(&db, &second).await, [], "{second:?}");
+        return;
+    }
+    assert_eq!(
+        boarded(&db, &second).await,
+        [("other/repo".to_owned(), 2)],
+        "{second:?}"
+    );
+    let until = queue
+        .until_pace_allows()
+        .expect("A's pace holds its batch back, and the moment is kept");
+    assert!(until > Duration::from_secs(25), "{until:?}");
+}
+
+#[tokio::test]
+async fn a_full_batch_boards_without_waiting_for_the_pace_and_what_is_left_waits_for_it() {
+    // Batches of at most two, a pipeline of a minute: five waiting
+    // requests fill two batches, which board in one round; the fifth alone
+    // would gain from waiting for others, and waits for the pace.
+    let one_at_a_time = crate::helpers::train_depth() == 1;
+    let test_db = crate::helpers::sqlite_db().await;
+    let db = test_db.db.clone();
+    let driven = DrivenQueue::on(&db, "[batch]\ninterval = \"1s\"\nmax_requests = 2\n").await;
+    driven
+        .gitlab
+        .record_past_pipelines(driven.project, &[Duration::from_secs(60); 5])
+        .unwrap();
+    let queue = &driven.queue;
+    queued_requests(&db, 0..5).await;
+    let round = queue.claim_round().await.unwrap();
+    let project = "config/repo".to_owned();
+    if one_at_a_time {
+        assert_eq!(boarded(&db, &round).await, [(project, 2)], "{round:?}");
+        return;
+    }
+    assert_eq!(
+        boarded(&db, &round).await,
+        [(project.clone(), 2), (project, 2)],
+        "{round:?}"
+    );
+    assert!(
+        queue.until_pace_allows().is_some(),
+        "the last request waits for the pace"
+    );
 }
 
 /// Every operation of `ids` merged, and its request says so.

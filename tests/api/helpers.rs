@@ -394,11 +394,11 @@ pub fn changegate_command() -> Command {
 /// whatever the environment says, recording into its own health record.
 /// Room for one batch of at most `members` in a partition at a time: the
 /// claim as it was before the merge train (`batch.max_in_flight = 1`).
-pub fn one_at_a_time(members: u32) -> changegate::batch::Room {
+pub fn one_at_a_time(members: u32) -> changegate::batch::Room<'static> {
     changegate::batch::Room {
         members,
         in_flight: 1,
-        ordinary: true,
+        ordinary: changegate::batch::Ordinary::Unpaced,
     }
 }
 

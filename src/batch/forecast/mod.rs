@@ -75,6 +75,9 @@ pub struct Waiting {
     pub fate: Fate,
     /// Its split group (`""`: ordinary requests).
     pub group: String,
+    /// It holds `batch.max_requests` requests: it boards without waiting
+    /// for the pace, which is there to let a batch grow.
+    pub full: bool,
 }
 
 /// How new batches board a train.
@@ -112,14 +115,16 @@ mod tests {
         merge_round: 1.0,
     };
 
+    /// Batches of ordinary requests: full ones, then the last, which is
+    /// not (as a request's own is, behind those ahead of it).
     fn ordinary(batches: usize) -> Vec<Waiting> {
-        vec![
-            Waiting {
+        (0..batches)
+            .map(|index| Waiting {
                 fate: Fate::Merges,
                 group: String::new(),
-            };
-            batches
-        ]
+                full: index + 1 < batches,
+            })
+            .collect()
     }
 
     fn boarding(batches: usize, depth: usize, newest_boarded: Option<f64>) -> Boarding {
@@ -176,10 +181,14 @@ mod tests {
         let room = merge_times(&front, &boarding(1, 4, Some(60.0)), &DURATIONS);
         assert_eq!(room, vec![Some(11.0), Some(12.0)]);
         // The front boarded 2 s ago: the next boards at the first round
-        // half a pipeline after it (3 s from now), the one after in the
-        // same round, there being room.
-        let paced = merge_times(&front, &boarding(2, 4, Some(2.0)), &DURATIONS);
-        assert_eq!(paced, vec![Some(11.0), Some(14.0), Some(15.0)]);
+        // half a pipeline after it (3 s from now).
+        let paced = merge_times(&front, &boarding(1, 4, Some(2.0)), &DURATIONS);
+        assert_eq!(paced, vec![Some(11.0), Some(14.0)]);
+        // A full batch ahead of it does not wait for the pace: it boards
+        // at the next round (1 s from now), and the pace then counts from
+        // it, so the last boards at 6 s.
+        let full_ahead = merge_times(&front, &boarding(2, 4, Some(2.0)), &DURATIONS);
+        assert_eq!(full_ahead, vec![Some(11.0), Some(12.0), Some(17.0)]);
         // A full train of one: claimed at the round the front merged in.
         let full = merge_times(&front, &boarding(1, 1, Some(60.0)), &DURATIONS);
         assert_eq!(full, vec![Some(11.0), Some(22.0)]);

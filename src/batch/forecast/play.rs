@@ -31,6 +31,8 @@ struct Played {
 struct Queued {
     group: String,
     fate: Fate,
+    /// It holds `batch.max_requests` requests.
+    full: bool,
     shown_as: Option<usize>,
 }
 
@@ -82,6 +84,7 @@ impl Play {
             .map(|(index, waiting)| Queued {
                 group: waiting.group.clone(),
                 fate: waiting.fate,
+                full: waiting.full,
                 shown_as: Some(train.len() + index),
             })
             .collect();
@@ -269,6 +272,7 @@ impl Play {
             let half = Queued {
                 group,
                 fate,
+                full: false,
                 shown_as: None,
             };
             self.queue.insert(after + offset, half);
@@ -303,12 +307,19 @@ impl Play {
             }
             return;
         }
-        let ordinary_boards = !self.half_untested(now) && now - self.newest_ordinary >= self.pace();
         while active < self.depth {
+            // As each claim reads the pace again: a full batch boards
+            // without waiting for it, not while a half is untested.
+            let paced = now - self.newest_ordinary >= self.pace();
+            let held = self.half_untested(now);
             let halves = self.queue.iter().filter(|queued| queued.is_half()).count();
-            let ordinary = self.queue.iter().position(|queued| !queued.is_half());
+            let ordinary = self
+                .queue
+                .iter()
+                .position(|queued| !queued.is_half())
+                .filter(|index| !held && (paced || self.queue[*index].full));
             let next = match ordinary {
-                Some(index) if ordinary_boards && active + 1 + halves <= self.depth => index,
+                Some(index) if active + 1 + halves <= self.depth => index,
                 _ if halves > 0 => self.queue.iter().position(Queued::is_half).unwrap_or(0),
                 _ => break,
             };
