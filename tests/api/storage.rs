@@ -100,6 +100,11 @@ async fn times_come_from_the_database_clock_with_milliseconds() {
             test_db.name
         );
 
+        // Rows are older than the database's now once its clock has passed
+        // the second row's millisecond (the SELECT may run in that very one).
+        while db.now().await.unwrap() < stamps[1] + chrono::TimeDelta::milliseconds(1) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         let sql = format!(
             "SELECT COUNT(*) FROM binding WHERE created_at < {}",
             dialect::now_ms(db.backend())
