@@ -168,6 +168,7 @@ pub async fn queue_estimate(
         },
         Place::Waiting(place) => {
             let per_batch = settings.batch.max_requests.max(1) as usize;
+            own_full = per_batch == 1;
             for (group, count) in waiting_ahead(db, partition, place.id).await? {
                 let count = usize::try_from(count).unwrap_or(0);
                 if !group.is_empty() {
