@@ -178,8 +178,9 @@ async fn apply(client: &reqwest::Client, address: &str, user: &str, level: &str)
 }
 
 /// Requests that merged or failed: nothing more happens to them in the
-/// merge queue (a bisection can fail a request beside the one whose file
-/// fails CI, once `batch.max_split_depth` is reached).
+/// merge queue (a bisection fails a request beside one whose file fails CI
+/// only once both halves of a failed batch failed and
+/// `batch.max_split_depth` is reached).
 async fn settled(db: &Db) -> usize {
     let count: i64 = changegate::with_pool!(db, reader, |pool| {
         sqlx::query_scalar(

@@ -12,6 +12,7 @@ use crate::db::batches::{
 use crate::db::callbacks::deployed_since;
 use crate::db::operations::operations_by_ids;
 use crate::db::timeline_events::TimelineEvent;
+use crate::db::train::half_failed;
 use crate::domain::{BindingStatus, StepStatus};
 use crate::files::layout::FileChange;
 use crate::store::{Change, StoreError, StoreTx, lock_members, move_members};
@@ -21,6 +22,7 @@ use crate::write_tx;
 use super::metrics::Ended;
 use super::noted::note_members;
 use super::runner::{ACTOR, IN_FLIGHT, MergeQueue, batch_branch};
+use super::split::levels;
 use super::train::{Behind, Rebuild};
 
 impl MergeQueue {
@@ -267,7 +269,10 @@ impl MergeQueue {
             step,
             StepStatus::CreatePipelineFailed | StepStatus::HandleRebaseConflict
         );
-        let bisect = splittable && ids.len() > 1 && depth < settings.batch.max_split_depth as usize;
+        let bisect = splittable
+            && ids.len() > 1
+            && (depth < settings.batch.max_split_depth as usize
+                || one_failing_change(db, &batch.split_group).await?);
         let behind = Behind::of(db, &batch).await?;
         let behind_message = format!(
             "merge batch #{} ahead failed: built again without it",
@@ -343,6 +348,26 @@ impl MergeQueue {
         );
         Ok(())
     }
+}
+
+/// Whether everything so far says one change fails CI in the half
+/// `group`: it is a half, and at every level of the bisection that led to
+/// it, the other half did not fail. `batch.max_split_depth` then does not stop it from being
+/// halved until that change is alone, so it never fails another request.
+/// Once both halves of a failed batch failed, more than one change fails,
+/// or CI fails whatever it is given: the depth bounds the pipelines spent.
+async fn one_failing_change(db: &Db, group: &str) -> Result<bool, StoreError> {
+    let levels = levels(group);
+    if levels.is_empty() {
+        // Not split yet: nothing says so (`max_split_depth = 0` never splits).
+        return Ok(false);
+    }
+    for (parent, other) in levels {
+        if half_failed(db, parent, &other).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Fails `ids` at `step`: those not merging yet as CREATE_FAILED, those

@@ -229,7 +229,8 @@ pub struct BatchSettings {
     /// `timeout`, default `30m`: a batch RUNNING longer is settled by the sweep.
     pub timeout: Duration,
     /// `max_split_depth`, default 4: how many times a failing batch is halved
-    /// before its members fail on their own.
+    /// before its members fail together, once both halves of a failed batch
+    /// failed; while one change is what fails, it is halved until alone.
     pub max_split_depth: u32,
     /// `partition_by_project`, default false: one active batch per GitLab
     /// project instead of one in all.

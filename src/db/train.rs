@@ -141,3 +141,24 @@ pub async fn batches_ahead(db: &Db, batch_id: i64) -> Result<Option<i64>, sqlx::
             .await
     })
 }
+
+/// Whether the half `group` of the failed batch `parent` failed in turn:
+/// its requests, split off `parent` into `group`, were later split again
+/// or failed, in a batch after it. Served by
+/// `ix_merge_batch_history_batch` (the half's requests) and
+/// `ix_merge_batch_history_operation` (what became of them).
+pub async fn half_failed(db: &Db, parent: i64, group: &str) -> Result<bool, sqlx::Error> {
+    let sql = "SELECT COUNT(*) FROM merge_batch_history later \
+               WHERE later.operation_id IN (SELECT split.operation_id FROM merge_batch_history split \
+               WHERE split.batch_id = ? AND split.event = 'SPLIT' AND split.detail = ?) \
+               AND later.batch_id > ? AND later.event IN ('SPLIT', 'FAILED')";
+    let failed: i64 = with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(sql)
+            .bind(parent)
+            .bind(group)
+            .bind(parent)
+            .fetch_one(pool)
+            .await
+    })?;
+    Ok(failed > 0)
+}

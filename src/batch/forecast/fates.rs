@@ -31,7 +31,7 @@ pub fn fates(groups: &[(&str, usize)], max_split_depth: u32) -> Vec<Fate> {
             };
             if fails {
                 Fate::Fails {
-                    halvings: halvings(*size, group.split('/').count(), max_split_depth),
+                    halvings: halvings(*size, max_split_depth),
                 }
             } else {
                 Fate::Merges
@@ -40,14 +40,17 @@ pub fn fates(groups: &[(&str, usize)], max_split_depth: u32) -> Vec<Fate> {
         .collect()
 }
 
-/// How many more times a failing batch of `size` at split `depth` is
-/// halved (its failing half each time) before one request is left or
-/// `batch.max_split_depth` is reached.
-fn halvings(size: usize, depth: usize, max_split_depth: u32) -> u32 {
-    let (mut size, mut depth, mut halvings) = (size, depth, 0);
-    while size > 1 && depth < max_split_depth as usize {
+/// How many more times a failing batch of `size` is halved (its failing
+/// half each time) before one request is left. With one change failing,
+/// each level has a half that passed, so `batch.max_split_depth` does not
+/// stop the halving (see `one_failing_change`); at 0 nothing is split.
+fn halvings(size: usize, max_split_depth: u32) -> u32 {
+    if max_split_depth == 0 {
+        return 0;
+    }
+    let (mut size, mut halvings) = (size, 0);
+    while size > 1 {
         size = size.div_ceil(2);
-        depth += 1;
         halvings += 1;
     }
     halvings
@@ -76,10 +79,12 @@ mod tests {
             [Fate::Merges, Fate::Fails { halvings: 1 }, Fate::Merges]
         );
         assert_eq!(fates(&[("7a/9b", 3)], 4), [Fate::Fails { halvings: 2 }]);
-        // The split depth stops the halving.
+        // The split depth does not stop the halving of one failing change:
+        // 6 → 3 → 2 → 1; a depth of 0 splits nothing.
         assert_eq!(
             fates(&[("1a/2a/3a/4a", 6)], 4),
-            [Fate::Fails { halvings: 0 }]
+            [Fate::Fails { halvings: 3 }]
         );
+        assert_eq!(fates(&[("1a", 6)], 0), [Fate::Fails { halvings: 0 }]);
     }
 }

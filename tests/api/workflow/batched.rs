@@ -377,6 +377,67 @@ async fn one_poisoned_request_is_bisected_out_and_the_other_fifteen_merge() {
     assert!(calls("gitlab") >= 9.0, "{}", calls("gitlab"));
 }
 
+/// A queue whose bisection stops halving at `max_split_depth`, with the
+/// requests of `levels` (`POISON` fails CI) approved and settled: each
+/// request's view, and how many MRs it took.
+async fn bisected(db_url: &str, max_split_depth: u32, levels: &[&str]) -> (Vec<Value>, usize) {
+    let w = world_with(
+        db_url,
+        WorldOptions {
+            batch_keys: format!("interval = \"1h\"\nmax_split_depth = {max_split_depth}"),
+            ..manual_rounds()
+        },
+    )
+    .await;
+    w.gitlab
+        .update_settings(w.project, |settings| {
+            settings.failing_content = Some("POISON".to_owned());
+        })
+        .unwrap();
+    let mut ids = Vec::new();
+    for (n, level) in levels.iter().enumerate() {
+        ids.push(apply_for(&w, &format!("member{n}"), level).await);
+    }
+    approve_all(&w, &ids).await;
+    let views = rounds_until_settled(&w, &ids).await;
+    let mrs = (1..)
+        .map_while(|iid| w.gitlab.merge_request(w.project, iid))
+        .count();
+    (views, mrs)
+}
+
+#[tokio::test]
+async fn one_failing_change_never_fails_another_request_however_deep_the_bisection_goes() {
+    // Halved once at most, yet the half holding the poisoned request is
+    // halved again while its other half passed: 8 → 4 + 4 → 2 + 2 → 1 + 1.
+    for test_db in crate::helpers::each_backend().await {
+        let mut levels = ["read"; 8];
+        levels[5] = "POISON";
+        let (views, mrs) = bisected(&test_db.url, 1, &levels).await;
+        for (n, v) in views.iter().enumerate() {
+            let expected = if n == 5 { "CREATE_FAILED" } else { "VALIDATED" };
+            assert_eq!(v["status"], expected, "member {n}: {v}");
+        }
+        assert_eq!(mrs, 7, "8, then 4 + 4, 2 + 2 and 1 + 1");
+    }
+}
+
+#[tokio::test]
+async fn once_both_halves_failed_max_split_depth_bounds_the_bisection() {
+    // CI fails whatever it is given: both halves of the first batch fail,
+    // so it is not one change, and the depth (1) stops the halving. A half
+    // whose other half had not failed yet when it failed is halved once
+    // more (at depth 1 the other half may still wait for its pipeline),
+    // but no further: 9 MRs at most, where halving every failing batch
+    // until one request is left would take 15.
+    let test_db = sqlite_db().await;
+    let (views, mrs) = bisected(&test_db.url, 1, &["POISON"; 8]).await;
+    for (n, v) in views.iter().enumerate() {
+        assert_eq!(v["status"], "CREATE_FAILED", "member {n}: {v}");
+    }
+    assert!(mrs <= 9, "{mrs} MRs");
+}
+
 #[tokio::test]
 async fn a_frozen_queue_starts_no_round_and_fails_nothing() {
     let db = sqlite_db().await;
