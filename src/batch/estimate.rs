@@ -16,7 +16,9 @@ use crate::db::estimates::{
 };
 use crate::db::train::active_train;
 
-use super::forecast::{Boarded, Boarding, Car, Durations, Fate, Waiting, fates, merge_times};
+use super::forecast::{
+    Boarded, Boarding, Car, Durations, Fate, Paced, Waiting, fates, merge_times,
+};
 use super::train::to_build_on;
 
 /// Merged batches a project needs before its times are estimated.
@@ -159,8 +161,8 @@ pub async fn queue_estimate(
         };
         groups.push((car.split_group.clone(), size));
     }
-    // Whether the request's own batch, once it boards, is full.
-    let mut own_full = false;
+    // How the pace holds each batch not claimed yet (after the train's).
+    let mut paced: Vec<Paced> = Vec::new();
     let (index, batch) = match &place {
         Place::Boarded(batch) => match train.iter().position(|car| car.id == batch.id) {
             Some(index) => (index, Some(batch.shown_number())),
@@ -168,19 +170,30 @@ pub async fn queue_estimate(
         },
         Place::Waiting(place) => {
             let per_batch = settings.batch.max_requests.max(1) as usize;
-            own_full = per_batch == 1;
-            for (group, count) in waiting_ahead(db, partition, place.id).await? {
+            let mut own_full = per_batch == 1;
+            for (of_project, group, count) in waiting_ahead(db, partition, place.id).await? {
                 let count = usize::try_from(count).unwrap_or(0);
-                if !group.is_empty() {
-                    groups.push((group, count));
-                } else if place.split_group.is_empty() {
-                    // Ordinary requests ahead fill whole batches first,
-                    // and the rest share the request's own.
-                    groups.extend(std::iter::repeat_n((group, 0), count / per_batch));
+                // A half boards ahead of every ordinary request.
+                let (batches, how) = if !group.is_empty() {
+                    (1, Paced::Held)
+                } else if !place.split_group.is_empty() {
+                    (0, Paced::Held)
+                } else if of_project == place.project {
+                    // The project's ordinary requests ahead fill whole
+                    // batches first, and the rest share the request's own.
                     own_full = count % per_batch + 1 >= per_batch;
-                }
+                    (count / per_batch, Paced::Full)
+                } else {
+                    // Another project's never share its batch: they board
+                    // in batches of their own, by their own pace.
+                    (count.div_ceil(per_batch), Paced::Other)
+                };
+                let size = if group.is_empty() { 0 } else { count };
+                groups.extend(std::iter::repeat_n((group, size), batches));
+                paced.extend(std::iter::repeat_n(how, batches));
             }
             groups.push((place.split_group.clone(), 1));
+            paced.push(if own_full { Paced::Full } else { Paced::Held });
             (groups.len() - 1, None)
         }
     };
@@ -233,17 +246,11 @@ pub async fn queue_estimate(
         batches: groups[train.len()..]
             .iter()
             .zip(&fates[train.len()..])
-            .enumerate()
-            .map(|(index, ((group, _), fate))| Waiting {
+            .zip(&paced)
+            .map(|(((group, _), fate), paced)| Waiting {
                 fate: *fate,
                 group: group.clone(),
-                // Ordinary requests ahead of the request's own batch fill
-                // whole batches.
-                full: if train.len() + index + 1 == groups.len() {
-                    own_full
-                } else {
-                    group.is_empty()
-                },
+                paced: *paced,
             })
             .collect(),
         depth,

@@ -104,21 +104,22 @@ pub async fn waiting_place(
 }
 
 /// The requests of `partition_key` waiting ahead of the waiting row
-/// `before` (their time come too), by split group in the order they board:
-/// `""` for ordinary requests, which board together, and each half of a
-/// failed batch, which boards as a batch of its own; with how many each
-/// holds. Served by `ix_merge_batch_request_waiting`.
+/// `before` (their time come too), by project and split group in the order
+/// they board: `""` for a project's ordinary requests, which board
+/// together, and each half of a failed batch, which boards as a batch of
+/// its own; with how many each holds. Served by
+/// `ix_merge_batch_request_waiting`.
 pub async fn waiting_ahead(
     db: &Db,
     partition_key: &str,
     before: i64,
-) -> Result<Vec<(String, i64)>, sqlx::Error> {
+) -> Result<Vec<(String, String, i64)>, sqlx::Error> {
     let now = dialect::now_ms(db.backend());
     let sql = format!(
-        "SELECT split_group, COUNT(*) FROM merge_batch_request \
+        "SELECT project, split_group, COUNT(*) FROM merge_batch_request \
          WHERE partition_key = ? AND batch_id IS NULL AND id < ? \
          AND (not_before IS NULL OR not_before <= {now}) \
-         GROUP BY split_group ORDER BY MIN(id)"
+         GROUP BY project, split_group ORDER BY MIN(id)"
     );
     with_pool!(db, reader, |pool| {
         sqlx::query_as(AssertSqlSafe(sql))

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use changegate::batch::{Claimed, MergeQueue, Settled, claim_batch, claim_in};
+use changegate::batch::{Claimed, MergeQueue, Settled, claim_batch, claim_in, queue_estimate};
 use changegate::clients::approval::ApprovalClient;
 use changegate::clients::gitlab::{GitLabClient, RetryPolicy};
 use changegate::config::LiveConfig;
@@ -622,6 +622,29 @@ async fn a_full_batch_boards_without_waiting_for_the_pace_and_what_is_left_waits
     assert!(
         queue.until_pace_allows().is_some(),
         "the last request waits for the pace"
+    );
+}
+
+#[tokio::test]
+async fn another_projects_requests_waiting_ahead_board_in_a_batch_of_their_own() {
+    // Both projects share the default partition. Another project's three
+    // requests, older, never share a batch with this project's two: the
+    // queue ahead of this project's second request is their batch, then
+    // its own; this project's own requests ahead share its batch.
+    let test_db = crate::helpers::sqlite_db().await;
+    let db = test_db.db.clone();
+    let (settings, problems) = settings_from("");
+    assert!(problems.is_empty(), "{problems:?}");
+    queued_requests_of(&db, "other/repo", 0..3).await;
+    let own = queued_requests(&db, 3..5).await;
+    let estimate = queue_estimate(&db, &settings, &own[1])
+        .await
+        .unwrap()
+        .expect("waiting");
+    assert_eq!((estimate.position, estimate.of), (2, 2), "{estimate:?}");
+    assert!(
+        estimate.basis.starts_with("no estimate yet"),
+        "{estimate:?}"
     );
 }
 

@@ -75,9 +75,22 @@ pub struct Waiting {
     pub fate: Fate,
     /// Its split group (`""`: ordinary requests).
     pub group: String,
-    /// It holds `batch.max_requests` requests: it boards without waiting
-    /// for the pace, which is there to let a batch grow.
-    pub full: bool,
+    /// How the pace holds it, when it is one of ordinary requests.
+    pub paced: Paced,
+}
+
+/// How the pace of the project asked about holds a batch of ordinary
+/// requests not claimed yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Paced {
+    /// Half a pipeline after the project's newest batch: it is short of
+    /// `batch.max_requests`, and waiting lets it grow.
+    Held,
+    /// Not at all: it fills a batch. The pace then counts from it.
+    Full,
+    /// Not at all, nor does it move the pace: it is of another project
+    /// sharing the train, whose own pace is not played.
+    Other,
 }
 
 /// How new batches board a train.
@@ -122,7 +135,11 @@ mod tests {
             .map(|index| Waiting {
                 fate: Fate::Merges,
                 group: String::new(),
-                full: index + 1 < batches,
+                paced: if index + 1 < batches {
+                    Paced::Full
+                } else {
+                    Paced::Held
+                },
             })
             .collect()
     }
@@ -189,6 +206,13 @@ mod tests {
         // it, so the last boards at 6 s.
         let full_ahead = merge_times(&front, &boarding(2, 4, Some(2.0)), &DURATIONS);
         assert_eq!(full_ahead, vec![Some(11.0), Some(12.0), Some(17.0)]);
+        // Another project's batch ahead boards at the next round too, but
+        // leaves this project's pace where it was: the last still boards
+        // at 3 s.
+        let mut others_ahead = boarding(2, 4, Some(2.0));
+        others_ahead.batches[0].paced = Paced::Other;
+        let shared = merge_times(&front, &others_ahead, &DURATIONS);
+        assert_eq!(shared, vec![Some(11.0), Some(12.0), Some(14.0)]);
         // A full train of one: claimed at the round the front merged in.
         let full = merge_times(&front, &boarding(1, 1, Some(60.0)), &DURATIONS);
         assert_eq!(full, vec![Some(11.0), Some(22.0)]);

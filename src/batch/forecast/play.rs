@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use super::super::split::are_siblings;
-use super::{Boarded, Boarding, Car, Durations, Fate};
+use super::{Boarded, Boarding, Car, Durations, Fate, Paced};
 
 /// Rounds played at most: past them, what has not boarded gets no time.
 const MAX_ROUNDS: usize = 100_000;
@@ -31,8 +31,7 @@ struct Played {
 struct Queued {
     group: String,
     fate: Fate,
-    /// It holds `batch.max_requests` requests.
-    full: bool,
+    paced: Paced,
     shown_as: Option<usize>,
 }
 
@@ -84,7 +83,7 @@ impl Play {
             .map(|(index, waiting)| Queued {
                 group: waiting.group.clone(),
                 fate: waiting.fate,
-                full: waiting.full,
+                paced: waiting.paced,
                 shown_as: Some(train.len() + index),
             })
             .collect();
@@ -272,7 +271,7 @@ impl Play {
             let half = Queued {
                 group,
                 fate,
-                full: false,
+                paced: Paced::Held,
                 shown_as: None,
             };
             self.queue.insert(after + offset, half);
@@ -308,8 +307,9 @@ impl Play {
             return;
         }
         while active < self.depth {
-            // As each claim reads the pace again: a full batch boards
-            // without waiting for it, not while a half is untested.
+            // As each claim reads the pace again: a full batch (or another
+            // project's) boards without waiting for it, none while a half
+            // is untested.
             let paced = now - self.newest_ordinary >= self.pace();
             let held = self.half_untested(now);
             let halves = self.queue.iter().filter(|queued| queued.is_half()).count();
@@ -317,7 +317,7 @@ impl Play {
                 .queue
                 .iter()
                 .position(|queued| !queued.is_half())
-                .filter(|index| !held && (paced || self.queue[*index].full));
+                .filter(|index| !held && (paced || self.queue[*index].paced != Paced::Held));
             let next = match ordinary {
                 Some(index) if active + 1 + halves <= self.depth => index,
                 _ if halves > 0 => self.queue.iter().position(Queued::is_half).unwrap_or(0),
@@ -332,7 +332,7 @@ impl Play {
     }
 
     fn board(&mut self, queued: Queued, now: f64) {
-        if !queued.is_half() {
+        if !queued.is_half() && queued.paced != Paced::Other {
             self.newest_ordinary = now;
         }
         let on = self.footing(self.cars.len(), &queued.group, now);
@@ -355,7 +355,10 @@ impl Play {
         let changed = self
             .next_change(now)
             .map(|at| self.round_at_or_after(at, now));
-        let ordinary_waits = self.queue.iter().any(|queued| !queued.is_half());
+        let ordinary_waits = self
+            .queue
+            .iter()
+            .any(|queued| !queued.is_half() && queued.paced == Paced::Held);
         let paced = (self.depth > 1 && ordinary_waits)
             .then(|| self.newest_ordinary + self.pace().max(self.interval))
             .filter(|at| *at > now);
