@@ -436,6 +436,14 @@ impl DrivenQueue {
         }
     }
 
+    /// `project`'s last pipelines in GitLab took a minute (its CI
+    /// history): a train paces its batches half a minute apart.
+    fn pipelines_took_a_minute(&self, project: changegate_sim::gitlab::ProjectId) {
+        self.gitlab
+            .record_past_pipelines(project, &[Duration::from_secs(60); 5])
+            .unwrap();
+    }
+
     /// Another project the bot and the reviewers work in.
     fn another_project(&self, path: &str) -> changegate_sim::gitlab::ProjectId {
         let project = self.gitlab.create_project(path);
@@ -495,10 +503,7 @@ async fn a_train_held_back_by_its_pace_claims_again_when_it_lets_a_batch_board_a
         let db = test_db.db.clone();
         let batch = format!("[batch]\ninterval = \"{interval}\"\n");
         let driven = DrivenQueue::on(&db, &batch).await;
-        driven
-            .gitlab
-            .record_past_pipelines(driven.project, &[Duration::from_secs(60); 5])
-            .unwrap();
+        driven.pipelines_took_a_minute(driven.project);
         let queue = &driven.queue;
         queued_requests(&db, 0..3).await;
         let boarded = queue.claim_round().await.unwrap();
@@ -560,10 +565,7 @@ async fn each_project_sharing_a_train_has_its_own_pace() {
     let driven = DrivenQueue::on(&db, "[batch]\ninterval = \"1s\"\n").await;
     let other = driven.another_project("other/repo");
     for project in [driven.project, other] {
-        driven
-            .gitlab
-            .record_past_pipelines(project, &[Duration::from_secs(60); 5])
-            .unwrap();
+        driven.pipelines_took_a_minute(project);
     }
     let queue = &driven.queue;
     queued_requests(&db, 0..3).await;
@@ -602,10 +604,7 @@ async fn a_full_batch_boards_without_waiting_for_the_pace_and_what_is_left_waits
     let test_db = crate::helpers::sqlite_db().await;
     let db = test_db.db.clone();
     let driven = DrivenQueue::on(&db, "[batch]\ninterval = \"1s\"\nmax_requests = 2\n").await;
-    driven
-        .gitlab
-        .record_past_pipelines(driven.project, &[Duration::from_secs(60); 5])
-        .unwrap();
+    driven.pipelines_took_a_minute(driven.project);
     let queue = &driven.queue;
     queued_requests(&db, 0..5).await;
     let round = queue.claim_round().await.unwrap();
