@@ -352,10 +352,11 @@ impl MergeQueue {
 
 /// Whether everything so far says one change fails CI in the half
 /// `group`: it is a half, and at every level of the bisection that led to
-/// it, the other half did not fail. `batch.max_split_depth` then does not stop it from being
-/// halved until that change is alone, so it never fails another request.
-/// Once both halves of a failed batch failed, more than one change fails,
-/// or CI fails whatever it is given: the depth bounds the pipelines spent.
+/// it, the other half did not fail. `batch.max_split_depth` then does not
+/// stop it from being halved until that change is alone, so it never
+/// fails another request. Once both halves of a failed batch failed, more
+/// than one change fails, or CI fails whatever it is given: the depth
+/// bounds the pipelines spent.
 async fn one_failing_change(db: &Db, group: &str) -> Result<bool, StoreError> {
     let levels = levels(group);
     if levels.is_empty() {
