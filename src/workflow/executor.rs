@@ -156,8 +156,50 @@ pub struct Reservation {
 
 impl Reservation {
     /// Queues `operation_id` in the held place (never fails, never waits).
+    /// When the dispatcher found it first and it is queued or running
+    /// already, the place is given back: two workers stepping one operation
+    /// at once would each send its step's call.
     pub fn send(self, operation_id: String) {
-        self.in_flight.enter(&operation_id);
-        self.permit.send(operation_id);
+        if self.in_flight.enter(&operation_id) {
+            self.permit.send(operation_id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records which operation each run started, and never finishes a run,
+    /// so every worker stays on the first operation it took.
+    #[derive(Default)]
+    struct StartedSteps(Mutex<Vec<String>>, tokio::sync::Notify);
+
+    impl Steps for Arc<StartedSteps> {
+        fn run(&self, operation_id: String) -> StepFuture {
+            self.0.lock().unwrap().push(operation_id);
+            self.1.notify_one();
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_operation_the_dispatcher_queued_first_is_not_queued_again_by_its_reservation() {
+        let steps = Arc::new(StartedSteps::default());
+        let (shutdown, mut tasks) = (CancellationToken::new(), JoinSet::new());
+        let executor = Executor::start(2, 4, Arc::new(steps.clone()), shutdown.clone(), &mut tasks);
+        let reservation = executor.reserve().unwrap();
+        executor.try_submit("accepted".to_owned()).unwrap();
+        reservation.send("accepted".to_owned());
+        executor.try_submit("other".to_owned()).unwrap();
+        // Two workers take the first two queued: with "accepted" queued
+        // twice, both would step it and "other" would wait.
+        while steps.0.lock().unwrap().len() < 2 {
+            steps.1.notified().await;
+        }
+        let mut started = steps.0.lock().unwrap().clone();
+        started.sort();
+        assert_eq!(started, ["accepted", "other"]);
+        shutdown.cancel();
     }
 }

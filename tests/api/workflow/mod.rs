@@ -154,7 +154,7 @@ async fn an_approved_request_moves_on_to_its_merge_request() {
             test_db.name
         );
         let requests = sim.requests();
-        assert_eq!(requests.len(), 1);
+        assert_eq!(requests.len(), 1, "{}", test_db.name);
         assert_eq!(requests[0].body["operationId"], id.as_str());
         assert_eq!(requests[0].body["requestedBy"], "alice");
     }
