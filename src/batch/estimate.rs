@@ -6,6 +6,8 @@
 //! guess would be believed; nor for a request whose batch is being
 //! bisected, which may be the one that fails.
 
+use std::collections::HashSet;
+
 use chrono::{DateTime, NaiveDateTime, TimeDelta, Utc};
 
 use crate::config::Settings;
@@ -14,11 +16,12 @@ use crate::db::batches::{BatchRow, batch_of, get_batch, live_members};
 use crate::db::estimates::{
     MergedRun, WaitingPlace, deploy_delays, merged_runs, waiting_ahead, waiting_place,
 };
-use crate::db::train::active_train;
+use crate::db::train::{active_train, half_failed};
 
 use super::forecast::{
     Boarded, Boarding, Car, Durations, Fate, Paced, Waiting, fates, merge_times,
 };
+use super::split::levels;
 use super::train::to_build_on;
 
 /// Merged batches a project needs before its times are estimated.
@@ -220,7 +223,12 @@ pub async fn queue_estimate(
         ))));
     };
     let named: Vec<(&str, usize)> = groups.iter().map(|(g, n)| (g.as_str(), *n)).collect();
-    let fates = fates(&named, settings.batch.max_split_depth);
+    let sibling_failed = halves_whose_sibling_failed(db, &named).await?;
+    let fates = fates(
+        &named,
+        |group| sibling_failed.contains(group),
+        settings.batch.max_split_depth,
+    );
     let now = Utc::now();
     let boarded: Vec<Boarded> = train
         .iter()
@@ -280,6 +288,26 @@ pub async fn queue_estimate(
         expected_deploy_at: medians.deploy.map(|deploy| at(merge + deploy)),
         basis: basis(project, &medians, depth, bisecting),
     }))
+}
+
+/// The halves of `groups` whose sibling has left the queue by failing
+/// (split again, or failed for good as the change that failed CI), not by
+/// merging: a half whose sibling merged is the one holding the change.
+async fn halves_whose_sibling_failed(
+    db: &Db,
+    groups: &[(&str, usize)],
+) -> Result<HashSet<String>, sqlx::Error> {
+    let mut clear = HashSet::new();
+    for (group, _) in groups {
+        let Some((parent, sibling)) = levels(group).pop() else {
+            continue;
+        };
+        let present = groups.iter().any(|(other, _)| *other == sibling);
+        if !present && half_failed(db, parent, &sibling).await? {
+            clear.insert((*group).to_owned());
+        }
+    }
+    Ok(clear)
 }
 
 fn basis(project: &str, medians: &Medians, depth: usize, bisecting: bool) -> String {

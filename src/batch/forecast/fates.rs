@@ -9,9 +9,14 @@ use super::Fate;
 /// batch; `12a`, `12a/15b`: a half of a failed batch) and its size, one
 /// change failing in each bisected batch: of two halves both still there,
 /// the first is taken to fail (either does, and the batches behind wait
-/// the same); a half whose sibling has gone fails, unless the sibling is
-/// itself being split, having failed.
-pub fn fates(groups: &[(&str, usize)], max_split_depth: u32) -> Vec<Fate> {
+/// the same); a half whose sibling has gone fails when the sibling merged,
+/// and merges when `sibling_failed` says the sibling failed (split again,
+/// or failed for good as the change that failed CI).
+pub fn fates(
+    groups: &[(&str, usize)],
+    sibling_failed: impl Fn(&str) -> bool,
+    max_split_depth: u32,
+) -> Vec<Fate> {
     groups
         .iter()
         .map(|(group, size)| {
@@ -20,13 +25,9 @@ pub fn fates(groups: &[(&str, usize)], max_split_depth: u32) -> Vec<Fate> {
             }
             let sibling = sibling(group);
             let present = |g: &str| groups.iter().any(|(other, _)| *other == g);
-            let split = |g: &str| {
-                let prefix = format!("{g}/");
-                groups.iter().any(|(other, _)| other.starts_with(&prefix))
-            };
             let fails = match sibling.as_deref() {
                 Some(sibling) if present(sibling) => group.ends_with('a'),
-                Some(sibling) => !split(sibling),
+                Some(_) => !sibling_failed(group),
                 None => true,
             };
             if fails {
@@ -62,8 +63,9 @@ mod tests {
 
     #[test]
     fn one_half_of_each_pair_is_expected_to_fail_until_the_change_is_alone() {
+        let none_failed = |_: &str| false;
         assert_eq!(
-            fates(&[("", 3), ("7a", 5), ("7b", 5), ("", 9)], 4),
+            fates(&[("", 3), ("7a", 5), ("7b", 5), ("", 9)], none_failed, 4),
             [
                 Fate::Merges,
                 Fate::Fails { halvings: 3 },
@@ -74,17 +76,34 @@ mod tests {
         // 7a failed and is being split, so 7b is clear; of 7a's halves the
         // first is taken to fail; a lone half whose sibling passed holds
         // the change.
+        let seven_a_failed = |group: &str| group == "7b";
         assert_eq!(
-            fates(&[("7b", 5), ("7a/9a", 2), ("7a/9b", 3)], 4),
+            fates(&[("7b", 5), ("7a/9a", 2), ("7a/9b", 3)], seven_a_failed, 4),
             [Fate::Merges, Fate::Fails { halvings: 1 }, Fate::Merges]
         );
-        assert_eq!(fates(&[("7a/9b", 3)], 4), [Fate::Fails { halvings: 2 }]);
+        assert_eq!(
+            fates(&[("7a/9b", 3)], none_failed, 4),
+            [Fate::Fails { halvings: 2 }]
+        );
+        // Its sibling failed as the change itself (one request, not split
+        // again): the half left is clear.
+        assert_eq!(
+            fates(
+                &[("", 4), ("7a/9b", 3), ("", 6)],
+                |group| group == "7a/9b",
+                4
+            ),
+            [Fate::Merges, Fate::Merges, Fate::Merges]
+        );
         // The split depth does not stop the halving of one failing change:
         // 6 → 3 → 2 → 1; a depth of 0 splits nothing.
         assert_eq!(
-            fates(&[("1a/2a/3a/4a", 6)], 4),
+            fates(&[("1a/2a/3a/4a", 6)], none_failed, 4),
             [Fate::Fails { halvings: 3 }]
         );
-        assert_eq!(fates(&[("1a", 6)], 0), [Fate::Fails { halvings: 0 }]);
+        assert_eq!(
+            fates(&[("1a", 6)], none_failed, 0),
+            [Fate::Fails { halvings: 0 }]
+        );
     }
 }

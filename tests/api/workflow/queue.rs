@@ -2,13 +2,51 @@
 //! before the project has history to measure from, then times that follow
 //! the train ahead of it.
 
+use std::ops::RangeInclusive;
+
 use serde_json::Value;
 
 use changegate_sim::gitlab::PipelineOutcome;
 
 use super::batched::{apply_for, approve_all, rounds_until_settled, view};
-use super::train::{one_car, pipeline_of, train_world, until};
+use super::end_to_end::World;
+use super::train::{boarded_again, one_car, pipeline_of, pipeline_of_batch, train_world, until};
 use crate::helpers::{sqlite_db, train_depth};
+
+/// Requests of `member{n}` for each `n`, merged one batch at a time: the
+/// history an estimate needs.
+async fn merge_one_at_a_time(w: &World, members: RangeInclusive<usize>) {
+    for n in members {
+        let id = apply_for(w, &format!("member{n}"), "read").await;
+        approve_all(w, std::slice::from_ref(&id)).await;
+        rounds_until_settled(w, &[id]).await;
+    }
+}
+
+/// A train where a file holding `POISON` fails CI, with three merged
+/// batches to estimate from.
+async fn poisoned_world_with_history(db_url: &str) -> World {
+    let w = train_world(db_url).await;
+    w.gitlab
+        .update_settings(w.project, |s| s.failing_content = Some("POISON".to_owned()))
+        .unwrap();
+    merge_one_at_a_time(&w, 0..=2).await;
+    w
+}
+
+/// `subject` applies and is approved: its id and its view once it waits
+/// on the merge queue, last of `batches` (asserted).
+async fn queued_last(w: &World, subject: &str, batches: u64) -> (String, Value) {
+    let id = apply_for(w, subject, "read").await;
+    approve_all(w, std::slice::from_ref(&id)).await;
+    let waiting = until(w, &id, |v| v["step"]["name"] == "QUEUED").await;
+    assert_eq!(
+        (&waiting["queue"]["position"], &waiting["queue"]["of"]),
+        (&Value::from(batches), &Value::from(batches)),
+        "{waiting}"
+    );
+    (id, waiting)
+}
 
 fn expected_merge(view: &Value) -> chrono::DateTime<chrono::Utc> {
     let at = view["queue"]["expectedMergeAt"].as_str().unwrap();
@@ -40,11 +78,7 @@ async fn a_queued_request_has_no_estimate_until_merges_were_measured_then_one_be
     );
 
     // History: three more merged batches.
-    for n in 1..=3 {
-        let id = apply_for(&w, &format!("member{n}"), "read").await;
-        approve_all(&w, std::slice::from_ref(&id)).await;
-        rounds_until_settled(&w, &[id]).await;
-    }
+    merge_one_at_a_time(&w, 1..=3).await;
 
     w.gitlab
         .script_pipelines(w.project, [PipelineOutcome::StuckRunning; 2])
@@ -85,15 +119,7 @@ async fn a_queued_request_has_no_estimate_until_merges_were_measured_then_one_be
 #[tokio::test]
 async fn behind_a_bisection_the_estimate_counts_its_halves_and_their_members_get_none() {
     let db = sqlite_db().await;
-    let w = train_world(&db.url).await;
-    w.gitlab
-        .update_settings(w.project, |s| s.failing_content = Some("POISON".to_owned()))
-        .unwrap();
-    for n in 0..3 {
-        let id = apply_for(&w, &format!("member{n}"), "read").await;
-        approve_all(&w, std::slice::from_ref(&id)).await;
-        rounds_until_settled(&w, &[id]).await;
-    }
+    let w = poisoned_world_with_history(&db.url).await;
 
     // A batch of two whose pipeline fails: split in halves that wait for
     // the next round, one of which holds the change that fails CI.
@@ -112,14 +138,7 @@ async fn behind_a_bisection_the_estimate_counts_its_halves_and_their_members_get
 
     // A request approved now boards after both halves, and its estimate
     // says it counts the failing half ahead of it.
-    let behind = apply_for(&w, "member12", "read").await;
-    approve_all(&w, std::slice::from_ref(&behind)).await;
-    let waiting = until(&w, &behind, |v| v["step"]["name"] == "QUEUED").await;
-    assert_eq!(
-        (&waiting["queue"]["position"], &waiting["queue"]["of"]),
-        (&Value::from(3), &Value::from(3)),
-        "{waiting}"
-    );
+    let (behind, waiting) = queued_last(&w, "member12", 3).await;
     assert!(waiting["queue"]["expectedMergeAt"].is_string(), "{waiting}");
     assert!(
         waiting["queue"]["basis"]
@@ -131,4 +150,44 @@ async fn behind_a_bisection_the_estimate_counts_its_halves_and_their_members_get
     let all: Vec<String> = failed.iter().chain([&behind]).cloned().collect();
     let settled = rounds_until_settled(&w, &all).await;
     assert_eq!(settled[2]["status"], "VALIDATED", "{}", settled[2]);
+}
+
+#[tokio::test]
+async fn once_the_change_that_failed_is_alone_and_failed_the_half_left_is_expected_to_merge() {
+    if train_depth() < 2 {
+        return;
+    }
+    let db = sqlite_db().await;
+    let w = poisoned_world_with_history(&db.url).await;
+
+    // A batch of two fails; its halves of one request each are tested side
+    // by side. The poisoned one fails for good, as the change alone; the
+    // other's pipeline runs on (the three scripted pipelines are the
+    // batch's and its halves').
+    w.gitlab
+        .script_pipelines(w.project, [PipelineOutcome::StuckRunning; 3])
+        .unwrap();
+    let failed = one_car(&w, &[("member10", "read"), ("member11", "POISON")]).await;
+    let first = view(&w, &failed[0]).await["batchId"].as_i64().unwrap();
+    let clean = boarded_again(&w, &db.db, &failed[0], first).await;
+    until(&w, &failed[1], |v| {
+        v["step"]["name"] == "CREATE_PIPELINE_FAILED"
+    })
+    .await;
+
+    // The bisection is over: the half left is clean, and a request
+    // waiting behind it is not expected to wait for it to fail.
+    let (behind, waiting) = queued_last(&w, "member12", 2).await;
+    let basis = waiting["queue"]["basis"].as_str().unwrap();
+    assert!(basis.starts_with("medians of"), "{waiting}");
+    assert!(!basis.contains("being bisected"), "{waiting}");
+
+    let pipeline = pipeline_of_batch(&w, &db.db, clean.id).await;
+    w.gitlab
+        .force_pipeline(w.project, pipeline, PipelineOutcome::Success)
+        .unwrap();
+    let settled = rounds_until_settled(&w, &[failed[0].clone(), behind]).await;
+    for v in settled {
+        assert_eq!(v["status"], "VALIDATED", "{v}");
+    }
 }

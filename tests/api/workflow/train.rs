@@ -329,7 +329,12 @@ async fn the_timeout_sweep_counts_only_a_batchs_own_time_at_the_front_of_the_tra
 
 /// Claim rounds until operation `id` is in a running batch other than
 /// `not`: that batch.
-async fn boarded_again(w: &World, db: &changegate::db::Db, id: &str, not: i64) -> BatchRow {
+pub(super) async fn boarded_again(
+    w: &World,
+    db: &changegate::db::Db,
+    id: &str,
+    not: i64,
+) -> BatchRow {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         claim_round(w).await;
@@ -444,7 +449,7 @@ async fn the_halves_of_a_failed_batch_are_tested_side_by_side_and_requests_board
 }
 
 /// The pipeline of batch `id`'s MR, once it has one.
-async fn pipeline_of_batch(w: &World, db: &changegate::db::Db, id: i64) -> u64 {
+pub(super) async fn pipeline_of_batch(w: &World, db: &changegate::db::Db, id: i64) -> u64 {
     let iid = until_batch(db, id, |b| b.mr_iid.is_some())
         .await
         .mr_iid
