@@ -130,6 +130,14 @@ enum Place {
     Waiting(WaitingPlace),
 }
 
+/// One reading of the queue for a request.
+enum Reading {
+    /// Its estimate, or `None` when it is not in the queue.
+    Read(Option<QueueEstimate>),
+    /// Read as waiting, it was claimed into a batch while the rest was read.
+    Claimed,
+}
+
 /// Where operation `operation_id` stands in the merge queue now, with its
 /// expected times; `None` when it is not in the queue (not approved yet,
 /// or merged already).
@@ -138,14 +146,28 @@ pub async fn queue_estimate(
     settings: &Settings,
     operation_id: &str,
 ) -> Result<Option<QueueEstimate>, sqlx::Error> {
+    // Read again once claimed: read as boarded then, it cannot be claimed
+    // a second time.
+    loop {
+        if let Reading::Read(estimate) = read_estimate(db, settings, operation_id).await? {
+            return Ok(estimate);
+        }
+    }
+}
+
+async fn read_estimate(
+    db: &Db,
+    settings: &Settings,
+    operation_id: &str,
+) -> Result<Reading, sqlx::Error> {
     let place = match batch_of(db, operation_id).await? {
         Some(id) => match get_batch(db, id).await? {
             Some(batch) if batch.status == "RUNNING" => Place::Boarded(Box::new(batch)),
-            _ => return Ok(None),
+            _ => return Ok(Reading::Read(None)),
         },
         None => match waiting_place(db, operation_id).await? {
             Some(place) => Place::Waiting(place),
-            None => return Ok(None),
+            None => return Ok(Reading::Read(None)),
         },
     };
     let (partition, project, own_group) = match &place {
@@ -169,7 +191,7 @@ pub async fn queue_estimate(
     let (index, batch) = match &place {
         Place::Boarded(batch) => match train.iter().position(|car| car.id == batch.id) {
             Some(index) => (index, Some(batch.shown_number())),
-            None => return Ok(None),
+            None => return Ok(Reading::Read(None)),
         },
         Place::Waiting(place) => {
             let per_batch = settings.batch.max_requests.max(1) as usize;
@@ -195,6 +217,13 @@ pub async fn queue_estimate(
                 groups.extend(std::iter::repeat_n((group, size), batches));
                 paced.extend(std::iter::repeat_n(how, batches));
             }
+            // The place, the train and the requests ahead are read one
+            // after another: a claim round that took the request into a
+            // batch meanwhile left the batch in the train read, and the
+            // request would be counted again, waiting behind it.
+            if batch_of(db, operation_id).await?.is_some() {
+                return Ok(Reading::Claimed);
+            }
             groups.push((place.split_group.clone(), 1));
             paced.push(if own_full { Paced::Full } else { Paced::Held });
             (groups.len() - 1, None)
@@ -211,16 +240,16 @@ pub async fn queue_estimate(
         basis,
     };
     if !own_group.is_empty() {
-        return Ok(Some(no_estimate(
+        return Ok(Reading::Read(Some(no_estimate(
             "its batch failed and is being bisected to find the change that fails CI: no expected time until its part is cleared".to_owned(),
-        )));
+        ))));
     }
     let runs = merged_runs(db, project).await?;
     let Some(medians) = Medians::of(&runs, &deploy_delays(db, project).await?) else {
-        return Ok(Some(no_estimate(format!(
+        return Ok(Reading::Read(Some(no_estimate(format!(
             "no estimate yet: {} of the {MIN_HISTORY} merged batches of {project} needed to measure from",
             runs.len()
-        ))));
+        )))));
     };
     let named: Vec<(&str, usize)> = groups.iter().map(|(g, n)| (g.as_str(), *n)).collect();
     let sibling_failed = halves_whose_sibling_failed(db, &named).await?;
@@ -272,22 +301,22 @@ pub async fn queue_estimate(
     // Its own batch is one of ordinary requests, expected to merge: no time
     // means the forecast did not see it board.
     let Some(merge) = merge_times(&boarded, &boarding, &durations)[index] else {
-        return Ok(Some(no_estimate(
+        return Ok(Reading::Read(Some(no_estimate(
             "no estimate yet: the forecast does not reach the round its batch boards in".to_owned(),
-        )));
+        ))));
     };
     let bisecting = fates[..index]
         .iter()
         .any(|fate| matches!(fate, Fate::Fails { .. }));
     let at = |seconds: f64| now + TimeDelta::milliseconds((seconds * 1000.0) as i64);
-    Ok(Some(QueueEstimate {
+    Ok(Reading::Read(Some(QueueEstimate {
         position,
         of,
         batch,
         expected_merge_at: Some(at(merge)),
         expected_deploy_at: medians.deploy.map(|deploy| at(merge + deploy)),
         basis: basis(project, &medians, depth, bisecting),
-    }))
+    })))
 }
 
 /// The halves of `groups` whose sibling has left the queue by failing

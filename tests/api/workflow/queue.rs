@@ -11,7 +11,7 @@ use changegate_sim::gitlab::PipelineOutcome;
 use super::batched::{apply_for, approve_all, rounds_until_settled, view};
 use super::end_to_end::World;
 use super::train::{boarded_again, one_car, pipeline_of, pipeline_of_batch, train_world, until};
-use crate::helpers::{sqlite_db, train_depth};
+use crate::helpers::{each_backend, sqlite_db, train_depth};
 
 /// Requests of `member{n}` for each `n`, merged one batch at a time: the
 /// history an estimate needs.
@@ -189,5 +189,40 @@ async fn once_the_change_that_failed_is_alone_and_failed_the_half_left_is_expect
     let settled = rounds_until_settled(&w, &[failed[0].clone(), behind]).await;
     for v in settled {
         assert_eq!(v["status"], "VALIDATED", "{v}");
+    }
+}
+
+#[tokio::test]
+async fn a_request_claimed_while_its_place_is_read_is_never_counted_twice() {
+    for test_db in each_backend().await {
+        let w = train_world(&test_db.url).await;
+        merge_one_at_a_time(&w, 0..=2).await;
+        // Each request waits alone in front of an empty train, and is
+        // read over and over while a claim round takes it: every view
+        // shows it either waiting first of one or in its batch, never
+        // waiting behind a batch that holds it.
+        for n in 10..40 {
+            let (id, _) = queued_last(&w, &format!("member{n}"), 1).await;
+            let reading = async {
+                let mut seen = Vec::new();
+                loop {
+                    let now = view(&w, &id).await;
+                    let claimed = now["step"]["name"] != "QUEUED";
+                    seen.push(now);
+                    if claimed {
+                        return seen;
+                    }
+                }
+            };
+            let settling = rounds_until_settled(&w, std::slice::from_ref(&id));
+            let (seen, _) = tokio::join!(reading, settling);
+            for view in seen {
+                if let Some(queue) = view.get("queue") {
+                    let place = (&queue["position"], &queue["of"]);
+                    let first_of_one = (&Value::from(1), &Value::from(1));
+                    assert_eq!(place, first_of_one, "{}: {view}", test_db.name);
+                }
+            }
+        }
     }
 }
