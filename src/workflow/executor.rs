@@ -175,7 +175,7 @@ mod tests {
     #[derive(Default)]
     struct StartedSteps(Mutex<Vec<String>>, tokio::sync::Notify);
 
-    impl Steps for Arc<StartedSteps> {
+    impl Steps for StartedSteps {
         fn run(&self, operation_id: String) -> StepFuture {
             self.0.lock().unwrap().push(operation_id);
             self.1.notify_one();
@@ -187,7 +187,7 @@ mod tests {
     async fn an_operation_the_dispatcher_queued_first_is_not_queued_again_by_its_reservation() {
         let steps = Arc::new(StartedSteps::default());
         let (shutdown, mut tasks) = (CancellationToken::new(), JoinSet::new());
-        let executor = Executor::start(2, 4, Arc::new(steps.clone()), shutdown.clone(), &mut tasks);
+        let executor = Executor::start(2, 4, steps.clone(), shutdown.clone(), &mut tasks);
         let reservation = executor.reserve().unwrap();
         executor.try_submit("accepted".to_owned()).unwrap();
         reservation.send("accepted".to_owned());
