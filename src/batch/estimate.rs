@@ -146,8 +146,8 @@ pub async fn queue_estimate(
     settings: &Settings,
     operation_id: &str,
 ) -> Result<Option<QueueEstimate>, sqlx::Error> {
-    // Read again once claimed: read as boarded then, it cannot be claimed
-    // a second time.
+    // Read again only when a claim took the request in the meantime: the
+    // next reading finds it boarded.
     loop {
         if let Reading::Read(estimate) = read_estimate(db, settings, operation_id).await? {
             return Ok(estimate);
