@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use chrono::{DateTime, NaiveDateTime, TimeDelta, Utc};
 
 use crate::config::Settings;
-use crate::db::Db;
+use crate::db::DbTx;
 use crate::db::batches::{BatchRow, batch_of, get_batch, live_members};
 use crate::db::estimates::{
     MergedRun, WaitingPlace, deploy_delays, merged_runs, waiting_ahead, waiting_place,
@@ -130,51 +130,33 @@ enum Place {
     Waiting(WaitingPlace),
 }
 
-/// One reading of the queue for a request.
-enum Reading {
-    /// Its estimate, or `None` when it is not in the queue.
-    Read(Option<QueueEstimate>),
-    /// Read as waiting, it was claimed into a batch while the rest was read.
-    Claimed,
-}
-
-/// Where operation `operation_id` stands in the merge queue now, with its
-/// expected times; `None` when it is not in the queue (not approved yet,
-/// or merged already).
+/// Where operation `operation_id` stands in the merge queue, with its
+/// expected times, as `snapshot` (a read transaction) shows it; `None`
+/// when it is not in the queue (not approved yet, or merged already).
+/// Its place, the train and the requests ahead are read in one snapshot:
+/// read one after another, a claim round between them showed the request
+/// out of the queue, or counted it twice, in its batch and waiting
+/// behind it.
 pub async fn queue_estimate(
-    db: &Db,
+    snapshot: &mut DbTx,
     settings: &Settings,
     operation_id: &str,
 ) -> Result<Option<QueueEstimate>, sqlx::Error> {
-    // Read again only when a claim took the request in the meantime: the
-    // next reading finds it boarded.
-    loop {
-        if let Reading::Read(estimate) = read_estimate(db, settings, operation_id).await? {
-            return Ok(estimate);
-        }
-    }
-}
-
-async fn read_estimate(
-    db: &Db,
-    settings: &Settings,
-    operation_id: &str,
-) -> Result<Reading, sqlx::Error> {
-    let place = match batch_of(db, operation_id).await? {
-        Some(id) => match get_batch(db, id).await? {
+    let place = match batch_of(&mut *snapshot, operation_id).await? {
+        Some(id) => match get_batch(&mut *snapshot, id).await? {
             Some(batch) if batch.status == "RUNNING" => Place::Boarded(Box::new(batch)),
-            _ => return Ok(Reading::Read(None)),
+            _ => return Ok(None),
         },
-        None => match waiting_place(db, operation_id).await? {
+        None => match waiting_place(&mut *snapshot, operation_id).await? {
             Some(place) => Place::Waiting(place),
-            None => return Ok(Reading::Read(None)),
+            None => return Ok(None),
         },
     };
     let (partition, project, own_group) = match &place {
         Place::Boarded(batch) => (&batch.partition_key, &batch.project, &batch.split_group),
         Place::Waiting(place) => (&place.partition_key, &place.project, &place.split_group),
     };
-    let train = active_train(db, partition).await?;
+    let train = active_train(&mut *snapshot, partition).await?;
     // Every batch from the front of the train to the request's own, by
     // split group with its size (only a half's size matters).
     let mut groups: Vec<(String, usize)> = Vec::with_capacity(train.len() + 1);
@@ -182,7 +164,7 @@ async fn read_estimate(
         let size = if car.split_group.is_empty() {
             0
         } else {
-            live_members(db, car.id).await?.len()
+            live_members(&mut *snapshot, car.id).await?.len()
         };
         groups.push((car.split_group.clone(), size));
     }
@@ -191,12 +173,14 @@ async fn read_estimate(
     let (index, batch) = match &place {
         Place::Boarded(batch) => match train.iter().position(|car| car.id == batch.id) {
             Some(index) => (index, Some(batch.shown_number())),
-            None => return Ok(Reading::Read(None)),
+            None => return Ok(None),
         },
         Place::Waiting(place) => {
             let per_batch = settings.batch.max_requests.max(1) as usize;
             let mut own_full = per_batch == 1;
-            for (of_project, group, count) in waiting_ahead(db, partition, place.id).await? {
+            for (of_project, group, count) in
+                waiting_ahead(&mut *snapshot, partition, place.id).await?
+            {
                 let count = usize::try_from(count).unwrap_or(0);
                 // A half boards ahead of every ordinary request.
                 let (batches, how) = if !group.is_empty() {
@@ -217,13 +201,6 @@ async fn read_estimate(
                 groups.extend(std::iter::repeat_n((group, size), batches));
                 paced.extend(std::iter::repeat_n(how, batches));
             }
-            // The place, the train and the requests ahead are read one
-            // after another: a claim round that took the request into a
-            // batch meanwhile left the batch in the train read, and the
-            // request would be counted again, waiting behind it.
-            if batch_of(db, operation_id).await?.is_some() {
-                return Ok(Reading::Claimed);
-            }
             groups.push((place.split_group.clone(), 1));
             paced.push(if own_full { Paced::Full } else { Paced::Held });
             (groups.len() - 1, None)
@@ -240,19 +217,19 @@ async fn read_estimate(
         basis,
     };
     if !own_group.is_empty() {
-        return Ok(Reading::Read(Some(no_estimate(
+        return Ok(Some(no_estimate(
             "its batch failed and is being bisected to find the change that fails CI: no expected time until its part is cleared".to_owned(),
-        ))));
+        )));
     }
-    let runs = merged_runs(db, project).await?;
-    let Some(medians) = Medians::of(&runs, &deploy_delays(db, project).await?) else {
-        return Ok(Reading::Read(Some(no_estimate(format!(
+    let runs = merged_runs(&mut *snapshot, project).await?;
+    let Some(medians) = Medians::of(&runs, &deploy_delays(&mut *snapshot, project).await?) else {
+        return Ok(Some(no_estimate(format!(
             "no estimate yet: {} of the {MIN_HISTORY} merged batches of {project} needed to measure from",
             runs.len()
-        )))));
+        ))));
     };
     let named: Vec<(&str, usize)> = groups.iter().map(|(g, n)| (g.as_str(), *n)).collect();
-    let sibling_failed = halves_whose_sibling_failed(db, &named).await?;
+    let sibling_failed = halves_whose_sibling_failed(snapshot, &named).await?;
     let fates = fates(
         &named,
         |group| sibling_failed.contains(group),
@@ -301,29 +278,29 @@ async fn read_estimate(
     // Its own batch is one of ordinary requests, expected to merge: no time
     // means the forecast did not see it board.
     let Some(merge) = merge_times(&boarded, &boarding, &durations)[index] else {
-        return Ok(Reading::Read(Some(no_estimate(
+        return Ok(Some(no_estimate(
             "no estimate yet: the forecast does not reach the round its batch boards in".to_owned(),
-        ))));
+        )));
     };
     let bisecting = fates[..index]
         .iter()
         .any(|fate| matches!(fate, Fate::Fails { .. }));
     let at = |seconds: f64| now + TimeDelta::milliseconds((seconds * 1000.0) as i64);
-    Ok(Reading::Read(Some(QueueEstimate {
+    Ok(Some(QueueEstimate {
         position,
         of,
         batch,
         expected_merge_at: Some(at(merge)),
         expected_deploy_at: medians.deploy.map(|deploy| at(merge + deploy)),
         basis: basis(project, &medians, depth, bisecting),
-    })))
+    }))
 }
 
 /// The halves of `groups` whose sibling has left the queue by failing
 /// (split again, or failed for good as the change that failed CI), not by
 /// merging: a half whose sibling merged is the one holding the change.
 async fn halves_whose_sibling_failed(
-    db: &Db,
+    snapshot: &mut DbTx,
     groups: &[(&str, usize)],
 ) -> Result<HashSet<String>, sqlx::Error> {
     let mut clear = HashSet::new();
@@ -332,7 +309,7 @@ async fn halves_whose_sibling_failed(
             continue;
         };
         let present = groups.iter().any(|(other, _)| *other == sibling);
-        if !present && half_failed(db, parent, &sibling).await? {
+        if !present && half_failed(&mut *snapshot, parent, &sibling).await? {
             clear.insert((*group).to_owned());
         }
     }

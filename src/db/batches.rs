@@ -9,8 +9,10 @@ use chrono::NaiveDateTime;
 use sqlx::AssertSqlSafe;
 
 use super::outage::OutageClock;
-use super::{Db, DbTx, IN_LIST_CHUNK, dialect, is_retryable_conflict, placeholders, retrying};
-use crate::{with_pool, with_tx};
+use super::{
+    Db, DbTx, IN_LIST_CHUNK, Reader, dialect, is_retryable_conflict, placeholders, retrying,
+};
+use crate::{with_pool, with_reader, with_tx};
 
 /// A batch.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -193,40 +195,49 @@ pub async fn members(db: &Db, batch_id: i64) -> Result<Vec<String>, sqlx::Error>
 /// The members of a batch still in the merge queue's live set, in id
 /// order: one an operator stopped is no longer written, checked or moved
 /// with its batch.
-pub async fn live_members(db: &Db, batch_id: i64) -> Result<Vec<String>, sqlx::Error> {
+pub async fn live_members(
+    reader: impl Into<Reader<'_>>,
+    batch_id: i64,
+) -> Result<Vec<String>, sqlx::Error> {
     let live = super::status_list(crate::domain::IN_MERGE_QUEUE);
     let sql = format!(
         "SELECT r.operation_id FROM merge_batch_request r \
          JOIN binding b ON b.operation_id = r.operation_id \
          WHERE r.batch_id = ? AND b.status IN ({live}) ORDER BY r.operation_id"
     );
-    with_pool!(db, reader, |pool| {
+    with_reader!(reader.into(), |exec| {
         sqlx::query_scalar(AssertSqlSafe(sql))
             .bind(batch_id)
-            .fetch_all(pool)
+            .fetch_all(exec)
             .await
     })
 }
 
 /// The batch an operation is in, if it is in one now.
-pub async fn batch_of(db: &Db, operation_id: &str) -> Result<Option<i64>, sqlx::Error> {
+pub async fn batch_of(
+    reader: impl Into<Reader<'_>>,
+    operation_id: &str,
+) -> Result<Option<i64>, sqlx::Error> {
     let sql = "SELECT batch_id FROM merge_batch_request WHERE operation_id = ?";
-    let found: Option<Option<i64>> = with_pool!(db, reader, |pool| {
+    let found: Option<Option<i64>> = with_reader!(reader.into(), |exec| {
         sqlx::query_scalar(sql)
             .bind(operation_id)
-            .fetch_optional(pool)
+            .fetch_optional(exec)
             .await
     })?;
     Ok(found.flatten())
 }
 
 /// One batch.
-pub async fn get_batch(db: &Db, batch_id: i64) -> Result<Option<BatchRow>, sqlx::Error> {
+pub async fn get_batch(
+    reader: impl Into<Reader<'_>>,
+    batch_id: i64,
+) -> Result<Option<BatchRow>, sqlx::Error> {
     let sql = format!("SELECT {COLUMNS} FROM merge_batch WHERE id = ?");
-    with_pool!(db, reader, |pool| {
+    with_reader!(reader.into(), |exec| {
         sqlx::query_as(AssertSqlSafe(sql))
             .bind(batch_id)
-            .fetch_optional(pool)
+            .fetch_optional(exec)
             .await
     })
 }

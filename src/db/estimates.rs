@@ -5,9 +5,9 @@
 
 use sqlx::AssertSqlSafe;
 
-use super::{Db, dialect};
+use super::{Reader, dialect};
 use crate::domain::StepStatus;
-use crate::with_pool;
+use crate::with_reader;
 use chrono::NaiveDateTime;
 
 /// How many of a project's last merged batches the medians are taken over.
@@ -30,16 +30,19 @@ pub struct MergedRun {
 /// `project`'s last merged batches that recorded their run, newest first.
 /// Served by `uk_merge_batch_project_number` (project prefix, newest by
 /// number).
-pub async fn merged_runs(db: &Db, project: &str) -> Result<Vec<MergedRun>, sqlx::Error> {
+pub async fn merged_runs(
+    reader: impl Into<Reader<'_>>,
+    project: &str,
+) -> Result<Vec<MergedRun>, sqlx::Error> {
     let sql = "SELECT opened_at, passed_at, merging_at, updated_at AS merged_at FROM merge_batch \
                WHERE project = ? AND status = 'SUCCEEDED' AND opened_at IS NOT NULL \
                AND passed_at IS NOT NULL AND merging_at IS NOT NULL \
                ORDER BY number DESC LIMIT ?";
-    with_pool!(db, reader, |pool| {
+    with_reader!(reader.into(), |exec| {
         sqlx::query_as(sql)
             .bind(project)
             .bind(HISTORY)
-            .fetch_all(pool)
+            .fetch_all(exec)
             .await
     })
 }
@@ -48,19 +51,22 @@ pub async fn merged_runs(db: &Db, project: &str) -> Result<Vec<MergedRun>, sqlx:
 /// first deploy confirmation of one of its members, newest first. Served by
 /// `uk_merge_batch_project_number`, `ix_merge_batch_request_batch` and
 /// `ix_operation_history_operation`.
-pub async fn deploy_delays(db: &Db, project: &str) -> Result<Vec<f64>, sqlx::Error> {
+pub async fn deploy_delays(
+    reader: impl Into<Reader<'_>>,
+    project: &str,
+) -> Result<Vec<f64>, sqlx::Error> {
     let sql = "SELECT b.updated_at, MIN(h.created_at) FROM (SELECT id, updated_at FROM merge_batch \
                WHERE project = ? AND status = 'SUCCEEDED' AND merging_at IS NOT NULL \
                ORDER BY number DESC LIMIT ?) b \
                JOIN merge_batch_request r ON r.batch_id = b.id \
                JOIN operation_history h ON h.operation_id = r.operation_id AND h.to_step = ? \
                GROUP BY b.id, b.updated_at";
-    let pairs: Vec<(NaiveDateTime, NaiveDateTime)> = with_pool!(db, reader, |pool| {
+    let pairs: Vec<(NaiveDateTime, NaiveDateTime)> = with_reader!(reader.into(), |exec| {
         sqlx::query_as(sql)
             .bind(project)
             .bind(HISTORY)
             .bind(StepStatus::DeployConfirmed.code())
-            .fetch_all(pool)
+            .fetch_all(exec)
             .await
     })?;
     Ok(pairs
@@ -86,19 +92,20 @@ pub struct WaitingPlace {
 /// set (approved, in no batch yet, its time come): a scheduled request has
 /// no place yet. Served by `uk_merge_batch_request_operation`.
 pub async fn waiting_place(
-    db: &Db,
+    reader: impl Into<Reader<'_>>,
     operation_id: &str,
 ) -> Result<Option<WaitingPlace>, sqlx::Error> {
-    let now = dialect::now_ms(db.backend());
+    let reader = reader.into();
+    let now = dialect::now_ms(reader.backend());
     let sql = format!(
         "SELECT id, partition_key, project, split_group FROM merge_batch_request \
          WHERE operation_id = ? AND batch_id IS NULL \
          AND (not_before IS NULL OR not_before <= {now})"
     );
-    with_pool!(db, reader, |pool| {
+    with_reader!(reader, |exec| {
         sqlx::query_as(AssertSqlSafe(sql))
             .bind(operation_id)
-            .fetch_optional(pool)
+            .fetch_optional(exec)
             .await
     })
 }
@@ -110,22 +117,23 @@ pub async fn waiting_place(
 /// its own; with how many each holds. Served by
 /// `ix_merge_batch_request_waiting`.
 pub async fn waiting_ahead(
-    db: &Db,
+    reader: impl Into<Reader<'_>>,
     partition_key: &str,
     before: i64,
 ) -> Result<Vec<(String, String, i64)>, sqlx::Error> {
-    let now = dialect::now_ms(db.backend());
+    let reader = reader.into();
+    let now = dialect::now_ms(reader.backend());
     let sql = format!(
         "SELECT project, split_group, COUNT(*) FROM merge_batch_request \
          WHERE partition_key = ? AND batch_id IS NULL AND id < ? \
          AND (not_before IS NULL OR not_before <= {now}) \
          GROUP BY project, split_group ORDER BY MIN(id)"
     );
-    with_pool!(db, reader, |pool| {
+    with_reader!(reader, |exec| {
         sqlx::query_as(AssertSqlSafe(sql))
             .bind(partition_key)
             .bind(before)
-            .fetch_all(pool)
+            .fetch_all(exec)
             .await
     })
 }

@@ -31,6 +31,7 @@ pub mod operations;
 pub mod outage;
 pub mod overview;
 pub mod progress;
+mod reader;
 mod readiness;
 pub mod retention;
 mod retry;
@@ -49,6 +50,7 @@ use sqlx::{MySqlPool, SqlitePool};
 
 pub use migrate::MigrationError;
 pub use open::{OpenError, connect, open, sqlite_file};
+pub use reader::Reader;
 pub use readiness::{DbSlot, connect_until_ready};
 pub use retry::{
     Conflict, Contended, RETRIES, describe_metrics as describe_retry_metrics, retrying,

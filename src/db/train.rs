@@ -5,20 +5,23 @@
 use sqlx::AssertSqlSafe;
 
 use super::batches::{BatchRow, COLUMNS, LastInsertId};
-use super::{Db, DbTx, dialect, placeholders};
-use crate::{with_pool, with_tx};
+use super::{DbTx, Reader, dialect, placeholders};
+use crate::{with_reader, with_tx};
 
 /// The active (RUNNING or BLOCKED) batches of `partition_key`, front first.
 /// Served by `uk_merge_batch_train` (`active_slot` is the partition while
 /// a batch is active).
-pub async fn active_train(db: &Db, partition_key: &str) -> Result<Vec<BatchRow>, sqlx::Error> {
+pub async fn active_train(
+    reader: impl Into<Reader<'_>>,
+    partition_key: &str,
+) -> Result<Vec<BatchRow>, sqlx::Error> {
     let sql = format!(
         "SELECT {COLUMNS} FROM merge_batch WHERE active_slot = ? ORDER BY train_position, id"
     );
-    with_pool!(db, reader, |pool| {
+    with_reader!(reader.into(), |exec| {
         sqlx::query_as(AssertSqlSafe(sql))
             .bind(partition_key)
-            .fetch_all(pool)
+            .fetch_all(exec)
             .await
     })
 }
@@ -130,14 +133,17 @@ pub async fn send_back(
 
 /// How many active batches are ahead of batch `batch_id` in its train,
 /// while it is active. Served by the primary key and `uk_merge_batch_train`.
-pub async fn batches_ahead(db: &Db, batch_id: i64) -> Result<Option<i64>, sqlx::Error> {
+pub async fn batches_ahead(
+    reader: impl Into<Reader<'_>>,
+    batch_id: i64,
+) -> Result<Option<i64>, sqlx::Error> {
     let sql = "SELECT (SELECT COUNT(*) FROM merge_batch a \
                WHERE a.active_slot = b.active_slot AND a.train_position < b.train_position) \
                FROM merge_batch b WHERE b.id = ? AND b.active_slot IS NOT NULL";
-    with_pool!(db, reader, |pool| {
+    with_reader!(reader.into(), |exec| {
         sqlx::query_scalar(sql)
             .bind(batch_id)
-            .fetch_optional(pool)
+            .fetch_optional(exec)
             .await
     })
 }
@@ -147,17 +153,21 @@ pub async fn batches_ahead(db: &Db, batch_id: i64) -> Result<Option<i64>, sqlx::
 /// or failed, in a batch after it. Served by
 /// `ix_merge_batch_history_batch` (the half's requests) and
 /// `ix_merge_batch_history_operation` (what became of them).
-pub async fn half_failed(db: &Db, parent: i64, group: &str) -> Result<bool, sqlx::Error> {
+pub async fn half_failed(
+    reader: impl Into<Reader<'_>>,
+    parent: i64,
+    group: &str,
+) -> Result<bool, sqlx::Error> {
     let sql = "SELECT COUNT(*) FROM merge_batch_history later \
                WHERE later.operation_id IN (SELECT split.operation_id FROM merge_batch_history split \
                WHERE split.batch_id = ? AND split.event = 'SPLIT' AND split.detail = ?) \
                AND later.batch_id > ? AND later.event IN ('SPLIT', 'FAILED')";
-    let failed: i64 = with_pool!(db, reader, |pool| {
+    let failed: i64 = with_reader!(reader.into(), |exec| {
         sqlx::query_scalar(sql)
             .bind(parent)
             .bind(group)
             .bind(parent)
-            .fetch_one(pool)
+            .fetch_one(exec)
             .await
     })?;
     Ok(failed > 0)

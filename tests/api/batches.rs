@@ -636,7 +636,8 @@ async fn another_projects_requests_waiting_ahead_board_in_a_batch_of_their_own()
     assert!(problems.is_empty(), "{problems:?}");
     queued_requests_of(&db, "other/repo", 0..3).await;
     let own = queued_requests(&db, 3..5).await;
-    let estimate = queue_estimate(&db, &settings, &own[1])
+    let mut snapshot = db.begin_read().await.unwrap();
+    let estimate = queue_estimate(&mut snapshot, &settings, &own[1])
         .await
         .unwrap()
         .expect("waiting");

@@ -409,14 +409,17 @@ impl OperationView {
         {
             return Ok(self);
         }
+        // One snapshot, so that the batches ahead and the place agree.
+        let mut snapshot = db.begin_read().await?;
         let batches_ahead = match self.batch_id {
-            Some(batch) => batches_ahead(db, batch).await?,
+            Some(batch) => batches_ahead(&mut snapshot, batch).await?,
             None => None,
         };
         let settings = state.config.current();
-        let queue = queue_estimate(db, &settings, &self.operation_id)
+        let queue = queue_estimate(&mut snapshot, &settings, &self.operation_id)
             .await?
             .map(QueueView::from);
+        snapshot.commit().await?;
         Ok(Self {
             batches_ahead,
             queue,

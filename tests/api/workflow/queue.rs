@@ -3,6 +3,7 @@
 //! the train ahead of it.
 
 use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::Value;
 
@@ -193,35 +194,48 @@ async fn once_the_change_that_failed_is_alone_and_failed_the_half_left_is_expect
 }
 
 #[tokio::test]
-async fn a_request_claimed_while_its_place_is_read_is_never_counted_twice() {
+async fn a_request_read_while_it_is_claimed_and_merged_is_shown_in_one_place_until_it_leaves() {
     for test_db in each_backend().await {
         let w = train_world(&test_db.url).await;
         merge_one_at_a_time(&w, 0..=2).await;
         // Each request waits alone in front of an empty train, and is
-        // read over and over while a claim round takes it: every view
-        // shows it either waiting first of one or in its batch, never
-        // waiting behind a batch that holds it.
+        // read over and over while a claim round takes it and its batch
+        // merges: every view shows it waiting first of one or in its
+        // batch, never waiting behind a batch that holds it, and once it
+        // is shown out of the queue it stays out.
         for n in 10..40 {
             let (id, _) = queued_last(&w, &format!("member{n}"), 1).await;
+            let settled = AtomicBool::new(false);
             let reading = async {
                 let mut seen = Vec::new();
-                loop {
-                    let now = view(&w, &id).await;
-                    let claimed = now["step"]["name"] != "QUEUED";
-                    seen.push(now);
-                    if claimed {
-                        return seen;
-                    }
+                while !settled.load(Ordering::Acquire) {
+                    seen.push(view(&w, &id).await);
                 }
+                seen
             };
-            let settling = rounds_until_settled(&w, std::slice::from_ref(&id));
-            let (seen, _) = tokio::join!(reading, settling);
-            for view in seen {
-                if let Some(queue) = view.get("queue") {
-                    let place = (&queue["position"], &queue["of"]);
-                    let first_of_one = (&Value::from(1), &Value::from(1));
-                    assert_eq!(place, first_of_one, "{}: {view}", test_db.name);
-                }
+            let settling = async {
+                rounds_until_settled(&w, std::slice::from_ref(&id)).await;
+                settled.store(true, Ordering::Release);
+            };
+            let (seen, ()) = tokio::join!(reading, settling);
+            let shown: Vec<Option<&Value>> = seen.iter().map(|view| view.get("queue")).collect();
+            let left = shown
+                .iter()
+                .position(Option::is_none)
+                .unwrap_or(shown.len());
+            if let Some(back) = shown[left..].iter().position(Option::is_some) {
+                panic!(
+                    "{}: shown out of the queue, then in it again: {} then {}",
+                    test_db.name,
+                    seen[left],
+                    seen[left + back]
+                );
+            }
+            for (queue, view) in shown.iter().zip(&seen).take(left) {
+                let queue = queue.expect("shown in the queue");
+                let place = (&queue["position"], &queue["of"]);
+                let first_of_one = (&Value::from(1), &Value::from(1));
+                assert_eq!(place, first_of_one, "{}: {view}", test_db.name);
             }
         }
     }
