@@ -4,9 +4,9 @@ use chrono::NaiveDateTime;
 use sqlx::AssertSqlSafe;
 
 use super::statement::{SqlValue, Statement};
-use super::{Db, DbTx, dialect};
+use super::{Db, DbTx, Reader, dialect};
 use crate::domain::BindingStatus;
-use crate::{with_pool, with_tx};
+use crate::{with_pool, with_reader, with_tx};
 
 /// A stored binding.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -214,32 +214,16 @@ pub async fn adopt_binding_params(
 
 /// The row of a relation, if any.
 pub async fn get_binding(
-    db: &Db,
+    reader: impl Into<Reader<'_>>,
     subject_id: &str,
     target_key: &str,
 ) -> Result<Option<BindingRow>, sqlx::Error> {
     let sql = format!("SELECT {COLUMNS} FROM binding WHERE subject_id = ? AND target_key = ?");
-    with_pool!(db, reader, |pool| {
+    with_reader!(reader.into(), |exec| {
         sqlx::query_as(AssertSqlSafe(sql))
             .bind(subject_id)
             .bind(target_key)
-            .fetch_optional(pool)
-            .await
-    })
-}
-
-/// The row of a relation, if any, read in the caller's transaction.
-pub async fn binding_in(
-    tx: &mut DbTx,
-    subject_id: &str,
-    target_key: &str,
-) -> Result<Option<BindingRow>, sqlx::Error> {
-    let sql = format!("SELECT {COLUMNS} FROM binding WHERE subject_id = ? AND target_key = ?");
-    with_tx!(tx, |conn| {
-        sqlx::query_as(AssertSqlSafe(sql))
-            .bind(subject_id)
-            .bind(target_key)
-            .fetch_optional(conn)
+            .fetch_optional(exec)
             .await
     })
 }

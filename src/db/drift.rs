@@ -9,8 +9,8 @@ use chrono::NaiveDateTime;
 use sqlx::AssertSqlSafe;
 
 use super::operations::{OperationRow, prefixed_columns};
-use super::{Db, DbTx, dialect};
-use crate::{with_pool, with_tx};
+use super::{Db, DbTx, Reader, dialect};
+use crate::{with_pool, with_reader, with_tx};
 
 /// The binding statuses whose file changegate believes is on the target
 /// branch, as the operation that owns the binding rendered it.
@@ -295,35 +295,19 @@ pub async fn forget_acceptances(
     Ok(())
 }
 
-/// The finding of `path` in `project`, in the caller's transaction.
-pub async fn finding_in(
-    tx: &mut DbTx,
-    project: &str,
-    path: &str,
-) -> Result<Option<FindingRow>, sqlx::Error> {
-    let sql = format!("SELECT {COLUMNS} FROM drift_finding WHERE project = ? AND path = ?");
-    with_tx!(tx, |conn| {
-        sqlx::query_as(AssertSqlSafe(sql))
-            .bind(project)
-            .bind(path)
-            .fetch_optional(conn)
-            .await
-    })
-}
-
 /// The finding of `path` in `project`, if any. Served by
 /// `uk_drift_finding_path`.
 pub async fn finding_at(
-    db: &Db,
+    reader: impl Into<Reader<'_>>,
     project: &str,
     path: &str,
 ) -> Result<Option<FindingRow>, sqlx::Error> {
     let sql = format!("SELECT {COLUMNS} FROM drift_finding WHERE project = ? AND path = ?");
-    with_pool!(db, reader, |pool| {
+    with_reader!(reader.into(), |exec| {
         sqlx::query_as(AssertSqlSafe(sql))
             .bind(project)
             .bind(path)
-            .fetch_optional(pool)
+            .fetch_optional(exec)
             .await
     })
 }

@@ -6,9 +6,9 @@ use chrono::NaiveDateTime;
 use sqlx::AssertSqlSafe;
 
 use super::statement::{SqlValue, Statement};
-use super::{Db, DbTx, dialect};
+use super::{Db, DbTx, Reader, dialect};
 use crate::domain::{BindingStatus, StepStatus};
-use crate::{with_pool, with_tx};
+use crate::{with_pool, with_reader};
 
 /// One recorded change. Never updated or deleted.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -98,24 +98,14 @@ pub fn append_history_statement<'a>(entries: &[NewHistory<'a>]) -> Statement<'a>
 }
 
 /// An operation's history, oldest first.
-pub async fn list_history(db: &Db, operation_id: &str) -> Result<Vec<HistoryRow>, sqlx::Error> {
-    with_pool!(db, reader, |pool| {
-        sqlx::query_as(LIST_HISTORY)
-            .bind(operation_id)
-            .fetch_all(pool)
-            .await
-    })
-}
-
-/// [`list_history`] inside `tx`.
-pub async fn list_history_in(
-    tx: &mut DbTx,
+pub async fn list_history(
+    reader: impl Into<Reader<'_>>,
     operation_id: &str,
 ) -> Result<Vec<HistoryRow>, sqlx::Error> {
-    with_tx!(tx, |conn| {
+    with_reader!(reader.into(), |exec| {
         sqlx::query_as(LIST_HISTORY)
             .bind(operation_id)
-            .fetch_all(&mut *conn)
+            .fetch_all(exec)
             .await
     })
 }

@@ -5,8 +5,8 @@
 
 use chrono::NaiveDateTime;
 
-use super::history::{HistoryRow, list_history_in};
-use super::operations::{OperationPage, get_operation_page_in};
+use super::history::{HistoryRow, list_history};
+use super::operations::{OperationPage, get_operation_page};
 use super::{Db, DbTx};
 use crate::domain::{BindingStatus, OperationKind, StepStatus};
 use crate::with_tx;
@@ -66,10 +66,10 @@ pub async fn read_operation_snapshot(
     operation_id: &str,
 ) -> Result<Option<OperationSnapshot>, sqlx::Error> {
     let mut tx = db.begin_read().await?;
-    let Some(page) = get_operation_page_in(&mut tx, operation_id).await? else {
+    let Some(page) = get_operation_page(&mut tx, operation_id).await? else {
         return Ok(None);
     };
-    let history = list_history_in(&mut tx, operation_id).await?;
+    let history = list_history(&mut tx, operation_id).await?;
     let batch_members = match &page.batch {
         Some(batch) => Some(count_batch_members(&mut tx, batch.id).await?),
         None => None,

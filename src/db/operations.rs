@@ -6,10 +6,10 @@ use sqlx::AssertSqlSafe;
 use super::batches::{InBatch, shown_number};
 use super::outage::OutageClock;
 use super::statement::{SqlValue, Statement};
-use super::{Backend, Db, DbTx, dialect};
+use super::{Backend, Db, DbTx, Reader, dialect};
 use crate::config::resolve::FlowOrder;
 use crate::domain::{BindingStatus, OperationKind, StepStatus};
-use crate::{with_pool, with_tx};
+use crate::{with_pool, with_reader, with_tx};
 
 /// A stored operation.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -286,33 +286,14 @@ pub struct OperationPage {
 /// [`get_operation_with_status`] and the operation's merge batch, still in
 /// a single round trip (the status answer is the most frequent read).
 pub async fn get_operation_page(
-    db: &Db,
+    reader: impl Into<Reader<'_>>,
     operation_id: &str,
 ) -> Result<Option<OperationPage>, sqlx::Error> {
     let sql = format!("{} WHERE o.operation_id = ?", page_select());
-    let row: Option<WithStatus> = with_pool!(db, reader, |pool| {
+    let row: Option<WithStatus> = with_reader!(reader.into(), |exec| {
         sqlx::query_as(AssertSqlSafe(sql))
             .bind(operation_id)
-            .fetch_optional(pool)
-            .await
-    })?;
-    Ok(row.map(WithStatus::into_page))
-}
-
-/// [`get_operation_page`] inside `tx`, so that it agrees with the other
-/// reads of the same transaction.
-pub async fn get_operation_page_in(
-    tx: &mut DbTx,
-    operation_id: &str,
-) -> Result<Option<OperationPage>, sqlx::Error> {
-    let sql = format!(
-        "{PAGE_SELECT} WHERE o.operation_id = ?",
-        PAGE_SELECT = page_select()
-    );
-    let row: Option<WithStatus> = with_tx!(tx, |conn| {
-        sqlx::query_as(AssertSqlSafe(sql))
-            .bind(operation_id)
-            .fetch_optional(&mut *conn)
+            .fetch_optional(exec)
             .await
     })?;
     Ok(row.map(WithStatus::into_page))

@@ -29,7 +29,7 @@ use crate::config::Settings;
 use crate::db::Db;
 use serde_json::json;
 
-use crate::db::bindings::binding_in;
+use crate::db::bindings::get_binding;
 use crate::db::drift::{
     FindingRow, NewFinding, acceptances_of, delete_finding, findings_of, forget_acceptances,
     insert_finding, list_findings, live_operations, other_relations, refresh_finding,
@@ -312,7 +312,7 @@ async fn event(
     let binding = if subject.is_empty() {
         None
     } else {
-        binding_in(tx.db(), subject, target).await?
+        get_binding(tx.db(), subject, target).await?
     };
     append_drift_event(
         tx.db(),

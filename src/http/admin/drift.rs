@@ -18,7 +18,7 @@ use crate::clients::gitlab::CommitSummary;
 use crate::db::Db;
 use crate::db::bindings::{BindingRow, adopt_binding_params, get_binding};
 use crate::db::drift::{
-    FindingRow, accept, delete_finding, finding_at, finding_in, list_findings, live_operation,
+    FindingRow, accept, delete_finding, finding_at, list_findings, live_operation,
 };
 use crate::db::events::{BINDING_DRIFT_RESOLVED, append_drift_event};
 use crate::domain::{BindingStatus, OperationKind};
@@ -323,7 +323,7 @@ async fn accept_finding(
         RepairAction::Ignore => ("IGNORE", "ignored"),
     };
     write_tx!(db, |tx| {
-        let Some(finding) = finding_in(tx.db(), &body.project, &body.path).await? else {
+        let Some(finding) = finding_at(tx.db(), &body.project, &body.path).await? else {
             return Err(ApiError::Conflict(
                 "no drift of this file now: the last pass did not find it (see GET /admin/v1/drift)",
             ));
