@@ -193,10 +193,16 @@ mod tests {
         reservation.send("accepted".to_owned());
         executor.try_submit("other".to_owned()).unwrap();
         // Two workers take the first two queued: with "accepted" queued
-        // twice, both would step it and "other" would wait.
-        while steps.0.lock().unwrap().len() < 2 {
-            steps.1.notified().await;
-        }
+        // twice, both would step it and "other" would wait. The bound only
+        // turns a worker that never starts into a failure, not a hang.
+        let two_started = async {
+            while steps.0.lock().unwrap().len() < 2 {
+                steps.1.notified().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), two_started)
+            .await
+            .expect("two workers started");
         let mut started = steps.0.lock().unwrap().clone();
         started.sort();
         assert_eq!(started, ["accepted", "other"]);
