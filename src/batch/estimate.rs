@@ -6,7 +6,7 @@
 //! guess would be believed; nor for a request whose batch is being
 //! bisected, which may be the one that fails.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use chrono::{DateTime, NaiveDateTime, TimeDelta, Utc};
 
@@ -79,6 +79,16 @@ impl Medians {
             deploy: (!deploys.is_empty()).then(|| median(deploys.to_vec())),
             samples: runs.len(),
         })
+    }
+}
+
+impl Medians {
+    /// What the forecast plays a batch of their project with.
+    fn durations(&self) -> Durations {
+        Durations {
+            pipeline: self.pipeline,
+            merge_round: self.merge_round,
+        }
     }
 }
 
@@ -168,8 +178,10 @@ pub async fn queue_estimate(
         };
         groups.push((car.split_group.clone(), size));
     }
-    // How the pace holds each batch not claimed yet (after the train's).
+    // How the pace holds each batch not claimed yet (after the train's),
+    // and whose it is.
     let mut paced: Vec<Paced> = Vec::new();
+    let mut waiting_projects: Vec<String> = Vec::new();
     let (index, batch) = match &place {
         Place::Boarded(batch) => match train.iter().position(|car| car.id == batch.id) {
             Some(index) => (index, Some(batch.shown_number())),
@@ -200,9 +212,11 @@ pub async fn queue_estimate(
                 let size = if group.is_empty() { 0 } else { count };
                 groups.extend(std::iter::repeat_n((group, size), batches));
                 paced.extend(std::iter::repeat_n(how, batches));
+                waiting_projects.extend(std::iter::repeat_n(of_project, batches));
             }
             groups.push((place.split_group.clone(), 1));
             paced.push(if own_full { Paced::Full } else { Paced::Held });
+            waiting_projects.push(place.project.clone());
             (groups.len() - 1, None)
         }
     };
@@ -228,6 +242,21 @@ pub async fn queue_estimate(
             runs.len()
         ))));
     };
+    // Only the batches ahead decide when its own merges.
+    let ahead = train
+        .iter()
+        .map(|car| car.project.as_str())
+        .chain(waiting_projects.iter().map(String::as_str))
+        .take(index);
+    let others = medians_of_others(snapshot, project, ahead).await?;
+    let durations_of = |of: &str| {
+        others
+            .get(of)
+            .copied()
+            .flatten()
+            .unwrap_or(medians)
+            .durations()
+    };
     let named: Vec<(&str, usize)> = groups.iter().map(|(g, n)| (g.as_str(), *n)).collect();
     let sibling_failed = halves_whose_sibling_failed(snapshot, &named).await?;
     let fates = fates(
@@ -245,6 +274,7 @@ pub async fn queue_estimate(
             fate: *fate,
             group: batch.split_group.clone(),
             on: footing_of(&train, index),
+            durations: durations_of(&batch.project),
         })
         .collect();
     let depth = settings.batch.max_in_flight as usize;
@@ -261,23 +291,21 @@ pub async fn queue_estimate(
             .iter()
             .zip(&fates[train.len()..])
             .zip(&paced)
-            .map(|(((group, _), fate), paced)| Waiting {
+            .zip(&waiting_projects)
+            .map(|((((group, _), fate), paced), of)| Waiting {
                 fate: *fate,
                 group: group.clone(),
                 paced: *paced,
+                durations: durations_of(of),
             })
             .collect(),
         depth,
         interval: settings.batch.interval.as_secs_f64(),
         newest_boarded,
     };
-    let durations = Durations {
-        pipeline: medians.pipeline,
-        merge_round: medians.merge_round,
-    };
     // Its own batch is one of ordinary requests, expected to merge: no time
     // means the forecast did not see it board.
-    let Some(merge) = merge_times(&boarded, &boarding, &durations)[index] else {
+    let Some(merge) = merge_times(&boarded, &boarding, medians.pipeline)[index] else {
         return Ok(Some(no_estimate(
             "no estimate yet: the forecast does not reach the round its batch boards in".to_owned(),
         )));
@@ -292,7 +320,7 @@ pub async fn queue_estimate(
         batch,
         expected_merge_at: Some(at(merge)),
         expected_deploy_at: medians.deploy.map(|deploy| at(merge + deploy)),
-        basis: basis(project, &medians, depth, bisecting),
+        basis: basis(project, &medians, &others, depth, bisecting),
     }))
 }
 
@@ -316,7 +344,31 @@ async fn halves_whose_sibling_failed(
     Ok(clear)
 }
 
-fn basis(project: &str, medians: &Medians, depth: usize, bisecting: bool) -> String {
+/// The medians of each of `projects` other than `own` (sharing its
+/// train), `None` for one with too little history: its batches are then
+/// played with `own`'s, as are those of the batches behind.
+async fn medians_of_others(
+    snapshot: &mut DbTx,
+    own: &str,
+    projects: impl Iterator<Item = &str>,
+) -> Result<BTreeMap<String, Option<Medians>>, sqlx::Error> {
+    let mut others = BTreeMap::new();
+    for of in projects {
+        if of != own && !others.contains_key(of) {
+            let runs = merged_runs(&mut *snapshot, of).await?;
+            others.insert(of.to_owned(), Medians::of(&runs, &[]));
+        }
+    }
+    Ok(others)
+}
+
+fn basis(
+    project: &str,
+    medians: &Medians,
+    others: &BTreeMap<String, Option<Medians>>,
+    depth: usize,
+    bisecting: bool,
+) -> String {
     let deploy = medians.deploy.map_or_else(
         || "no deploy measured yet".to_owned(),
         |d| format!("deploy {d:.0} s"),
@@ -326,8 +378,20 @@ fn basis(project: &str, medians: &Medians, depth: usize, bisecting: bool) -> Str
     } else {
         ""
     };
+    let shared: String = others
+        .iter()
+        .map(|(other, medians)| match medians {
+            Some(m) => format!(
+                "; batches of {other} ahead by its own medians (pipeline {:.0} s, merge round {:.0} s)",
+                m.pipeline, m.merge_round
+            ),
+            None => format!(
+                "; batches of {other} ahead timed as {project}'s: {other} has fewer than {MIN_HISTORY} merged batches"
+            ),
+        })
+        .collect();
     format!(
-        "medians of the last {} merged batches of {project}: pipeline {:.0} s, merge round {:.0} s, {deploy}; up to {depth} batches in flight{bisection}",
+        "medians of the last {} merged batches of {project}: pipeline {:.0} s, merge round {:.0} s, {deploy}; up to {depth} batches in flight{shared}{bisection}",
         medians.samples, medians.pipeline, medians.merge_round
     )
 }

@@ -648,6 +648,79 @@ async fn another_projects_requests_waiting_ahead_board_in_a_batch_of_their_own()
     );
 }
 
+/// Three merged batches of `project` in its history, each with a
+/// pipeline of `pipeline` seconds and a merge round of one.
+async fn merged_history(db: &Db, project: &str, pipeline: i64) {
+    let sql = "INSERT INTO merge_batch (status, project, number, opened_at, passed_at, \
+               merging_at, updated_at) VALUES ('SUCCEEDED', ?, ?, ?, ?, ?, ?)";
+    for number in 1001..1004 {
+        let opened = chrono::DateTime::from_timestamp(number * 10_000, 0)
+            .unwrap()
+            .naive_utc();
+        let passed = opened + chrono::TimeDelta::seconds(pipeline);
+        let merged = passed + chrono::TimeDelta::seconds(1);
+        changegate::with_pool!(db, writer, |pool| {
+            sqlx::query(sql)
+                .bind(project)
+                .bind(number)
+                .bind(opened)
+                .bind(passed)
+                .bind(passed)
+                .bind(merged)
+                .execute(pool)
+                .await
+                .map(drop)
+        })
+        .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_request_behind_another_projects_batch_is_timed_by_that_projects_pipelines() {
+    // Another project's batch boards ahead and merges first: its pipelines
+    // take ten minutes where this project's take ten seconds.
+    for test_db in each_backend().await {
+        let db = test_db.db.clone();
+        let (settings, problems) = settings_from("");
+        assert!(problems.is_empty(), "{problems:?}");
+        merged_history(&db, "config/repo", 10).await;
+        queued_requests_of(&db, "other/repo", 0..3).await;
+        let own = queued_requests(&db, 3..4).await;
+        let read = || async {
+            let mut snapshot = db.begin_read().await.unwrap();
+            let estimate = queue_estimate(&mut snapshot, &settings, &own[0])
+                .await
+                .unwrap()
+                .expect("waiting");
+            let wait = estimate.expected_merge_at.expect("an expected time") - chrono::Utc::now();
+            (estimate, wait.as_seconds_f64())
+        };
+        // Without a history of its own, the other project's batch is
+        // timed as this project's, and the basis says so.
+        let (estimate, wait) = read().await;
+        assert!(wait < 60.0, "{}: {wait} s, {estimate:?}", test_db.name);
+        assert!(
+            estimate
+                .basis
+                .contains("batches of other/repo ahead timed as config/repo's"),
+            "{estimate:?}"
+        );
+        merged_history(&db, "other/repo", 600).await;
+        let (estimate, wait) = read().await;
+        assert!(
+            (600.0..700.0).contains(&wait),
+            "{}: {wait} s, {estimate:?}",
+            test_db.name
+        );
+        assert!(
+            estimate
+                .basis
+                .contains("batches of other/repo ahead by its own medians (pipeline 600 s"),
+            "{estimate:?}"
+        );
+    }
+}
+
 /// Every operation of `ids` merged, and its request says so.
 async fn assert_all_merged(db: &Db, ids: &[String]) {
     use changegate::db::operations::get_operation_with_status;

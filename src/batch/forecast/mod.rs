@@ -66,6 +66,8 @@ pub struct Boarded {
     pub group: String,
     /// The batch of the train it is built on (its index), if any.
     pub on: Option<usize>,
+    /// Its project's medians.
+    pub durations: Durations,
 }
 
 /// A batch not claimed yet.
@@ -77,6 +79,8 @@ pub struct Waiting {
     pub group: String,
     /// How the pace holds it, when it is one of ordinary requests.
     pub paced: Paced,
+    /// Its project's medians.
+    pub durations: Durations,
 }
 
 /// How the pace of the project asked about holds a batch of ordinary
@@ -110,13 +114,11 @@ pub struct Boarding {
 
 /// Seconds from now until each batch of `train` (front first) and then
 /// each batch of `boarding` merges; `None` for those expected to fail, or
-/// not boarded within the rounds played.
-pub fn merge_times(
-    train: &[Boarded],
-    boarding: &Boarding,
-    durations: &Durations,
-) -> Vec<Option<f64>> {
-    Play::new(train, boarding, *durations).merge_times(train.len() + boarding.batches.len())
+/// not boarded within the rounds played. Each batch takes its own
+/// project's durations; `pace` is the pipeline of the project asked about,
+/// whose ordinary batches the pace holds.
+pub fn merge_times(train: &[Boarded], boarding: &Boarding, pace: f64) -> Vec<Option<f64>> {
+    Play::new(train, boarding, pace).merge_times(train.len() + boarding.batches.len())
 }
 
 #[cfg(test)]
@@ -140,6 +142,7 @@ mod tests {
                 } else {
                     Paced::Held
                 },
+                durations: DURATIONS,
             })
             .collect()
     }
@@ -167,6 +170,7 @@ mod tests {
             fate,
             group: group.to_owned(),
             on,
+            durations: DURATIONS,
         }
     }
 
@@ -177,15 +181,31 @@ mod tests {
             Car::Pipeline { since: 5.0 },
             Car::Opening,
         ]);
-        let merges = merge_times(&cars, &boarding(0, 4, None), &DURATIONS);
+        let merges = merge_times(&cars, &boarding(0, 4, None), DURATIONS.pipeline);
         assert_eq!(merges, vec![Some(3.0), Some(6.0), Some(11.0)]);
+    }
+
+    #[test]
+    fn each_batch_takes_its_own_projects_durations() {
+        // Another project's batch at the front, with pipelines of a
+        // minute and merge rounds of 5 s; this project's behind it, and
+        // one of its batches waiting, boarding at the next round.
+        let slow = Durations {
+            pipeline: 60.0,
+            merge_round: 5.0,
+        };
+        let mut cars = merging(&[Car::Pipeline { since: 10.0 }, Car::Opening]);
+        cars[0].durations = slow;
+        cars[1].on = None;
+        let merges = merge_times(&cars, &boarding(1, 4, Some(60.0)), DURATIONS.pipeline);
+        assert_eq!(merges, vec![Some(55.0), Some(56.0), Some(57.0)]);
     }
 
     #[test]
     fn a_passed_batch_waits_for_the_front_and_a_merging_one_is_nearly_done() {
         let cars = merging(&[Car::Merging { since: 0.5 }, Car::Passed, Car::Passed]);
         assert_eq!(
-            merge_times(&cars, &boarding(0, 4, None), &DURATIONS),
+            merge_times(&cars, &boarding(0, 4, None), DURATIONS.pipeline),
             vec![Some(0.5), Some(1.5), Some(2.5)]
         );
     }
@@ -195,26 +215,26 @@ mod tests {
         let front = merging(&[Car::Pipeline { since: 0.0 }]);
         // Room in the train, the front boarded long ago: claimed at the
         // next round (half an interval away on average).
-        let room = merge_times(&front, &boarding(1, 4, Some(60.0)), &DURATIONS);
+        let room = merge_times(&front, &boarding(1, 4, Some(60.0)), DURATIONS.pipeline);
         assert_eq!(room, vec![Some(11.0), Some(12.0)]);
         // The front boarded 2 s ago: the next boards at the first round
         // half a pipeline after it (3 s from now).
-        let paced = merge_times(&front, &boarding(1, 4, Some(2.0)), &DURATIONS);
+        let paced = merge_times(&front, &boarding(1, 4, Some(2.0)), DURATIONS.pipeline);
         assert_eq!(paced, vec![Some(11.0), Some(14.0)]);
         // A full batch ahead of it does not wait for the pace: it boards
         // at the next round (1 s from now), and the pace then counts from
         // it, so the last boards at 6 s.
-        let full_ahead = merge_times(&front, &boarding(2, 4, Some(2.0)), &DURATIONS);
+        let full_ahead = merge_times(&front, &boarding(2, 4, Some(2.0)), DURATIONS.pipeline);
         assert_eq!(full_ahead, vec![Some(11.0), Some(12.0), Some(17.0)]);
         // Another project's batch ahead boards at the next round too, but
         // leaves this project's pace where it was: the last still boards
         // at 3 s.
         let mut others_ahead = boarding(2, 4, Some(2.0));
         others_ahead.batches[0].paced = Paced::Other;
-        let shared = merge_times(&front, &others_ahead, &DURATIONS);
+        let shared = merge_times(&front, &others_ahead, DURATIONS.pipeline);
         assert_eq!(shared, vec![Some(11.0), Some(12.0), Some(14.0)]);
         // A full train of one: claimed at the round the front merged in.
-        let full = merge_times(&front, &boarding(1, 1, Some(60.0)), &DURATIONS);
+        let full = merge_times(&front, &boarding(1, 1, Some(60.0)), DURATIONS.pipeline);
         assert_eq!(full, vec![Some(11.0), Some(22.0)]);
     }
 
@@ -238,7 +258,7 @@ mod tests {
         };
         // The front fails when its pipeline ends (6 s): the two behind it
         // are built again then, and merge a pipeline and a round later.
-        let room = merge_times(&cars, &waiting(4), &DURATIONS);
+        let room = merge_times(&cars, &waiting(4), DURATIONS.pipeline);
         assert_eq!(&room[..3], &[None, Some(17.0), Some(18.0)]);
         // With room, the waiting batch boards at the pace (the round at
         // 5 s), built on the third: built again with it at 6, it merges
@@ -251,7 +271,7 @@ mod tests {
         // failed and the two built again are nearly merged; the ordinary
         // batch waits until the second half is tested (26 s), to merge
         // at 37.
-        let full = merge_times(&cars, &waiting(3), &DURATIONS);
+        let full = merge_times(&cars, &waiting(3), DURATIONS.pipeline);
         assert_eq!(full[3], Some(37.0));
     }
 }

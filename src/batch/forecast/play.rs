@@ -24,6 +24,8 @@ struct Played {
     failed: Option<f64>,
     /// Its index in the answer, for the batches asked about.
     shown_as: Option<usize>,
+    /// Its project's medians.
+    durations: Durations,
 }
 
 /// A batch waiting to board.
@@ -33,6 +35,7 @@ struct Queued {
     fate: Fate,
     paced: Paced,
     shown_as: Option<usize>,
+    durations: Durations,
 }
 
 impl Queued {
@@ -42,7 +45,8 @@ impl Queued {
 }
 
 pub(super) struct Play {
-    durations: Durations,
+    /// The pipeline of the project whose pace holds its ordinary batches.
+    pace_pipeline: f64,
     depth: usize,
     interval: f64,
     cars: Vec<Played>,
@@ -54,11 +58,12 @@ pub(super) struct Play {
 }
 
 impl Play {
-    pub(super) fn new(train: &[Boarded], boarding: &Boarding, durations: Durations) -> Self {
+    pub(super) fn new(train: &[Boarded], boarding: &Boarding, pace_pipeline: f64) -> Self {
         let cars = train
             .iter()
             .enumerate()
             .map(|(index, boarded)| {
+                let durations = boarded.durations;
                 let (ends, merging_ends) = match boarded.car {
                     Car::Opening => (durations.pipeline, None),
                     Car::Pipeline { since } => ((durations.pipeline - since).max(0.0), None),
@@ -73,6 +78,7 @@ impl Play {
                     merging_ends,
                     failed: None,
                     shown_as: Some(index),
+                    durations,
                 }
             })
             .collect();
@@ -85,10 +91,11 @@ impl Play {
                 fate: waiting.fate,
                 paced: waiting.paced,
                 shown_as: Some(train.len() + index),
+                durations: waiting.durations,
             })
             .collect();
         Self {
-            durations,
+            pace_pipeline,
             depth: boarding.depth.max(1),
             interval: boarding.interval.max(0.0),
             cars,
@@ -129,7 +136,7 @@ impl Play {
     /// a train, none for one batch at a time.
     fn pace(&self) -> f64 {
         if self.depth > 1 {
-            self.durations.pipeline / 2.0
+            self.pace_pipeline / 2.0
         } else {
             0.0
         }
@@ -184,7 +191,7 @@ impl Play {
                     Some(ends)
                 }
                 (Fate::Merges, None) => {
-                    let merged = car.ends.max(ahead_left) + self.durations.merge_round;
+                    let merged = car.ends.max(ahead_left) + car.durations.merge_round;
                     ahead_left = merged;
                     Some(merged)
                 }
@@ -239,10 +246,11 @@ impl Play {
                 let on = self.footing(behind, &self.cars[behind].group, at);
                 let car = &mut self.cars[behind];
                 car.on = on;
-                car.ends = at + self.durations.pipeline;
+                car.ends = at + car.durations.pipeline;
             }
         }
-        let Fate::Fails { halvings } = self.cars[index].fate else {
+        let (fate, durations) = (self.cars[index].fate, self.cars[index].durations);
+        let Fate::Fails { halvings } = fate else {
             return;
         };
         if halvings == 0 {
@@ -273,6 +281,7 @@ impl Play {
                 fate,
                 paced: Paced::Held,
                 shown_as: None,
+                durations,
             };
             self.queue.insert(after + offset, half);
         }
@@ -340,10 +349,11 @@ impl Play {
             group: queued.group,
             fate: queued.fate,
             on,
-            ends: now + self.durations.pipeline,
+            ends: now + queued.durations.pipeline,
             merging_ends: None,
             failed: None,
             shown_as: queued.shown_as,
+            durations: queued.durations,
         });
     }
 
