@@ -274,6 +274,7 @@ pub async fn queue_estimate(
             fate: *fate,
             group: batch.split_group.clone(),
             on: footing_of(&train, index),
+            project: batch.project.clone(),
             durations: durations_of(&batch.project),
         })
         .collect();
@@ -296,6 +297,7 @@ pub async fn queue_estimate(
                 fate: *fate,
                 group: group.clone(),
                 paced: *paced,
+                project: of.clone(),
                 durations: durations_of(of),
             })
             .collect(),

@@ -4,17 +4,17 @@
 //! it needs and asks this module.
 //!
 //! It plays the rules the merge queue runs by (SPEC §7), round by claim
-//! round: a batch is built on the one ahead of it (the two halves of a
-//! failed batch beside each other), tested for a pipeline, and merges in
-//! train order; a failure is blamed once what it was built on has passed,
-//! and sends every batch built on it back to be built again. A batch that
-//! holds the change a bigger batch failed on (a half of a bisection) is
-//! expected to fail again, one half of each pair, until the change is
-//! alone. Halves board as soon as there is a place; ordinary requests board
-//! at most every half pipeline, never while a half is untested, and ahead
-//! of waiting halves only when there is a place for them too. So the
-//! requests behind a bisection wait for its levels, and the estimate says
-//! how long.
+//! round: a batch is built on the one of its project ahead of it (the two
+//! halves of a failed batch beside each other), tested for a pipeline of
+//! its project's, and merges in train order; a failure is blamed once what
+//! it was built on has passed, and sends every batch built on it back to be
+//! built again. A batch that holds the change a bigger batch failed on (a
+//! half of a bisection) is expected to fail again, one half of each pair,
+//! until the change is alone. Halves board as soon as there is a place;
+//! ordinary requests board at most every half pipeline, never while a half
+//! of their project is untested, and ahead of waiting halves only when
+//! there is a place for them too. So the requests behind a bisection wait
+//! for its levels, and the estimate says how long.
 
 mod fates;
 mod play;
@@ -66,6 +66,8 @@ pub struct Boarded {
     pub group: String,
     /// The batch of the train it is built on (its index), if any.
     pub on: Option<usize>,
+    /// Its GitLab project.
+    pub project: String,
     /// Its project's medians.
     pub durations: Durations,
 }
@@ -79,6 +81,8 @@ pub struct Waiting {
     pub group: String,
     /// How the pace holds it, when it is one of ordinary requests.
     pub paced: Paced,
+    /// Its GitLab project.
+    pub project: String,
     /// Its project's medians.
     pub durations: Durations,
 }
@@ -130,6 +134,9 @@ mod tests {
         merge_round: 1.0,
     };
 
+    /// The project asked about.
+    const OWN: &str = "config/repo";
+
     /// Batches of ordinary requests: full ones, then the last, which is
     /// not (as a request's own is, behind those ahead of it).
     fn ordinary(batches: usize) -> Vec<Waiting> {
@@ -142,6 +149,7 @@ mod tests {
                 } else {
                     Paced::Held
                 },
+                project: OWN.to_owned(),
                 durations: DURATIONS,
             })
             .collect()
@@ -170,6 +178,7 @@ mod tests {
             fate,
             group: group.to_owned(),
             on,
+            project: OWN.to_owned(),
             durations: DURATIONS,
         }
     }
@@ -195,10 +204,64 @@ mod tests {
             merge_round: 5.0,
         };
         let mut cars = merging(&[Car::Pipeline { since: 10.0 }, Car::Opening]);
+        cars[0].project = "other/repo".to_owned();
         cars[0].durations = slow;
         cars[1].on = None;
         let merges = merge_times(&cars, &boarding(1, 4, Some(60.0)), DURATIONS.pipeline);
         assert_eq!(merges, vec![Some(55.0), Some(56.0), Some(57.0)]);
+    }
+
+    #[test]
+    fn another_projects_bisection_holds_only_its_own_batches() {
+        // Another project's batch at the front fails at 1 s, and its
+        // halves board and are tested until 11 s and later. This
+        // project's batch behind is built on the target branch, not on
+        // it, and merges once its own pipeline ends (6 s); its waiting
+        // batch boards as the pace allows (4 s, half a pipeline after its
+        // newest), not once the other project's halves are tested.
+        let mut front = boarded(
+            Car::Pipeline { since: 9.0 },
+            Fate::Fails { halvings: 1 },
+            "",
+            None,
+        );
+        front.project = "other/repo".to_owned();
+        let cars = [
+            front,
+            boarded(Car::Pipeline { since: 4.0 }, Fate::Merges, "", None),
+        ];
+        let waiting = Boarding {
+            batches: ordinary(1),
+            depth: 4,
+            interval: 2.0,
+            newest_boarded: Some(1.0),
+        };
+        let merges = merge_times(&cars, &waiting, DURATIONS.pipeline);
+        assert_eq!(merges, vec![None, Some(7.0), Some(15.0)]);
+    }
+
+    #[test]
+    fn a_batch_boards_on_its_own_projects_batch_ahead() {
+        // This project's batch at the front, another project's behind it
+        // failing at 8 s. This project's waiting batch boards at 4 s on its
+        // own project's (on the other project's, it would be built again
+        // when that fails), and merges after the front.
+        let mut failing = boarded(
+            Car::Pipeline { since: 2.0 },
+            Fate::Fails { halvings: 0 },
+            "",
+            None,
+        );
+        failing.project = "other/repo".to_owned();
+        let cars = [boarded(Car::Opening, Fate::Merges, "", None), failing];
+        let waiting = Boarding {
+            batches: ordinary(1),
+            depth: 4,
+            interval: 2.0,
+            newest_boarded: Some(1.0),
+        };
+        let merges = merge_times(&cars, &waiting, DURATIONS.pipeline);
+        assert_eq!(merges, vec![Some(11.0), None, Some(15.0)]);
     }
 
     #[test]

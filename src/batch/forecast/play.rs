@@ -24,6 +24,7 @@ struct Played {
     failed: Option<f64>,
     /// Its index in the answer, for the batches asked about.
     shown_as: Option<usize>,
+    project: String,
     /// Its project's medians.
     durations: Durations,
 }
@@ -35,6 +36,7 @@ struct Queued {
     fate: Fate,
     paced: Paced,
     shown_as: Option<usize>,
+    project: String,
     durations: Durations,
 }
 
@@ -78,6 +80,7 @@ impl Play {
                     merging_ends,
                     failed: None,
                     shown_as: Some(index),
+                    project: boarded.project.clone(),
                     durations,
                 }
             })
@@ -91,6 +94,7 @@ impl Play {
                 fate: waiting.fate,
                 paced: waiting.paced,
                 shown_as: Some(train.len() + index),
+                project: waiting.project.clone(),
                 durations: waiting.durations,
             })
             .collect();
@@ -243,13 +247,15 @@ impl Play {
             let built_on_it = self.cars[behind].on.is_some_and(|on| on_it.contains(&on));
             if built_on_it && self.cars[behind].failed.is_none() {
                 on_it.push(behind);
-                let on = self.footing(behind, &self.cars[behind].group, at);
+                let car = &self.cars[behind];
+                let on = self.footing(behind, (&car.project, &car.group), at);
                 let car = &mut self.cars[behind];
                 car.on = on;
                 car.ends = at + car.durations.pipeline;
             }
         }
-        let (fate, durations) = (self.cars[index].fate, self.cars[index].durations);
+        let failed = &self.cars[index];
+        let (fate, project, durations) = (failed.fate, failed.project.clone(), failed.durations);
         let Fate::Fails { halvings } = fate else {
             return;
         };
@@ -281,25 +287,31 @@ impl Play {
                 fate,
                 paced: Paced::Held,
                 shown_as: None,
+                project: project.clone(),
                 durations,
             };
             self.queue.insert(after + offset, half);
         }
     }
 
-    /// What a car at `place` (of `group`) is built on at `now`: the last
-    /// car ahead still in the train, unless that is its sibling.
-    fn footing(&self, place: usize, group: &str, now: f64) -> Option<usize> {
+    /// What a car at `place` (of `project`, in `group`) is built on at
+    /// `now`: the last car of its project ahead still in the train, unless
+    /// that is its sibling.
+    fn footing(&self, place: usize, (project, group): (&str, &str), now: f64) -> Option<usize> {
         let leaves = self.leaves();
-        (0..place)
-            .rev()
-            .find(|&ahead| leaves[ahead] > now && !are_siblings(&self.cars[ahead].group, group))
+        (0..place).rev().find(|&ahead| {
+            let car = &self.cars[ahead];
+            leaves[ahead] > now && car.project == project && !are_siblings(&car.group, group)
+        })
     }
 
-    /// Whether a half of a failed batch is untested at `now`.
-    fn half_untested(&self, now: f64) -> bool {
+    /// Whether a half of a failed batch of `project` is untested at `now`.
+    fn half_untested(&self, project: &str, now: f64) -> bool {
         self.cars.iter().enumerate().any(|(index, car)| {
-            !car.group.is_empty() && car.failed.is_none() && self.decided(index) > now
+            car.project == project
+                && !car.group.is_empty()
+                && car.failed.is_none()
+                && self.decided(index) > now
         })
     }
 
@@ -318,15 +330,14 @@ impl Play {
         while active < self.depth {
             // As each claim reads the pace again: a full batch (or another
             // project's) boards without waiting for it, none while a half
-            // is untested.
+            // of its project is untested.
             let paced = now - self.newest_ordinary >= self.pace();
-            let held = self.half_untested(now);
             let halves = self.queue.iter().filter(|queued| queued.is_half()).count();
-            let ordinary = self
-                .queue
-                .iter()
-                .position(|queued| !queued.is_half())
-                .filter(|index| !held && (paced || self.queue[*index].paced != Paced::Held));
+            let ordinary = self.queue.iter().position(|queued| {
+                !queued.is_half()
+                    && !self.half_untested(&queued.project, now)
+                    && (paced || queued.paced != Paced::Held)
+            });
             let next = match ordinary {
                 Some(index) if active + 1 + halves <= self.depth => index,
                 _ if halves > 0 => self.queue.iter().position(Queued::is_half).unwrap_or(0),
@@ -344,7 +355,7 @@ impl Play {
         if !queued.is_half() && queued.paced != Paced::Other {
             self.newest_ordinary = now;
         }
-        let on = self.footing(self.cars.len(), &queued.group, now);
+        let on = self.footing(self.cars.len(), (&queued.project, &queued.group), now);
         self.cars.push(Played {
             group: queued.group,
             fate: queued.fate,
@@ -353,6 +364,7 @@ impl Play {
             merging_ends: None,
             failed: None,
             shown_as: queued.shown_as,
+            project: queued.project,
             durations: queued.durations,
         });
     }
