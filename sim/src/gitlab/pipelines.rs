@@ -231,11 +231,15 @@ pub fn create(scope: &mut Scope, head: &str, mr_iid: u64, user: UserId) -> u64 {
     let id = scope.ids.pipeline();
     let now = Utc::now();
     let outcome = next_outcome(project, &sha);
-    let duration = match scope.options.pipeline_duration_max {
-        Some(max) => scope
+    let duration = match (
+        project.settings.pipeline_duration,
+        scope.options.pipeline_duration_max,
+    ) {
+        (Some(own), _) => own,
+        (None, Some(max)) => scope
             .pipeline_rng
             .duration_within(scope.options.pipeline_duration, max),
-        None => scope.options.pipeline_duration,
+        (None, None) => scope.options.pipeline_duration,
     };
     project.pipelines.push(Pipeline {
         id,

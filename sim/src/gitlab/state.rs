@@ -135,6 +135,10 @@ pub struct ProjectSettings {
     /// a merge request's pipelines run for `refs/merge-requests/<iid>/merge`, on an
     /// internal commit merging its head into the target, rather than for the head.
     pub merged_results_pipelines: bool,
+    /// How long this project's pipelines run, in place of the options'
+    /// `pipeline_duration` (and its draws): projects sharing one merge train
+    /// whose CI takes different times.
+    pub pipeline_duration: Option<std::time::Duration>,
 }
 
 impl Default for ProjectSettings {
@@ -149,6 +153,7 @@ impl Default for ProjectSettings {
             pipelines_must_succeed: true,
             merge_method: MergeMethod::default(),
             merged_results_pipelines: false,
+            pipeline_duration: None,
         }
     }
 }

@@ -78,6 +78,25 @@ async fn pipeline_durations_are_drawn_within_the_range_from_the_seed() {
 }
 
 #[tokio::test]
+async fn a_project_with_its_own_pipeline_duration_runs_its_pipelines_that_long() {
+    let fx = Fixture::with_options(GitLabSimOptions {
+        pipeline_duration: Duration::from_secs(5),
+        pipeline_duration_max: Some(Duration::from_secs(15)),
+        ..GitLabSimOptions::default()
+    })
+    .await;
+    let own = Duration::from_secs(600);
+    fx.sim
+        .update_settings(fx.project, |s| s.pipeline_duration = Some(own))
+        .unwrap();
+    for n in 0..3 {
+        let iid = fx.open_mr(&format!("bot/{n}"), &[("a.json", "{}\n")]).await;
+        let id = pipeline_of(&fx, iid);
+        assert_eq!(fx.sim.pipeline_duration(fx.project, id), Some(own));
+    }
+}
+
+#[tokio::test]
 async fn pipeline_durations_can_change_over_the_control_api() {
     let fx = Fixture::start().await;
     let url = format!("{}/_sim/pipeline_durations", fx.sim.base_url());
