@@ -11,7 +11,10 @@
 //! with pipelines of 5–15 s (drawn per pipeline) and one failing request,
 //! after three requests merged one at a time (the history an estimate
 //! needs); each request's `expectedMergeAt` as shown when it became
-//! `QUEUED` against when it merged, as a fraction of its wait.
+//! `QUEUED` against when it merged, as a fraction of its wait. Once with
+//! one project, and once with every fourth request for another project
+//! sharing the train (`config/other`, its pipelines 20 s, three of its
+//! requests merged first too).
 //!
 //! ```sh
 //! cargo bench --bench merge_train            # both parts
@@ -56,7 +59,57 @@ const HISTORY: usize = changegate::batch::MIN_HISTORY;
 /// Pipelines of 5–15 s, drawn per pipeline, for the expected-time run.
 const VARIED: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(15));
 
-async fn run(depth: u32, failing: bool, varied: bool, database_url: &str) -> Measured {
+/// The project sharing the train in the shared expected-time run, and how
+/// long its pipelines take.
+const OTHER: &str = "config/other";
+const OTHER_PIPELINE: Duration = Duration::from_secs(20);
+
+/// What a run plays.
+#[derive(Clone, Copy)]
+struct Scenario {
+    depth: u32,
+    /// Request [`POISONED`]'s file fails CI.
+    failing: bool,
+    /// Pipelines drawn from [`VARIED`], after a history of [`HISTORY`]
+    /// merged requests (per project).
+    varied: bool,
+    /// Every fourth request is for [`OTHER`], sharing the train.
+    shared: bool,
+}
+
+/// Another project sharing the train: the bot and the reviewers are its
+/// members too (adding a known user again gives back its id).
+fn other_project(world: &support::Outside) {
+    let gitlab = &world.gitlab;
+    let project = gitlab.create_project(OTHER);
+    for (user, token) in [
+        ("bot", "bot-token"),
+        ("rev-a", "a-token"),
+        ("rev-b", "b-token"),
+    ] {
+        let id = gitlab.add_user(user, token);
+        gitlab
+            .add_member(project, id, changegate_sim::gitlab::AccessLevel::Developer)
+            .expect("member");
+    }
+    gitlab
+        .update_settings(project, |s| {
+            s.merge_method = MergeMethod::Merge;
+            s.pipeline_duration = Some(OTHER_PIPELINE);
+        })
+        .expect("project settings");
+    gitlab
+        .record_past_pipelines(project, &[OTHER_PIPELINE; 5])
+        .expect("CI history");
+}
+
+async fn run(scenario: Scenario, database_url: &str) -> Measured {
+    let Scenario {
+        depth,
+        failing,
+        varied,
+        shared,
+    } = scenario;
     let (shortest, longest) = if varied {
         (VARIED.0, Some(VARIED.1))
     } else {
@@ -82,11 +135,20 @@ async fn run(depth: u32, failing: bool, varied: bool, database_url: &str) -> Mea
     gitlab
         .record_past_pipelines(project, &[PIPELINE; 5])
         .expect("CI history");
+    let mut targets = vec!["team.access"];
+    let mut other_target = String::new();
+    if shared {
+        other_project(&world);
+        targets.push("team.other");
+        other_target = format!(
+            "[targets.\"team.other\"]\ndescription = \"bench\"\nparams = [\"level\"]\nproject = {OTHER:?}\n"
+        );
+    }
     let text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = {database_url:?}\nmax_connections = 20\n\
          [log]\nlevel = \"error\"\n[access]\nmode = \"OPEN\"\n[rate_limit]\napply = 0\n\
          [authz.rules]\napply = [\"r\"]\nread = [\"r\"]\n[authz.grants]\n\"r\" = [\"*\"]\n\
-         [targets.\"team.access\"]\ndescription = \"bench\"\nparams = [\"level\"]\n\
+         [targets.\"team.access\"]\ndescription = \"bench\"\nparams = [\"level\"]\n{other_target}\
          [executor]\nworkers = 16\npoll_interval = \"200ms\"\n\
          [batch]\ninterval = \"1s\"\nmax_in_flight = {depth}\n\
          {}",
@@ -99,9 +161,11 @@ async fn run(depth: u32, failing: bool, varied: bool, database_url: &str) -> Mea
     // The expected times are those of a queue with history: three requests
     // merge one after another first, so the arrivals are estimated from
     // the first (a project's first three batches get none).
-    let warm_up = if varied { HISTORY } else { 0 };
+    let history = if varied { HISTORY } else { 0 };
+    let warm_up = history * targets.len();
     for n in 0..warm_up {
-        apply(client, address, &format!("earlier{n}"), "read").await;
+        let target = targets[n / history.max(1)];
+        apply(client, address, target, &format!("earlier{n}"), "read").await;
         let deadline = Instant::now() + Duration::from_secs(120);
         while settled(db).await <= n && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -117,7 +181,8 @@ async fn run(depth: u32, failing: bool, varied: bool, database_url: &str) -> Mea
         } else {
             "read"
         };
-        let id = apply(client, address, &format!("user{n}"), level).await;
+        let target = targets[usize::from(n % 4 == 3) % targets.len()];
+        let id = apply(client, address, target, &format!("user{n}"), level).await;
         watchers.spawn(first_estimate(client.clone(), address.clone(), n, id));
     }
     let deadline = Instant::now() + Duration::from_secs(600);
@@ -162,12 +227,18 @@ async fn run(depth: u32, failing: bool, varied: bool, database_url: &str) -> Mea
     measured
 }
 
-/// `user` applies for themself at `level`: the operation's id.
-async fn apply(client: &reqwest::Client, address: &str, user: &str, level: &str) -> String {
+/// `user` applies for themself to `target` at `level`: the operation's id.
+async fn apply(
+    client: &reqwest::Client,
+    address: &str,
+    target: &str,
+    user: &str,
+    level: &str,
+) -> String {
     let answer = client
         .post(format!("{address}/api/v1/applications"))
         .header("x-auth-request-user", user)
-        .json(&json!({ "targetKey": "team.access", "subjectId": user,
+        .json(&json!({ "targetKey": target, "subjectId": user,
                        "params": { "level": level }, "reason": "bench" }))
         .send()
         .await
@@ -288,7 +359,13 @@ async fn train_runs() {
         for depth in [1, 4] {
             let dir = tempfile::tempdir().expect("temp dir");
             let url = format!("sqlite://{}", dir.path().join("train.db").display());
-            let m = run(depth, failing, false, &url).await;
+            let scenario = Scenario {
+                depth,
+                failing,
+                varied: false,
+                shared: false,
+            };
+            let m = run(scenario, &url).await;
             println!(
                 "| {} | {depth} | {:.2} | {:.2} | {} | {} | {} |",
                 if failing {
@@ -309,17 +386,30 @@ async fn train_runs() {
 async fn estimate_run() {
     println!();
     println!(
-        "| expected times (max_in_flight 4, pipelines 5–15 s, one failing request) | median error | p90 error | requests with an estimate | without |"
+        "| expected times (max_in_flight 4, pipelines 5–15 s, one failing request): |expectedMergeAt − merged| / wait | median error | p90 error | requests with an estimate | without |"
     );
     println!("|---|---|---|---|---|");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite://{}", dir.path().join("eta.db").display());
-    let m = run(4, true, true, &url).await;
-    println!(
-        "| |expectedMergeAt − merged| / wait | {:.0}% | {:.0}% | {} | {} |",
-        100.0 * percentile(&m.estimate_errors, 0.50),
-        100.0 * percentile(&m.estimate_errors, 0.90),
-        m.estimate_errors.len(),
-        m.unestimated
-    );
+    for shared in [false, true] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("eta.db").display());
+        let scenario = Scenario {
+            depth: 4,
+            failing: true,
+            varied: true,
+            shared,
+        };
+        let m = run(scenario, &url).await;
+        println!(
+            "| {} | {:.0}% | {:.0}% | {} | {} |",
+            if shared {
+                "a quarter of the requests for another project (pipelines 20 s)"
+            } else {
+                "one project"
+            },
+            100.0 * percentile(&m.estimate_errors, 0.50),
+            100.0 * percentile(&m.estimate_errors, 0.90),
+            m.estimate_errors.len(),
+            m.unestimated
+        );
+    }
 }
