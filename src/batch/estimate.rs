@@ -80,9 +80,7 @@ impl Medians {
             samples: runs.len(),
         })
     }
-}
 
-impl Medians {
     /// What the forecast plays a batch of their project with.
     fn durations(&self) -> Durations {
         Durations {
