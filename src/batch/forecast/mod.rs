@@ -137,6 +137,14 @@ mod tests {
     /// The project asked about.
     const OWN: &str = "config/repo";
 
+    /// `batch`, of another project sharing the train.
+    fn of_another_project(batch: Boarded) -> Boarded {
+        Boarded {
+            project: "other/repo".to_owned(),
+            ..batch
+        }
+    }
+
     /// Batches of ordinary requests: full ones, then the last, which is
     /// not (as a request's own is, behind those ahead of it).
     fn ordinary(batches: usize) -> Vec<Waiting> {
@@ -204,8 +212,10 @@ mod tests {
             merge_round: 5.0,
         };
         let mut cars = merging(&[Car::Pipeline { since: 10.0 }, Car::Opening]);
-        cars[0].project = "other/repo".to_owned();
-        cars[0].durations = slow;
+        cars[0] = Boarded {
+            durations: slow,
+            ..of_another_project(cars[0].clone())
+        };
         cars[1].on = None;
         let merges = merge_times(&cars, &boarding(1, 4, Some(60.0)), DURATIONS.pipeline);
         assert_eq!(merges, vec![Some(55.0), Some(56.0), Some(57.0)]);
@@ -219,24 +229,17 @@ mod tests {
         // it, and merges once its own pipeline ends (6 s); its waiting
         // batch boards as the pace allows (4 s, half a pipeline after its
         // newest), not once the other project's halves are tested.
-        let mut front = boarded(
+        let front = of_another_project(boarded(
             Car::Pipeline { since: 9.0 },
             Fate::Fails { halvings: 1 },
             "",
             None,
-        );
-        front.project = "other/repo".to_owned();
+        ));
         let cars = [
             front,
             boarded(Car::Pipeline { since: 4.0 }, Fate::Merges, "", None),
         ];
-        let waiting = Boarding {
-            batches: ordinary(1),
-            depth: 4,
-            interval: 2.0,
-            newest_boarded: Some(1.0),
-        };
-        let merges = merge_times(&cars, &waiting, DURATIONS.pipeline);
+        let merges = merge_times(&cars, &boarding(1, 4, Some(1.0)), DURATIONS.pipeline);
         assert_eq!(merges, vec![None, Some(7.0), Some(15.0)]);
     }
 
@@ -246,21 +249,14 @@ mod tests {
         // failing at 8 s. This project's waiting batch boards at 4 s on its
         // own project's (on the other project's, it would be built again
         // when that fails), and merges after the front.
-        let mut failing = boarded(
+        let failing = of_another_project(boarded(
             Car::Pipeline { since: 2.0 },
             Fate::Fails { halvings: 0 },
             "",
             None,
-        );
-        failing.project = "other/repo".to_owned();
+        ));
         let cars = [boarded(Car::Opening, Fate::Merges, "", None), failing];
-        let waiting = Boarding {
-            batches: ordinary(1),
-            depth: 4,
-            interval: 2.0,
-            newest_boarded: Some(1.0),
-        };
-        let merges = merge_times(&cars, &waiting, DURATIONS.pipeline);
+        let merges = merge_times(&cars, &boarding(1, 4, Some(1.0)), DURATIONS.pipeline);
         assert_eq!(merges, vec![Some(11.0), None, Some(15.0)]);
     }
 
