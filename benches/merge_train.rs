@@ -77,21 +77,10 @@ struct Scenario {
     shared: bool,
 }
 
-/// Another project sharing the train: the bot and the reviewers are its
-/// members too (adding a known user again gives back its id).
+/// Another project sharing the train, with the same members.
 fn other_project(world: &support::Outside) {
     let gitlab = &world.gitlab;
-    let project = gitlab.create_project(OTHER);
-    for (user, token) in [
-        ("bot", "bot-token"),
-        ("rev-a", "a-token"),
-        ("rev-b", "b-token"),
-    ] {
-        let id = gitlab.add_user(user, token);
-        gitlab
-            .add_member(project, id, changegate_sim::gitlab::AccessLevel::Developer)
-            .expect("member");
-    }
+    let project = support::project_with_members(gitlab, OTHER);
     gitlab
         .update_settings(project, |s| {
             s.merge_method = MergeMethod::Merge;

@@ -21,10 +21,11 @@ pub struct Outside {
     pub deploy: DeploySimHandle,
 }
 
-/// The three simulators, GitLab's with `options`.
-pub async fn outside(options: GitLabSimOptions) -> Outside {
-    let gitlab = GitLabSim::start(options).await.expect("gitlab simulator");
-    let project = gitlab.create_project("config/repo");
+/// A project at `path` whose members are the bot and the two reviewers
+/// (registered on the first call; adding a known user again gives back
+/// its id).
+pub fn project_with_members(gitlab: &GitLabSimHandle, path: &str) -> ProjectId {
+    let project = gitlab.create_project(path);
     for (user, token) in [
         ("bot", "bot-token"),
         ("rev-a", "a-token"),
@@ -35,6 +36,13 @@ pub async fn outside(options: GitLabSimOptions) -> Outside {
             .add_member(project, id, AccessLevel::Developer)
             .expect("member");
     }
+    project
+}
+
+/// The three simulators, GitLab's with `options`.
+pub async fn outside(options: GitLabSimOptions) -> Outside {
+    let gitlab = GitLabSim::start(options).await.expect("gitlab simulator");
+    let project = project_with_members(&gitlab, "config/repo");
     let delivery = DeliverySettings {
         timeout: Duration::from_secs(10),
         retries: 20,
