@@ -268,7 +268,7 @@ fn failover_hosts(r: &mut Reader<'_>) -> Vec<(String, u16)> {
 impl Settings {
     /// Builds a snapshot from a table. `previous` is the running snapshot on a
     /// reload (for "keep the last good value" rules). Problems of severity
-    /// [`Severity::Error`] mean the table must not be used.
+    /// [`crate::config::Severity::Error`] mean the table must not be used.
     pub fn from_table(table: &Table, previous: Option<&Settings>) -> (Settings, Vec<Problem>) {
         let mut r = Reader::new(table);
         r.check_schema(SCHEMA);

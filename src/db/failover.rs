@@ -115,7 +115,7 @@ fn address(options: &MySqlConnectOptions) -> String {
     format!("{}:{}", options.get_host(), options.get_port())
 }
 
-/// Every [`CHECK_INTERVAL`], points `slot`'s pool at the first healthy node,
+/// Every `CHECK_INTERVAL`, points `slot`'s pool at the first healthy node,
 /// until `shutdown`.
 pub async fn watch(slot: DbSlot, nodes: Nodes, shutdown: CancellationToken) {
     let mut none_healthy = false;

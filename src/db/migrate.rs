@@ -35,7 +35,7 @@ const SQLITE_BUSY: &str = "5";
 /// Why migrations were not applied.
 #[derive(Debug, thiserror::Error)]
 pub enum MigrationError {
-    /// Another instance held the lock for all of [`LOCK_WAIT`].
+    /// Another instance held the lock for all of `LOCK_WAIT`.
     #[error(
         "another instance held the migration lock for {} s; it is probably still migrating: try again when it has finished",
         LOCK_WAIT.as_secs()

@@ -2,7 +2,7 @@
 //! (production, several instances), selected by the URL scheme (SPEC §5).
 //!
 //! The `Any` driver is not used because it lacks native date-time types;
-//! instead [`Db`] holds a native pool per backend and [`with_pool!`] expands
+//! instead [`Db`] holds a native pool per backend and [`with_pool!`](crate::with_pool) expands
 //! one query body for each, so most SQL is written once.
 
 pub mod audit;

@@ -1,6 +1,6 @@
 //! The one identity resolver: every layer and handler asks it who is calling.
 //!
-//! Sources: a bearer JWT ([`token`]: static keys, or the identity
+//! Sources: a bearer JWT (`token`: static keys, or the identity
 //! provider's own from [`keys`]), and the auth proxy's headers, honoured
 //! only when the request comes from a trusted proxy. When a trusted proxy
 //! sends both (oauth2-proxy's `--pass-authorization-header`), a token that

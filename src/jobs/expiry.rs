@@ -17,7 +17,7 @@ use crate::workflow::Executor;
 pub const SYSTEM_IDENTITY: &str = "changegate";
 const BATCH: u32 = 100;
 
-/// One round: opens a close operation for up to [`BATCH`] expired bindings.
+/// One round: opens a close operation for up to `BATCH` expired bindings.
 pub async fn run_once(db: &Db, executor: &Executor) -> anyhow::Result<Outcome> {
     let expired = list_expired(db, BATCH)
         .await

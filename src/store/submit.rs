@@ -129,7 +129,7 @@ pub fn may_replace(kind: OperationKind, status: BindingStatus) -> bool {
 }
 
 /// Records `request`. A first apply for a relation, the common case, is
-/// written without reading the relation first ([`write_first_apply`]).
+/// written without reading the relation first (`write_first_apply`).
 /// Otherwise the row is read without a lock and the write names exactly the
 /// status and version read, so of several concurrent submissions for one
 /// relation exactly one wins and the others get [`StoreError::Preempted`]

@@ -261,7 +261,7 @@ impl Deliverer {
     }
 
     /// Sends the deliveries among `ids` that the claim holding `token` won,
-    /// and records how each ended (see [`super::send`]).
+    /// and records how each ended (see `send`).
     pub async fn send_claimed(&self, token: &str, ids: &[i64]) -> anyhow::Result<()> {
         let inner = &self.inner;
         super::send::Page {

@@ -1,8 +1,8 @@
 //! How every outbound HTTP client is built: TLS through rustls with the
-//! platform's roots plus `tls.ca_file` ([`trust`]), proxies from the
-//! environment as curl reads them, loopback never proxied ([`proxy`]), and a
-//! failed connection classified by its cause ([`unreachable`]) so that it is
-//! reported in words (see [`super::health`]).
+//! platform's roots plus `tls.ca_file` ([`Trust`]), proxies from the
+//! environment as curl reads them, loopback never proxied ([`ProxyRules`]),
+//! and a failed connection classified by its cause ([`Unreachable`]) so that
+//! it is reported in words (see [`super::health`]).
 
 mod proxy;
 mod trust;
