@@ -229,12 +229,12 @@ pub struct AcceptanceRow {
 
 /// `project`'s acceptances, by path.
 pub async fn acceptances_of(
-    db: &Db,
+    reader: impl Into<Reader<'_>>,
     project: &str,
 ) -> Result<HashMap<String, AcceptanceRow>, sqlx::Error> {
     let sql = "SELECT path, action, blob_id FROM drift_acceptance WHERE project = ?";
-    let rows: Vec<AcceptanceRow> = with_pool!(db, reader, |pool| {
-        sqlx::query_as(sql).bind(project).fetch_all(pool).await
+    let rows: Vec<AcceptanceRow> = with_reader!(reader.into(), |exec| {
+        sqlx::query_as(sql).bind(project).fetch_all(exec).await
     })?;
     Ok(rows
         .into_iter()

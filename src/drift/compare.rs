@@ -40,9 +40,9 @@ pub struct Belief {
 impl Belief {
     /// Whether an operator accepted `path` holding `listed` (none: absent).
     pub(super) fn accepts(&self, path: &str, listed: Option<&String>) -> bool {
-        self.accepted.get(path).is_some_and(|acceptance| {
-            acceptance.action == "IGNORE" || acceptance.blob_id.as_ref() == listed
-        })
+        self.accepted
+            .get(path)
+            .is_some_and(|acceptance| covers(acceptance, listed))
     }
 
     /// The acceptances that no longer matter: the file is the binding's
@@ -55,6 +55,12 @@ impl Belief {
             .map(|file| file.path.clone())
             .collect()
     }
+}
+
+/// Whether `acceptance` covers its file holding `listed` (none: absent):
+/// ignored whatever it holds, or adopted as it holds it.
+pub(super) fn covers(acceptance: &AcceptanceRow, listed: Option<&String>) -> bool {
+    acceptance.action == "IGNORE" || acceptance.blob_id.as_ref() == listed
 }
 
 /// The directory of `path` ("" for a file at the root).

@@ -16,6 +16,7 @@ mod compare;
 mod shared;
 
 pub use adopt::{Place, adoptable_params, place_of};
+use compare::covers;
 pub use compare::{Belief, Believed, compare, directory};
 use shared::{BelievedKey, EntriesAt, SharedFile, compare_shared, location};
 
@@ -270,13 +271,23 @@ async fn beliefs(
 /// Replaces `project`'s findings with `findings`: new ones recorded from
 /// now, seen ones refreshed, gone ones deleted (resolved). Each appearance
 /// and each resolution is one webhook event, written in the same
-/// transaction: once per appearance, however often a pass sees it.
+/// transaction: once per appearance, however often a pass sees it. The
+/// pass compared against the acceptances it read before; one an operator
+/// recorded since (adopt or ignore, which deletes the finding) is read
+/// again here, so the file it covers is not reported anew.
 async fn record(db: &Db, project: &str, findings: &[NewFinding]) -> anyhow::Result<()> {
     write_tx!(db, |tx| {
         let mut before = findings_of(tx.db(), project).await?;
+        let accepted = acceptances_of(tx.db(), project).await?;
+        let accepted_since = |finding: &NewFinding| {
+            accepted
+                .get(&finding.path)
+                .is_some_and(|acceptance| covers(acceptance, finding.blob_id.as_ref()))
+        };
         for finding in findings {
             match before.remove(&finding.path) {
                 Some(seen) => refresh_finding(tx.db(), seen.id, finding).await?,
+                None if accepted_since(finding) => {}
                 None => {
                     insert_finding(tx.db(), project, finding).await?;
                     let payload = json!({
@@ -357,4 +368,67 @@ pub fn describe_metrics() {
         "changegate_drift_files",
         "Files where the target branch and changegate disagree, as the last drift pass found them, by kind (changed, missing, unexpected) and target (empty: a file no binding names)."
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::source;
+    use crate::db::drift::accept;
+
+    const PROJECT: &str = "config/repo";
+    const PATH: &str = "bindings/demo/alice.json";
+
+    async fn sqlite() -> (tempfile::TempDir, Db) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("drift.db").display());
+        let table = source::parse(&format!("[database]\nurl = {url:?}\n")).unwrap();
+        let (settings, problems) = Settings::from_table(&table, None);
+        assert!(problems.is_empty(), "{problems:?}");
+        let db = crate::db::open(&settings.database).await.unwrap();
+        (dir, db)
+    }
+
+    fn changed(blob: &str) -> NewFinding {
+        NewFinding {
+            path: PATH.to_owned(),
+            kind: "CHANGED",
+            target_key: Some("demo".to_owned()),
+            subject_id: Some("alice".to_owned()),
+            blob_id: Some(blob.to_owned()),
+        }
+    }
+
+    async fn drifted_events(db: &Db) -> i64 {
+        crate::with_pool!(db, reader, |pool| {
+            sqlx::query_scalar("SELECT COUNT(*) FROM event WHERE event_type = ?")
+                .bind(BINDING_DRIFTED)
+                .fetch_one(pool)
+                .await
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_pass_that_compared_before_an_adoption_does_not_report_the_adopted_file_again() {
+        // The pass read the acceptances (none) and listed the file as
+        // changed; an operator adopted it as it is before the pass
+        // recorded: the file is not reported again.
+        let (_dir, db) = sqlite().await;
+        write_tx!(&db, |tx| {
+            accept(tx.db(), PROJECT, PATH, "ADOPT", Some("blob-a"), "op", "ok").await?;
+            Ok::<_, crate::store::StoreError>(())
+        })
+        .await
+        .unwrap();
+        record(&db, PROJECT, &[changed("blob-a")]).await.unwrap();
+        assert!(list_findings(&db).await.unwrap().is_empty());
+        assert_eq!(drifted_events(&db).await, 0);
+
+        // Edited again after the adoption, it is.
+        record(&db, PROJECT, &[changed("blob-b")]).await.unwrap();
+        let findings = list_findings(&db).await.unwrap();
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        assert_eq!(drifted_events(&db).await, 1);
+    }
 }
