@@ -3,7 +3,7 @@
 //! strikes at most `times` times. Draws happen only for faults that carry a probability, so
 //! count-only faults stay exactly as predictable as before, and a run with the same seed and
 //! the same sequence of calls strikes the same calls. The same generator draws the GitLab
-//! simulator's pipeline durations, from a seed of their own.
+//! simulator's pipeline durations, one generator per pipeline keyed from a seed of their own.
 
 /// SplitMix64 (Steele, Lea and Flood, 2014). A dozen lines give the same sequence for a seed
 /// on every platform and in every future build, which generators from a crate do not
@@ -17,6 +17,17 @@ pub(crate) struct SeededRng {
 impl SeededRng {
     pub(crate) fn new(seed: u64) -> Self {
         Self { state: seed }
+    }
+
+    /// A generator of its own for one thing named by `key` (a project, a merge request,
+    /// which of its pipelines): its draws depend on the seed and the key only, not on how
+    /// many draws were made before for other things.
+    pub(crate) fn keyed(seed: u64, key: &[u64]) -> Self {
+        let mut rng = Self::new(seed);
+        for part in key {
+            rng.state = rng.next_u64() ^ part;
+        }
+        rng
     }
 
     fn next_u64(&mut self) -> u64 {

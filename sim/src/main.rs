@@ -86,7 +86,7 @@ struct Args {
     /// milliseconds (at or below it: no draw).
     #[arg(long)]
     pipeline_duration_max_ms: Option<u64>,
-    /// Seed of the pipeline durations' draws.
+    /// Seed of the pipeline durations' draws (each merge request's pipelines draw their own).
     #[arg(long, default_value_t = 0)]
     pipeline_seed: u64,
     /// PEM certificate chain all three simulators serve HTTPS with, instead of plain

@@ -339,8 +339,8 @@ impl GitLabControl {
     }
 
     /// How long pipelines created from now on run: `min`, or with `max` a draw within
-    /// `min..=max` (the options' `pipeline_duration` and `pipeline_duration_max`; the
-    /// draws go on from where the seed's sequence is).
+    /// `min..=max` (the options' `pipeline_duration` and `pipeline_duration_max`, drawn
+    /// as [`GitLabSimOptions::pipeline_seed`](super::GitLabSimOptions::pipeline_seed) says).
     pub fn set_pipeline_durations(&self, min: Duration, max: Option<Duration>) {
         let mut state = self.lock();
         state.options.pipeline_duration = min;

@@ -96,8 +96,10 @@ pub struct GitLabSimOptions {
     /// a benchmark that do not all take as long), by a generator seeded with
     /// `pipeline_seed`. `None`: every pipeline takes `pipeline_duration`.
     pub pipeline_duration_max: Option<Duration>,
-    /// Seed of the pipeline durations; the same seed and the same order of pipelines give
-    /// the same durations in every run.
+    /// Seed of the pipeline durations. A draw depends on the seed, the project, the merge
+    /// request and how many pipelines it had before, not on the order pipelines are created
+    /// in: two runs whose merge requests start in another order, as two versions of a merge
+    /// queue would, still give each merge request's pipelines the same durations.
     pub pipeline_seed: u64,
     /// The status of the merge endpoint's git-level refusal.
     pub cannot_merge_status: CannotMergeStatus,

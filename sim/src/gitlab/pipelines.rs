@@ -19,6 +19,7 @@ use super::error::{ApiError, ApiResult};
 use super::merge;
 use super::params::{PageQuery, paginate};
 use super::state::{MergeRequest, Project, Scope, UserId, timestamp, timestamp_opt};
+use crate::chance::SeededRng;
 
 /// A pipeline's `status` (the subset the simulator moves through).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -236,9 +237,15 @@ pub fn create(scope: &mut Scope, head: &str, mr_iid: u64, user: UserId) -> u64 {
         scope.options.pipeline_duration_max,
     ) {
         (Some(own), _) => own,
-        (None, Some(max)) => scope
-            .pipeline_rng
-            .duration_within(scope.options.pipeline_duration, max),
+        (None, Some(max)) => {
+            let earlier = project
+                .pipelines
+                .iter()
+                .filter(|pipeline| pipeline.merge_request_iid == mr_iid)
+                .count() as u64;
+            SeededRng::keyed(scope.options.pipeline_seed, &[project.id, mr_iid, earlier])
+                .duration_within(scope.options.pipeline_duration, max)
+        }
         (None, None) => scope.options.pipeline_duration,
     };
     project.pipelines.push(Pipeline {

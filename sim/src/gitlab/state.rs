@@ -16,7 +16,6 @@ use super::faults::Faults;
 use super::observe::MergeRecord;
 use super::pipelines::{Pipeline, PipelineOutcome};
 use super::repo::{Commit, Repo};
-use crate::chance::SeededRng;
 
 /// A user's numeric id.
 pub type UserId = u64;
@@ -376,8 +375,6 @@ pub struct SimState {
     pub ids: Ids,
     pub projects: Vec<Project>,
     pub faults: Faults,
-    /// Draws each pipeline's duration (`pipeline_duration_max`).
-    pub pipeline_rng: SeededRng,
 }
 
 /// One project plus the shared pieces a handler needs next to it, borrowed together.
@@ -386,7 +383,6 @@ pub struct Scope<'a> {
     pub ids: &'a mut Ids,
     pub users: &'a Users,
     pub options: &'a GitLabSimOptions,
-    pub pipeline_rng: &'a mut SeededRng,
 }
 
 impl SimState {
@@ -394,7 +390,6 @@ impl SimState {
     pub fn new(options: GitLabSimOptions, base_url: String) -> Self {
         Self {
             faults: Faults::new(options.fault_seed),
-            pipeline_rng: SeededRng::new(options.pipeline_seed),
             options,
             base_url,
             users: Users::default(),
@@ -416,7 +411,6 @@ impl SimState {
             ids: &mut self.ids,
             users: &self.users,
             options: &self.options,
-            pipeline_rng: &mut self.pipeline_rng,
         })
     }
 }

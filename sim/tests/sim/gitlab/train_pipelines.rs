@@ -1,5 +1,6 @@
 //! Pipelines as a merge train meets them: each branch's pipeline on its own clock, at
-//! the same time as the others; durations drawn per pipeline from a seeded range; and a
+//! the same time as the others; durations drawn per pipeline from a seeded range, the same
+//! for a merge request's nth pipeline whatever else ran; and a
 //! poisoned file failing every pipeline whose tree holds it, including one of a branch
 //! stacked on the branch that brought it.
 
@@ -75,6 +76,54 @@ async fn pipeline_durations_are_drawn_within_the_range_from_the_seed() {
     assert!(first.iter().any(|d| *d != first[0]), "they vary: {first:?}");
     assert_eq!(first, durations(11).await, "the same seed, the same draws");
     assert_ne!(first, durations(12).await);
+}
+
+/// The duration of the newest pipeline of merge request `iid`.
+fn newest_duration(fx: &Fixture, iid: u64) -> Duration {
+    fx.sim
+        .pipeline_duration(fx.project, pipeline_of(fx, iid))
+        .expect("a pipeline")
+}
+
+/// Commits `file` on `branch` (an open MR's source branch: a new pipeline).
+async fn commit_again(fx: &Fixture, branch: &str, file: &str) {
+    let commit = fx
+        .post(
+            BOT,
+            &format!("{}/repository/commits", fx.root),
+            json!({ "branch": branch, "commit_message": "bot: again",
+                    "actions": [{ "action": "create", "file_path": file, "content": "{}\n" }] }),
+        )
+        .await;
+    assert_eq!(commit.status, 201, "{}", commit.text);
+}
+
+#[tokio::test]
+async fn a_merge_requests_pipelines_draw_the_same_durations_whatever_order_pipelines_start_in() {
+    let options = || GitLabSimOptions {
+        pipeline_duration: Duration::from_secs(5),
+        pipeline_duration_max: Some(Duration::from_secs(15)),
+        pipeline_seed: 11,
+        ..GitLabSimOptions::default()
+    };
+    // !1's first pipeline, !2's, then !1's second.
+    let fx = Fixture::with_options(options()).await;
+    let one = fx.open_mr("bot/one", &[("one.json", "1\n")]).await;
+    let first_of_one = newest_duration(&fx, one);
+    let two = fx.open_mr("bot/two", &[("two.json", "2\n")]).await;
+    let of_two = newest_duration(&fx, two);
+    commit_again(&fx, "bot/one", "again.json").await;
+    let second_of_one = newest_duration(&fx, one);
+    assert_ne!(first_of_one, second_of_one, "each pipeline draws its own");
+
+    // !1's two pipelines first, then !2's.
+    let fx = Fixture::with_options(options()).await;
+    let one = fx.open_mr("bot/one", &[("one.json", "1\n")]).await;
+    assert_eq!(newest_duration(&fx, one), first_of_one);
+    commit_again(&fx, "bot/one", "again.json").await;
+    assert_eq!(newest_duration(&fx, one), second_of_one);
+    let two = fx.open_mr("bot/two", &[("two.json", "2\n")]).await;
+    assert_eq!(newest_duration(&fx, two), of_two);
 }
 
 #[tokio::test]
