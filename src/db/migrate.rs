@@ -131,31 +131,22 @@ pub(super) async fn mysql(pool: &MySqlPool) -> Result<(), MigrationError> {
 }
 
 /// Waits up to [`LOCK_WAIT`] for the lock row to be free (or expired) and
-/// takes it. A write that loses a race (a deadlock here, a certification
-/// conflict on Galera) is a try that failed, like a held lock.
+/// takes it, creating its table first when it is missing. A statement that
+/// loses a race (a deadlock here; on Galera a certification conflict, or a
+/// read of the table's existence aborted by another instance's `CREATE`
+/// running cluster-wide) is a try that failed, like a held lock.
 async fn take_lock_row(pool: &MySqlPool, holder: &str) -> Result<(), MigrationError> {
     let deadline = std::time::Instant::now() + LOCK_WAIT;
-    // DDL only while the table is missing, that is before anyone can hold
-    // the lock: on Galera each DDL runs cluster-wide in total order and
-    // would abort the holder's migration statements on every node.
-    let exists: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM information_schema.TABLES \
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'changegate_migration_lock'",
-    )
-    .fetch_one(pool)
-    .await?;
-    if exists == 0 {
-        // Instances starting together on a fresh database all find it
-        // missing. On Galera their CREATEs run cluster-wide in total order
-        // and one can abort another (1213): the table exists then.
-        match sqlx::query(LOCK_TABLE).execute(pool).await {
-            Ok(_) => {}
-            Err(err) if super::is_retryable_conflict(&err) => {}
-            Err(err) => return Err(err.into()),
-        }
-    }
+    let mut table_exists = false;
     loop {
-        match try_lock_row(pool, holder).await {
+        let tried = async {
+            if !table_exists {
+                create_lock_table(pool).await?;
+                table_exists = true;
+            }
+            try_lock_row(pool, holder).await
+        };
+        match tried.await {
             Ok(true) => return Ok(()),
             Ok(false) => {}
             Err(err) if super::is_retryable_conflict(&err) => {}
@@ -166,6 +157,25 @@ async fn take_lock_row(pool: &MySqlPool, holder: &str) -> Result<(), MigrationEr
         }
         tokio::time::sleep(LOCK_POLL).await;
     }
+}
+
+/// Creates the lock row's table when it is missing. DDL only then, that is
+/// before anyone can hold the lock: on Galera each DDL runs cluster-wide in
+/// total order and would abort the holder's migration statements on every
+/// node. Instances starting together on a fresh database all find it
+/// missing; their `CREATE`s run in total order and one can abort another,
+/// or another's read of whether it exists (1213): the caller tries again.
+async fn create_lock_table(pool: &MySqlPool) -> Result<(), sqlx::Error> {
+    let exists: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.TABLES \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'changegate_migration_lock'",
+    )
+    .fetch_one(pool)
+    .await?;
+    if exists == 0 {
+        sqlx::query(LOCK_TABLE).execute(pool).await?;
+    }
+    Ok(())
 }
 
 async fn try_lock_row(pool: &MySqlPool, holder: &str) -> Result<bool, sqlx::Error> {
