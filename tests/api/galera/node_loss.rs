@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use super::GaleraDb;
 use crate::helpers::spawn_app;
 use crate::workflow::end_to_end::{WorldOptions, world_with};
-use crate::workflow::soak::{assert_each_effect_once, settled};
+use crate::workflow::soak::{assert_each_effect_once, settled_within};
 
 /// `$CHANGEGATE_TEST_GALERA_CTL kill|start N` (1-based) kills node N or
 /// starts it again, returning once it is Synced (see .ci/galera-node.sh).
@@ -44,6 +44,8 @@ const FAILOVER_WITHIN: Duration = Duration::from_secs(10);
 
 /// One answer to a submission.
 struct Answer {
+    /// Which request (`member{n}`).
+    n: usize,
     instance: usize,
     at: Instant,
     status: u16,
@@ -122,6 +124,7 @@ async fn submit(
         let answer: Value = response.json().await.unwrap_or(Value::Null);
         let code = answer["code"].as_str().unwrap_or_default().to_owned();
         answers.lock().unwrap().push(Answer {
+            n,
             instance,
             at: Instant::now(),
             status,
@@ -221,7 +224,14 @@ async fn a_node_killed_for_20_s_mid_run_loses_no_request_and_repeats_no_effect()
         ids.push(submission.await.unwrap());
     }
 
-    let views = settled(&w, &ids, "galera").await;
+    let views = match settled_within(&w, &ids, Duration::from_secs(120)).await {
+        Ok(views) => views,
+        Err(open) => {
+            let answers = std::mem::take(&mut *answers.lock().unwrap());
+            let report = unsettled(&cluster, &open, &answers, down_from, back_at).await;
+            panic!("{} requests not settled:\n{report}", open.len());
+        }
+    };
     for view in &views {
         assert_eq!(view["status"], "VALIDATED", "{view}");
     }
@@ -289,4 +299,72 @@ async fn a_node_killed_for_20_s_mid_run_loses_no_request_and_repeats_no_effect()
         tally(FAILING_OVER),
         started.elapsed()
     );
+}
+
+/// What an intermittent failure needs to be understood: for each request
+/// not settled, its view, who answered its submissions and when (against
+/// the kill and the return), and what each node holds of its batch.
+async fn unsettled(
+    cluster: &GaleraDb,
+    open: &[(usize, Value)],
+    answers: &[Answer],
+    down_from: Instant,
+    back_at: Instant,
+) -> String {
+    let since = |at: Instant, mark: Instant| {
+        if at >= mark {
+            format!("+{:.2?}", at - mark)
+        } else {
+            format!("-{:.2?}", mark - at)
+        }
+    };
+    let mut report = String::new();
+    for (n, view) in open {
+        report.push_str(&format!("member{n}: {view}\n"));
+        for answer in answers.iter().filter(|a| a.n == *n) {
+            report.push_str(&format!(
+                "  {answer:?}, kill {}, back {}\n",
+                since(answer.at, down_from),
+                since(answer.at, back_at)
+            ));
+        }
+    }
+    let mut batches: Vec<i64> = open
+        .iter()
+        .filter_map(|(_, view)| view["batchId"].as_i64())
+        .collect();
+    batches.sort_unstable();
+    batches.dedup();
+    for node in 0..cluster.nodes() {
+        let rows = batch_rows(&cluster.url(node), &batches).await;
+        report.push_str(&format!(
+            "node {} holds of batches {batches:?}: {rows}\n",
+            node + 1
+        ));
+    }
+    report
+}
+
+/// Batches `ids` as the node at `url` holds them (id, number, status, phase).
+async fn batch_rows(url: &str, ids: &[i64]) -> String {
+    if ids.is_empty() {
+        return "none asked".to_owned();
+    }
+    let mut conn = match <sqlx::MySqlConnection as sqlx::Connection>::connect(url).await {
+        Ok(conn) => conn,
+        Err(err) => return format!("unreachable: {err}"),
+    };
+    let list = ids
+        .iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!("SELECT id, number, status, phase FROM merge_batch WHERE id IN ({list})");
+    match sqlx::query_as::<_, (i64, Option<i64>, String, String)>(sqlx::AssertSqlSafe(sql))
+        .fetch_all(&mut conn)
+        .await
+    {
+        Ok(rows) => format!("{rows:?}"),
+        Err(err) => format!("unreadable: {err}"),
+    }
 }

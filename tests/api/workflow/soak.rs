@@ -158,7 +158,25 @@ async fn apply_for(w: &World, n: usize) -> String {
 
 /// Polls until every operation is VALIDATED or asks for the team; their views.
 pub(crate) async fn settled(w: &World, ids: &[String], backend: &str) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(120);
+    settled_within(w, ids, Duration::from_secs(120))
+        .await
+        .unwrap_or_else(|open| {
+            panic!(
+                "{backend}: {} requests not settled, e.g. {}",
+                open.len(),
+                open[0].1
+            )
+        })
+}
+
+/// Polls until every operation is VALIDATED or asks for the team, for at
+/// most `within`: their views, or those still open then, with their index.
+pub(crate) async fn settled_within(
+    w: &World,
+    ids: &[String],
+    within: Duration,
+) -> Result<Vec<Value>, Vec<(usize, Value)>> {
+    let deadline = Instant::now() + within;
     loop {
         let mut views = Vec::with_capacity(ids.len());
         for id in ids {
@@ -171,19 +189,18 @@ pub(crate) async fn settled(w: &World, ids: &[String], backend: &str) -> Vec<Val
                 .unwrap();
             views.push(view);
         }
-        let open: Vec<&Value> = views
+        let open: Vec<(usize, Value)> = views
             .iter()
-            .filter(|v| v["status"] != "VALIDATED" && v["next"] != "CONTACT_TEAM")
+            .enumerate()
+            .filter(|(_, v)| v["status"] != "VALIDATED" && v["next"] != "CONTACT_TEAM")
+            .map(|(index, v)| (index, v.clone()))
             .collect();
         if open.is_empty() {
-            return views;
+            return Ok(views);
         }
-        assert!(
-            Instant::now() < deadline,
-            "{backend}: {} requests not settled, e.g. {}",
-            open.len(),
-            open[0]
-        );
+        if Instant::now() >= deadline {
+            return Err(open);
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
