@@ -17,7 +17,7 @@ use reqwest::header::RETRY_AFTER;
 use serde_json::{Value, json};
 
 use super::GaleraDb;
-use crate::helpers::spawn_app;
+use crate::helpers::{TestApp, spawn_app};
 use crate::workflow::end_to_end::{WorldOptions, world_with};
 use crate::workflow::soak::{assert_each_effect_once, settled_within};
 
@@ -228,7 +228,8 @@ async fn a_node_killed_for_20_s_mid_run_loses_no_request_and_repeats_no_effect()
         Ok(views) => views,
         Err(open) => {
             let answers = std::mem::take(&mut *answers.lock().unwrap());
-            let report = unsettled(&cluster, &open, &answers, down_from, back_at).await;
+            let report =
+                unsettled(&cluster, &others, &ids, &open, &answers, down_from, back_at).await;
             panic!("{} requests not settled:\n{report}", open.len());
         }
     };
@@ -302,10 +303,13 @@ async fn a_node_killed_for_20_s_mid_run_loses_no_request_and_repeats_no_effect()
 }
 
 /// What an intermittent failure needs to be understood: for each request
-/// not settled, its view, who answered its submissions and when (against
+/// not settled, its view (through the instance on node 1), what the other
+/// instances answer for it, who answered its submissions and when (against
 /// the kill and the return), and what each node holds of its batch.
 async fn unsettled(
     cluster: &GaleraDb,
+    others: &[TestApp],
+    ids: &[String],
     open: &[(usize, Value)],
     answers: &[Answer],
     down_from: Instant,
@@ -321,6 +325,16 @@ async fn unsettled(
     let mut report = String::new();
     for (n, view) in open {
         report.push_str(&format!("member{n}: {view}\n"));
+        for (index, app) in others.iter().enumerate() {
+            let path = format!("/api/v1/operations/{}", ids[*n]);
+            let seen = app
+                .get_as("admin", &path)
+                .await
+                .text()
+                .await
+                .unwrap_or_default();
+            report.push_str(&format!("  instance {}: {seen}\n", index + 1));
+        }
         for answer in answers.iter().filter(|a| a.n == *n) {
             report.push_str(&format!(
                 "  {answer:?}, kill {}, back {}\n",
