@@ -2,7 +2,8 @@
 //! merge and deploy: the train ahead of it, and the batches that board
 //! before its own, played forward (`forecast`) with the medians of its
 //! project's last merged batches (pipeline, merge round, deploy
-//! confirmation). Without enough history there is no expected time: a
+//! confirmation), the pipeline's also over the project's CI history in
+//! GitLab before them. Without enough history there is no expected time: a
 //! guess would be believed; nor for a request whose batch is being
 //! bisected, which may be the one that fails.
 
@@ -14,7 +15,8 @@ use crate::config::Settings;
 use crate::db::DbTx;
 use crate::db::batches::{BatchRow, batch_of, get_batch, live_members};
 use crate::db::estimates::{
-    MergedRun, WaitingPlace, deploy_delays, merged_runs, waiting_ahead, waiting_place,
+    CiPipeline, HISTORY, MergedRun, WaitingPlace, ci_history, deploy_delays, merged_runs,
+    waiting_ahead, waiting_place,
 };
 use crate::db::train::{active_train, half_failed};
 
@@ -55,25 +57,51 @@ pub struct Medians {
     pub deploy: Option<f64>,
     /// Merged batches they come from.
     pub samples: usize,
+    /// Pipelines of the project's CI history the pipeline's median is
+    /// also taken over.
+    pub ci_samples: usize,
+}
+
+fn seconds(from: NaiveDateTime, to: NaiveDateTime) -> f64 {
+    (to - from).as_seconds_f64().max(0.0)
+}
+
+/// The pipelines a project's pipeline median is taken over, in seconds:
+/// those of its merged batches `runs` (newest first), then, up to
+/// [`HISTORY`] in all, those of its CI history `ci` (newest first) that
+/// finished before the oldest of `runs` opened. Three batches are too few
+/// to say how long a pipeline takes (pipelines of 5–15 s gave a median of
+/// 13 s); the project's CI before changegate is more of the same CI, and
+/// anything in it after that point is changegate's own batches again, or
+/// others' merge requests of the same time.
+pub fn pipeline_samples(runs: &[MergedRun], ci: &[CiPipeline]) -> Vec<f64> {
+    let oldest = runs.iter().map(|run| run.opened_at).min();
+    let earlier = ci
+        .iter()
+        .filter(|pipeline| oldest.is_none_or(|oldest| pipeline.finished_at < oldest))
+        .map(|pipeline| pipeline.seconds);
+    runs.iter()
+        .map(|run| seconds(run.opened_at, run.passed_at))
+        .chain(earlier)
+        .take(HISTORY as usize)
+        .collect()
 }
 
 impl Medians {
-    /// The medians of `runs` and `deploys`; `None` below [`MIN_HISTORY`].
-    pub fn of(runs: &[MergedRun], deploys: &[f64]) -> Option<Self> {
+    /// The medians of `runs` and `deploys`, the pipeline's also over the
+    /// CI history `ci` (see [`pipeline_samples`]); `None` below
+    /// [`MIN_HISTORY`] runs: the merge round is changegate's alone.
+    pub fn of(runs: &[MergedRun], deploys: &[f64], ci: &[CiPipeline]) -> Option<Self> {
         if runs.len() < MIN_HISTORY {
             return None;
         }
-        let seconds =
-            |from: NaiveDateTime, to: NaiveDateTime| (to - from).as_seconds_f64().max(0.0);
-        let pipelines: Vec<f64> = runs
-            .iter()
-            .map(|r| seconds(r.opened_at, r.passed_at))
-            .collect();
+        let pipelines = pipeline_samples(runs, ci);
         let rounds: Vec<f64> = runs
             .iter()
             .map(|r| seconds(r.merging_at, r.merged_at))
             .collect();
         Some(Self {
+            ci_samples: pipelines.len() - runs.len().min(pipelines.len()),
             pipeline: median(pipelines),
             merge_round: median(rounds),
             deploy: (!deploys.is_empty()).then(|| median(deploys.to_vec())),
@@ -234,7 +262,9 @@ pub async fn queue_estimate(
         )));
     }
     let runs = merged_runs(&mut *snapshot, project).await?;
-    let Some(medians) = Medians::of(&runs, &deploy_delays(&mut *snapshot, project).await?) else {
+    let deploys = deploy_delays(&mut *snapshot, project).await?;
+    let ci = ci_history(&mut *snapshot, project).await?;
+    let Some(medians) = Medians::of(&runs, &deploys, &ci) else {
         return Ok(Some(no_estimate(format!(
             "no estimate yet: {} of the {MIN_HISTORY} merged batches of {project} needed to measure from",
             runs.len()
@@ -356,7 +386,8 @@ async fn medians_of_others(
     for of in projects {
         if of != own && !others.contains_key(of) {
             let runs = merged_runs(&mut *snapshot, of).await?;
-            others.insert(of.to_owned(), Medians::of(&runs, &[]));
+            let ci = ci_history(&mut *snapshot, of).await?;
+            others.insert(of.to_owned(), Medians::of(&runs, &[], &ci));
         }
     }
     Ok(others)
@@ -390,8 +421,12 @@ fn basis(
             ),
         })
         .collect();
+    let ci = match medians.ci_samples {
+        0 => String::new(),
+        n => format!(" (the pipeline's with {n} earlier pipelines of its CI in GitLab)"),
+    };
     format!(
-        "medians of the last {} merged batches of {project}: pipeline {:.0} s, merge round {:.0} s, {deploy}; up to {depth} batches in flight{shared}{bisection}",
+        "medians of the last {} merged batches of {project}{ci}: pipeline {:.0} s, merge round {:.0} s, {deploy}; up to {depth} batches in flight{shared}{bisection}",
         medians.samples, medians.pipeline, medians.merge_round
     )
 }
@@ -402,18 +437,63 @@ mod tests {
 
     #[test]
     fn there_is_no_estimate_without_enough_history() {
-        let at = |s: i64| DateTime::from_timestamp(s, 0).unwrap().naive_utc();
-        let run = |start: i64, pipeline: i64| MergedRun {
-            opened_at: at(start),
-            passed_at: at(start + pipeline),
-            merging_at: at(start + pipeline),
-            merged_at: at(start + pipeline + 2),
-        };
-        assert_eq!(Medians::of(&[run(0, 10), run(100, 12)], &[]), None);
-        let medians = Medians::of(&[run(0, 10), run(100, 14), run(200, 12)], &[4.0]).unwrap();
+        let ci: Vec<CiPipeline> = (0..5).map(|n| past(n, -100 - n, 20.0)).collect();
+        assert_eq!(Medians::of(&[run(0, 10), run(100, 12)], &[], &ci), None);
+        let medians = Medians::of(&[run(0, 10), run(100, 14), run(200, 12)], &[4.0], &[]).unwrap();
         assert_eq!(
             (medians.pipeline, medians.merge_round, medians.deploy),
             (12.0, 2.0, Some(4.0))
         );
+    }
+
+    fn at(seconds: i64) -> NaiveDateTime {
+        DateTime::from_timestamp(1_000_000 + seconds, 0)
+            .unwrap()
+            .naive_utc()
+    }
+
+    /// A merged batch opened at `start`, its pipeline `pipeline` seconds.
+    fn run(start: i64, pipeline: i64) -> MergedRun {
+        MergedRun {
+            opened_at: at(start),
+            passed_at: at(start + pipeline),
+            merging_at: at(start + pipeline),
+            merged_at: at(start + pipeline + 2),
+        }
+    }
+
+    /// Pipeline `id` of the CI history, finished at `finished`.
+    fn past(id: i64, finished: i64, seconds: f64) -> CiPipeline {
+        CiPipeline {
+            pipeline_id: id,
+            seconds,
+            finished_at: at(finished),
+        }
+    }
+
+    #[test]
+    fn the_pipeline_median_takes_the_ci_history_from_before_the_merged_batches() {
+        // Three merged batches of long pipelines, newest first; the CI
+        // history has five shorter ones from before, and two that finished
+        // after the first batch opened (changegate's own, or of its time).
+        let runs = [run(200, 14), run(100, 13), run(0, 10)];
+        let mut ci = vec![past(9, 150, 30.0), past(8, 5, 30.0)];
+        ci.extend((1..=5).map(|n| past(n, -10 * n, (4 + 2 * n) as f64)));
+        assert_eq!(
+            pipeline_samples(&runs, &ci),
+            [14.0, 13.0, 10.0, 6.0, 8.0, 10.0, 12.0, 14.0]
+        );
+        let medians = Medians::of(&runs, &[], &ci).unwrap();
+        assert_eq!(
+            (medians.pipeline, medians.samples, medians.ci_samples),
+            (11.0, 3, 5)
+        );
+        // Without merged batches, the CI history alone; never more than
+        // the last twenty in all.
+        assert_eq!(pipeline_samples(&[], &ci).len(), 7);
+        let many: Vec<MergedRun> = (0..18).rev().map(|n| run(n * 100, 10)).collect();
+        let samples = pipeline_samples(&many, &ci);
+        assert_eq!(samples.len(), HISTORY as usize);
+        assert_eq!(&samples[18..], [6.0, 8.0]);
     }
 }

@@ -10,12 +10,13 @@ use crate::config::Settings;
 use crate::db::Db;
 use crate::db::batch_queue::waiting_projects;
 use crate::db::batches::BatchRow;
-use crate::db::estimates::merged_runs;
+use crate::db::estimates::{CiPipeline, ci_history, merged_runs, record_ci_history};
 use crate::db::train::active_train;
 use crate::store::StoreError;
 use crate::workflow::bot;
+use crate::write_tx;
 
-use super::estimate::{MIN_HISTORY, Medians, median};
+use super::estimate::{MIN_HISTORY, median, pipeline_samples};
 use super::runner::MergeQueue;
 
 /// How long a project's recent pipelines in GitLab are trusted once read.
@@ -111,13 +112,17 @@ impl MergeQueue {
         if own().any(|car| !car.split_group.is_empty() && car.untested()) {
             return Ok(Pace::Held);
         }
+        // Measured before the first batch boards: a project new to
+        // changegate has its CI history read then, before its requests
+        // are first shown an expected time.
+        let pipeline = self.pipeline_seconds(db, settings, project).await?;
         let Some(newest) = own()
             .filter(|car| car.split_group.is_empty() && car.rebuilds == 0)
             .max_by_key(|car| car.created_at)
         else {
             return Ok(Pace::Boards);
         };
-        let Some(pipeline) = self.pipeline_seconds(db, settings, project).await? else {
+        let Some(pipeline) = pipeline else {
             return Ok(Pace::Boards);
         };
         let boarded = (chrono::Utc::now().naive_utc() - newest.created_at).as_seconds_f64();
@@ -130,11 +135,13 @@ impl MergeQueue {
     }
 
     /// How long a pipeline of `project` takes, in seconds: the median of
-    /// its last merged batches; while it has too few, of its recent
-    /// successful merge request pipelines in GitLab (a project new to
-    /// changegate has run CI before), read at most every five minutes;
-    /// `None` when neither is known, and a train then boards without a
-    /// pace until it has measured its own.
+    /// its last merged batches' pipelines and, older than those, of its CI
+    /// history (see [`pipeline_samples`]); `None` while they are too few,
+    /// and a train then boards without a pace until it has measured its
+    /// own. While the project has fewer than [`MIN_HISTORY`] merged batches
+    /// (new to changegate: it has run CI before), its recent successful
+    /// merge request pipelines in GitLab are read into its CI history, at
+    /// most every five minutes.
     async fn pipeline_seconds(
         &self,
         db: &Db,
@@ -142,35 +149,55 @@ impl MergeQueue {
         project: &str,
     ) -> Result<Option<f64>, StoreError> {
         let runs = merged_runs(db, project).await?;
-        if let Some(medians) = Medians::of(&runs, &[]) {
-            return Ok(Some(medians.pipeline));
+        if runs.len() < MIN_HISTORY {
+            self.read_ci_history(db, settings, project).await?;
         }
-        if let Some(known) = self.ci_pipelines.fresh(project, CI_HISTORY_TTL) {
-            return Ok(known);
+        let samples = pipeline_samples(&runs, &ci_history(db, project).await?);
+        Ok((samples.len() >= MIN_HISTORY).then(|| median(samples)))
+    }
+
+    /// Keeps `project`'s recent successful merge request pipelines in
+    /// GitLab in its CI history, unless read less than five minutes ago.
+    /// GitLab not answering is no reason to hold a claim: it is said, and
+    /// the history stays as it was.
+    async fn read_ci_history(
+        &self,
+        db: &Db,
+        settings: &Settings,
+        project: &str,
+    ) -> Result<(), StoreError> {
+        if self.ci_read.fresh(project, CI_HISTORY_TTL).is_some() {
+            return Ok(());
         }
+        self.ci_read.remember(project, ());
         let read = match bot(settings) {
-            Ok(token) => {
-                self.workflow
-                    .gitlab
-                    .recent_pipeline_seconds(token, project)
-                    .await
-            }
+            Ok(token) => self.workflow.gitlab.recent_pipelines(token, project).await,
             Err(err) => Err(err),
         };
-        let measured = match read {
-            Ok(seconds) if seconds.len() >= MIN_HISTORY => Some(median(seconds)),
-            Ok(_) => None,
+        let pipelines: Vec<CiPipeline> = match read {
+            Ok(pipelines) => pipelines
+                .into_iter()
+                .map(|pipeline| CiPipeline {
+                    pipeline_id: pipeline.id,
+                    seconds: pipeline.seconds,
+                    finished_at: pipeline.finished_at.naive_utc(),
+                })
+                .collect(),
             Err(err) => {
                 tracing::warn!(
                     project,
                     error = %err,
-                    "the project's recent pipelines could not be read: its train boards without a pace until changegate has measured its own"
+                    "the project's recent pipelines could not be read: its pace and expected times wait for changegate to measure its own"
                 );
-                None
+                return Ok(());
             }
         };
-        self.ci_pipelines.remember(project, measured);
-        Ok(measured)
+        write_tx!(db, |tx| {
+            record_ci_history(tx.db(), project, &pipelines)
+                .await
+                .map_err(StoreError::from)
+        })
+        .await
     }
 }
 

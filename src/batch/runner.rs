@@ -41,9 +41,9 @@ pub struct MergeQueue {
     pub(super) owner: Arc<str>,
     /// Each project's merge method, as last read.
     pub(super) methods: Arc<Remembered<String>>,
-    /// The median of each project's recent pipelines in GitLab (seconds),
-    /// as last read; `None` when too few or unreadable.
-    pub(super) ci_pipelines: Arc<Remembered<Option<f64>>>,
+    /// When each project's recent pipelines in GitLab were last read into
+    /// its CI history.
+    pub(super) ci_read: Arc<Remembered<()>>,
     /// When a project's pace next lets a batch of its ordinary requests board.
     pub(super) pace_due: Arc<PaceDue>,
 }
@@ -68,7 +68,7 @@ impl MergeQueue {
             workflow,
             owner: Arc::from(format!("merge-queue-{}", uuid::Uuid::new_v4())),
             methods: Arc::default(),
-            ci_pipelines: Arc::default(),
+            ci_read: Arc::default(),
             pace_due: Arc::default(),
         }
     }

@@ -1,13 +1,13 @@
 //! What the merge queue's expected times are measured from: each project's
 //! last merged batches (how long their pipelines and merge rounds took, and
-//! how long the deploy took to confirm them), and where a waiting request
-//! stands. Each query names the index it uses.
+//! how long the deploy took to confirm them), its CI history in GitLab, and
+//! where a waiting request stands. Each query names the index it uses.
 
 use sqlx::AssertSqlSafe;
 
-use super::{Reader, dialect};
+use super::{Backend, DbTx, Reader, dialect};
 use crate::domain::StepStatus;
-use crate::with_reader;
+use crate::{with_reader, with_tx};
 use chrono::NaiveDateTime;
 
 /// How many of a project's last merged batches the medians are taken over.
@@ -25,6 +25,76 @@ pub struct MergedRun {
     pub merging_at: NaiveDateTime,
     /// It merged (its last write).
     pub merged_at: NaiveDateTime,
+}
+
+/// A successful merge request pipeline of a project in GitLab.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct CiPipeline {
+    /// GitLab's id.
+    pub pipeline_id: i64,
+    /// Seconds from created to finished.
+    pub seconds: f64,
+    /// When it finished.
+    pub finished_at: NaiveDateTime,
+}
+
+/// `project`'s CI history as kept, newest first (at most [`HISTORY`]).
+/// Served by `ix_ci_pipeline_finished`.
+pub async fn ci_history(
+    reader: impl Into<Reader<'_>>,
+    project: &str,
+) -> Result<Vec<CiPipeline>, sqlx::Error> {
+    let sql = "SELECT pipeline_id, seconds, finished_at FROM ci_pipeline WHERE project = ? \
+               ORDER BY finished_at DESC LIMIT ?";
+    with_reader!(reader.into(), |exec| {
+        sqlx::query_as(sql)
+            .bind(project)
+            .bind(HISTORY)
+            .fetch_all(exec)
+            .await
+    })
+}
+
+/// Keeps `pipelines` in `project`'s CI history (one read again is kept
+/// once, by GitLab's id), then only its newest [`HISTORY`]. Served by the
+/// primary key and `ix_ci_pipeline_finished`.
+pub async fn record_ci_history(
+    tx: &mut DbTx,
+    project: &str,
+    pipelines: &[CiPipeline],
+) -> Result<(), sqlx::Error> {
+    let insert = match tx.backend() {
+        Backend::MySql => {
+            "INSERT INTO ci_pipeline (project, pipeline_id, seconds, finished_at) \
+             VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE seconds = seconds"
+        }
+        Backend::Sqlite => {
+            "INSERT INTO ci_pipeline (project, pipeline_id, seconds, finished_at) \
+             VALUES (?, ?, ?, ?) ON CONFLICT (project, pipeline_id) DO NOTHING"
+        }
+    };
+    // The derived table lets MySQL read the table a DELETE writes to.
+    let prune = "DELETE FROM ci_pipeline WHERE project = ? AND finished_at < \
+                 (SELECT oldest FROM (SELECT finished_at AS oldest FROM ci_pipeline \
+                 WHERE project = ? ORDER BY finished_at DESC LIMIT 1 OFFSET ?) kept)";
+    with_tx!(tx, |conn| {
+        for pipeline in pipelines {
+            sqlx::query(insert)
+                .bind(project)
+                .bind(pipeline.pipeline_id)
+                .bind(pipeline.seconds)
+                .bind(pipeline.finished_at)
+                .execute(&mut *conn)
+                .await?;
+        }
+        sqlx::query(prune)
+            .bind(project)
+            .bind(project)
+            .bind(HISTORY - 1)
+            .execute(&mut *conn)
+            .await
+            .map(drop)
+    })
 }
 
 /// `project`'s last merged batches that recorded their run, newest first.

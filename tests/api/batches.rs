@@ -721,6 +721,115 @@ async fn a_request_behind_another_projects_batch_is_timed_by_that_projects_pipel
     }
 }
 
+/// Pipeline `id` of a CI history, finished `at` (seconds since the epoch)
+/// after running `seconds`.
+fn past_pipeline(id: i64, at: i64, seconds: f64) -> changegate::db::estimates::CiPipeline {
+    changegate::db::estimates::CiPipeline {
+        pipeline_id: id,
+        seconds,
+        finished_at: chrono::DateTime::from_timestamp(at, 0).unwrap().naive_utc(),
+    }
+}
+
+async fn keep_ci_history(
+    db: &Db,
+    project: &str,
+    pipelines: &[changegate::db::estimates::CiPipeline],
+) {
+    let mut tx = StoreTx::begin(db).await.unwrap();
+    changegate::db::estimates::record_ci_history(tx.db(), project, pipelines)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_projects_ci_history_keeps_each_pipeline_once_and_only_the_newest_twenty() {
+    use changegate::db::estimates::ci_history;
+
+    for test_db in each_backend().await {
+        let db = test_db.db.clone();
+        let first: Vec<_> = (1..=15)
+            .map(|id| past_pipeline(id, 1_000_000 + 60 * id, 10.0))
+            .collect();
+        keep_ci_history(&db, "config/repo", &first).await;
+        // Read again five minutes later: ten of those again, ten newer.
+        let again: Vec<_> = (6..=25)
+            .map(|id| past_pipeline(id, 1_000_000 + 60 * id, 10.0))
+            .collect();
+        keep_ci_history(&db, "config/repo", &again).await;
+        keep_ci_history(&db, "other/repo", &[past_pipeline(1, 1, 99.0)]).await;
+        let kept = ci_history(&db, "config/repo").await.unwrap();
+        let ids: Vec<i64> = kept.iter().map(|p| p.pipeline_id).collect();
+        assert_eq!(ids, (6..=25).rev().collect::<Vec<_>>(), "{}", test_db.name);
+        let rows = scalar(
+            &db,
+            "SELECT COUNT(*) FROM ci_pipeline WHERE project = 'config/repo'",
+        )
+        .await;
+        assert_eq!(rows, 20, "{}: the oldest five are gone", test_db.name);
+        assert_eq!(ci_history(&db, "other/repo").await.unwrap().len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn a_project_new_to_changegate_has_its_ci_history_read_when_its_first_batch_boards() {
+    use changegate::db::estimates::ci_history;
+
+    let test_db = crate::helpers::sqlite_db().await;
+    let db = test_db.db.clone();
+    let driven = DrivenQueue::on(&db, "[batch]\ninterval = \"1s\"\n").await;
+    driven.pipelines_took_a_minute(driven.project);
+    queued_requests(&db, 0..3).await;
+    driven.queue.claim_round().await.unwrap();
+    let kept = ci_history(&db, "config/repo").await.unwrap();
+    if crate::helpers::train_depth() == 1 {
+        // One batch at a time has no pace, and reads nothing for it.
+        assert!(kept.is_empty(), "{kept:?}");
+        return;
+    }
+    let seconds: Vec<f64> = kept.iter().map(|p| p.seconds.round()).collect();
+    assert_eq!(seconds, [60.0; 5]);
+}
+
+#[tokio::test]
+async fn the_pipeline_median_of_an_estimate_takes_the_ci_history_from_before_changegate() {
+    for test_db in each_backend().await {
+        let db = test_db.db.clone();
+        let (settings, problems) = settings_from("");
+        assert!(problems.is_empty(), "{problems:?}");
+        // Three merged batches of 10-s pipelines (the first opened at
+        // 10,010,000 s); five pipelines of 40 s in GitLab before them, and
+        // one after, which is changegate's own or of its time.
+        merged_history(&db, "config/repo", 10).await;
+        let mut ci: Vec<_> = (1..=5)
+            .map(|id| past_pipeline(id, 10_000_000 - 60 * id, 40.0))
+            .collect();
+        ci.push(past_pipeline(6, 10_020_000, 500.0));
+        keep_ci_history(&db, "config/repo", &ci).await;
+        let own = queued_requests(&db, 0..1).await;
+        let mut snapshot = db.begin_read().await.unwrap();
+        let estimate = queue_estimate(&mut snapshot, &settings, &own[0])
+            .await
+            .unwrap()
+            .expect("waiting");
+        // The median of 10, 10, 10, 40, 40, 40, 40, 40.
+        assert!(
+            estimate.basis.starts_with(
+                "medians of the last 3 merged batches of config/repo (the pipeline's with 5 earlier pipelines of its CI in GitLab): pipeline 40 s"
+            ),
+            "{}: {estimate:?}",
+            test_db.name
+        );
+        let wait = estimate.expected_merge_at.expect("an expected time") - chrono::Utc::now();
+        assert!(
+            (40.0..50.0).contains(&wait.as_seconds_f64()),
+            "{}: {wait}",
+            test_db.name
+        );
+    }
+}
+
 /// Every operation of `ids` merged, and its request says so.
 async fn assert_all_merged(db: &Db, ids: &[String]) {
     use changegate::db::operations::get_operation_with_status;

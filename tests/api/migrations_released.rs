@@ -99,6 +99,10 @@ const RELEASED: &[(&str, &str)] = &[
         "e1f25ebf51723d94a3ceca9f80d1bc060cbb0802775ceed79f4d82b535093415",
     ),
     (
+        "migrations/mysql/0024_ci_history.sql",
+        "6d88d7bc0f6821f8ca12d1e45cce979b4b58212af98223ddc0f4db00f9ed5dae",
+    ),
+    (
         "migrations/sqlite/0001_state_store.sql",
         "d2492dcb3a0c0e9057ce11b3ab8401f9855ccded6feeff2c84a0eb737109325d",
     ),
@@ -189,6 +193,10 @@ const RELEASED: &[(&str, &str)] = &[
     (
         "migrations/sqlite/0023_drift.sql",
         "3204a4cb3f8974e392becc598cdc55f324d9dd754e237681bc6236973a0981f8",
+    ),
+    (
+        "migrations/sqlite/0024_ci_history.sql",
+        "191975279701f2804170f4f2a595abe08ae55ba6be9d7cb1865f73dbf061ef12",
     ),
 ];
 

@@ -3,7 +3,8 @@
 //! merge_request_event`, doc/api/pipelines.md, "List project pipelines";
 //! `PipelineBasic` carries `created_at` and `updated_at`, and a finished
 //! pipeline's `updated_at` is when it finished), read while changegate has
-//! too few batches of its own to measure from.
+//! too few batches of its own to measure from, and kept: they fill the
+//! samples the expected times are measured from.
 
 use chrono::{DateTime, Utc};
 use reqwest::Method;
@@ -17,18 +18,30 @@ const RECENT: u32 = 20;
 
 #[derive(Deserialize)]
 struct PipelineTimes {
+    id: i64,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
 
+/// A successful merge request pipeline of the project, as GitLab lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PastPipeline {
+    /// Its id.
+    pub id: i64,
+    /// When it finished.
+    pub finished_at: DateTime<Utc>,
+    /// Seconds from created to finished.
+    pub seconds: f64,
+}
+
 impl GitLabClient {
-    /// Seconds from created to finished of the project's last successful
-    /// merge request pipelines, newest first.
-    pub async fn recent_pipeline_seconds(
+    /// The project's last successful merge request pipelines, newest
+    /// first.
+    pub async fn recent_pipelines(
         &self,
         token: &SecretString,
         project: &str,
-    ) -> Result<Vec<f64>, GitLabError> {
+    ) -> Result<Vec<PastPipeline>, GitLabError> {
         let path = format!(
             "/projects/{}/pipelines?status=success&source=merge_request_event&per_page={RECENT}",
             project_ref(project)
@@ -36,7 +49,11 @@ impl GitLabClient {
         let pipelines: Vec<PipelineTimes> = self.call(token, Method::GET, &path, None).await?;
         Ok(pipelines
             .iter()
-            .map(|p| (p.updated_at - p.created_at).as_seconds_f64().max(0.0))
+            .map(|p| PastPipeline {
+                id: p.id,
+                finished_at: p.updated_at,
+                seconds: (p.updated_at - p.created_at).as_seconds_f64().max(0.0),
+            })
             .collect())
     }
 }

@@ -18,6 +18,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+pub use ci_history::PastPipeline;
 pub use error::{FailureClass, GitLabError, Permanent};
 pub use history::CommitSummary;
 
