@@ -11,13 +11,14 @@ use crate::db::Db;
 use crate::db::batch_queue::waiting_projects;
 use crate::db::batches::BatchRow;
 use crate::db::estimates::{CiPipeline, ci_history, merged_runs, record_ci_history};
-use crate::db::train::active_train;
+use crate::db::train::{active_train, half_failed};
 use crate::store::StoreError;
 use crate::workflow::bot;
 use crate::write_tx;
 
 use super::estimate::{MIN_HISTORY, median, pipeline_samples};
 use super::runner::MergeQueue;
+use super::split::levels;
 
 /// How long a project's recent pipelines in GitLab are trusted once read.
 const CI_HISTORY_TTL: Duration = Duration::from_secs(300);
@@ -90,10 +91,13 @@ impl MergeQueue {
     }
 
     /// The pace of `project` in `train`. Held while a half of one of its
-    /// failed batches is untested: a batch built on it is built again if
-    /// it fails, which one of each pair is expected to do (the halves
-    /// board first, and the ordinary batch boards with the next level of
-    /// halves, or after the last). Else no sooner than half a pipeline
+    /// failed batches that may hold the change is untested: a batch built
+    /// on it is built again if it fails, which one of each pair is
+    /// expected to do (the halves board first, and the ordinary batch
+    /// boards with the next level of halves, or after the last). A half
+    /// whose sibling failed is expected to pass, and holds nothing back:
+    /// held for it, the ordinary batch missed the next level's round and
+    /// waited for the level after. Else no sooner than half a pipeline
     /// (see [`Self::pipeline_seconds`]) after its newest ordinary batch
     /// boarded: a batch every half pipeline keeps the wait to board under
     /// half a pipeline; more batches would each carry fewer requests for
@@ -109,8 +113,10 @@ impl MergeQueue {
         project: &str,
     ) -> Result<Pace, StoreError> {
         let own = || train.iter().filter(|car| car.project == project);
-        if own().any(|car| !car.split_group.is_empty() && car.untested()) {
-            return Ok(Pace::Held);
+        for half in own().filter(|car| !car.split_group.is_empty() && car.untested()) {
+            if !sibling_failed(db, &half.split_group).await? {
+                return Ok(Pace::Held);
+            }
         }
         // Measured before the first batch boards: a project new to
         // changegate has its CI history read then, before its requests
@@ -198,6 +204,15 @@ impl MergeQueue {
                 .map_err(StoreError::from)
         })
         .await
+    }
+}
+
+/// Whether the other half of the failed batch `group` was split off has
+/// failed: with one change failing CI, `group` is then clear.
+async fn sibling_failed(db: &Db, group: &str) -> Result<bool, StoreError> {
+    match levels(group).pop() {
+        Some((parent, sibling)) => Ok(half_failed(db, parent, &sibling).await?),
+        None => Ok(false),
     }
 }
 

@@ -368,7 +368,7 @@ async fn until_batch(
 }
 
 #[tokio::test]
-async fn the_halves_of_a_failed_batch_are_tested_side_by_side_and_requests_board_behind_the_clean_one()
+async fn the_halves_of_a_failed_batch_are_tested_side_by_side_and_requests_board_on_the_clean_one_once_the_other_failed()
  {
     if train_depth() < 4 {
         return;
@@ -416,20 +416,27 @@ async fn the_halves_of_a_failed_batch_are_tested_side_by_side_and_requests_board
         assert_eq!(view(&w, &later).await["step"]["name"], "QUEUED");
     }
 
-    // The half with the poisoned request fails and the other merges, with
-    // nothing built again; the waiting request boards ahead of the failed
-    // half's halves, which are built on it.
+    // The half with the poisoned request fails first. The other, its
+    // pipeline still running, is then clear (one change fails CI), and
+    // holds nothing back: the waiting request boards on it at once, ahead
+    // of the failed half's halves, which are built on the request's batch.
     let pipeline_a = pipeline_of_batch(&w, &db.db, half_a.id).await;
     let pipeline_b = pipeline_of_batch(&w, &db.db, half_b.id).await;
-    end_pipeline(&w, pipeline_b, PipelineOutcome::Success);
     end_pipeline(&w, pipeline_a, PipelineOutcome::Failed);
-    until(&w, &clean_member, |v| v["status"] == "VALIDATED").await;
     until_batch(&db.db, half_a.id, |b| b.status == "FAILED").await;
     let boarded = boarded_again(&w, &db.db, &later, 0).await;
     let quarter = boarded_again(&w, &db.db, &failed[0], half_a.id).await;
     assert!(boarded.train_position < quarter.train_position);
+    let boarded = until_batch(&db.db, boarded.id, |b| b.base_sha.is_some()).await;
+    assert_eq!(boarded.ahead_batch_id, Some(half_b.id), "{boarded:?}");
     let quarter = until_batch(&db.db, quarter.id, |b| b.base_sha.is_some()).await;
     assert_eq!(quarter.ahead_batch_id, Some(boarded.id), "{quarter:?}");
+    let clean_half = get_batch(&db.db, half_b.id).await.unwrap().unwrap();
+    assert!(clean_half.untested(), "{clean_half:?}");
+
+    // The clean half passes and merges, with nothing built again.
+    end_pipeline(&w, pipeline_b, PipelineOutcome::Success);
+    until(&w, &clean_member, |v| v["status"] == "VALIDATED").await;
 
     let all: Vec<String> = failed.iter().chain([&later]).cloned().collect();
     let views = rounds_until_settled(&w, &all).await;
