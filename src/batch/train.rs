@@ -279,8 +279,14 @@ impl MergeQueue {
         Ok(method)
     }
 
-    /// The build before this one leaves nothing behind: its open MR is
-    /// closed and its branch deleted (both fine when already done).
+    /// The build before this one leaves nothing behind: its pipeline, if
+    /// still running, is canceled, its open MR closed and its branch
+    /// deleted (each fine when already done). GitLab lets a pipeline run
+    /// on when its MR is closed and its branch deleted: with pipelines of
+    /// minutes, every batch built again would keep a runner busy for a
+    /// tree nothing will merge, while the pipelines that count wait for
+    /// one. A cancel that fails is said and left: it saves CI time, and
+    /// the build goes on without it.
     async fn clear_last_build(
         &self,
         token: &SecretString,
@@ -292,6 +298,25 @@ impl MergeQueue {
             .open_merge_requests_from(token, &batch.project, &branch)
             .await?
         {
+            // The list answers no head pipeline (`MergeRequestBasic`); the
+            // MR itself does.
+            let running = gitlab
+                .merge_request(token, &batch.project, mr.iid)
+                .await?
+                .head_pipeline
+                .filter(|pipeline| !pipeline.is_finished());
+            if let Some(pipeline) = running
+                && let Err(err) = gitlab
+                    .cancel_pipeline(token, &batch.project, pipeline.id)
+                    .await
+            {
+                tracing::warn!(
+                    batch = batch.id,
+                    pipeline = pipeline.id,
+                    error = %err,
+                    "the pipeline of the merge batch's last build could not be canceled: it runs on for nothing"
+                );
+            }
             gitlab
                 .close_merge_request(token, &batch.project, mr.iid)
                 .await?;

@@ -68,6 +68,8 @@ pub enum Endpoint {
     GetPipeline,
     /// `POST /projects/:id/pipelines/:pipeline_id/retry`
     RetryPipeline,
+    /// `POST /projects/:id/pipelines/:pipeline_id/cancel`
+    CancelPipeline,
 }
 
 /// What a fault does to the call it hits.

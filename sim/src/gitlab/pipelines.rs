@@ -420,6 +420,29 @@ pub async fn retry_pipeline(
     Ok((StatusCode::CREATED, Json(pipeline.json(scope.users))))
 }
 
+/// `POST /projects/:id/pipelines/:pipeline_id/cancel`: a pipeline still in flight is
+/// canceled; a finished one is left as it is, and the answer is 200 with the pipeline either
+/// way ("inconsistent behavior: when pipeline is not cancelable we should return an error",
+/// lib/api/ci/pipelines.rb, gitlab-org/gitlab#519143). A caller who may not push gets 403
+/// (`authorize! :cancel_pipeline`, which `update_pipeline` grants).
+pub async fn cancel_pipeline(
+    State(ctx): State<SimContext>,
+    Caller(user): Caller,
+    Path((project, id)): Path<(String, u64)>,
+) -> ApiResult<Json<Value>> {
+    let mut state = ctx.lock();
+    let scope = state.scope(&project)?;
+    if !scope.project.can_write(user) {
+        return Err(ApiError::Forbidden);
+    }
+    let pipeline = scope.project.pipelines.iter_mut().find(|p| p.id == id);
+    let pipeline = pipeline.ok_or(ApiError::NotFound("Pipeline"))?;
+    if pipeline.status.is_active() {
+        pipeline.force(PipelineOutcome::Canceled);
+    }
+    Ok(Json(pipeline.json(scope.users)))
+}
+
 /// The filters of `GET /projects/:id/pipelines` the simulator answers.
 #[derive(Debug, Deserialize)]
 pub struct ProjectPipelinesQuery {

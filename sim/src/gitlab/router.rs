@@ -142,6 +142,11 @@ pub fn build(ctx: SimContext, control: GitLabControl) -> Router {
             post(pipelines::retry_pipeline),
         ),
         (
+            "/projects/{id}/pipelines/{pipeline_id}/cancel",
+            Endpoint::CancelPipeline,
+            post(pipelines::cancel_pipeline),
+        ),
+        (
             "/projects/{id}/approval_checklist",
             Endpoint::GetApprovalChecklist,
             get(checklist::get_checklist),

@@ -163,4 +163,22 @@ impl GitLabClient {
         );
         self.call(token, Method::POST, &path, None).await
     }
+
+    /// Cancels a pipeline's jobs. GitLab answers 200 with the pipeline
+    /// whether or not it could be canceled (a finished one stays as it
+    /// was: `lib/api/ci/pipelines.rb`, `post ':id/pipelines/:pipeline_id/cancel'`,
+    /// gitlab-org/gitlab#519143), so a cancel sent again is harmless
+    /// (doc/api/pipelines.md, "Cancel all jobs for a pipeline").
+    pub async fn cancel_pipeline(
+        &self,
+        token: &SecretString,
+        project: &str,
+        pipeline_id: i64,
+    ) -> Result<Pipeline, GitLabError> {
+        let path = format!(
+            "/projects/{}/pipelines/{pipeline_id}/cancel",
+            project_ref(project)
+        );
+        self.call(token, Method::POST, &path, None).await
+    }
 }

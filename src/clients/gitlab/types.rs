@@ -86,6 +86,18 @@ pub struct Pipeline {
     pub duration: Option<f64>,
 }
 
+impl Pipeline {
+    /// It has finished: `success`, `failed`, `canceled` or `skipped`
+    /// (`COMPLETED_STATUSES`, `Ci::HasStatus`); any other status may still
+    /// run jobs.
+    pub fn is_finished(&self) -> bool {
+        matches!(
+            self.status.as_str(),
+            "success" | "failed" | "canceled" | "skipped"
+        )
+    }
+}
+
 /// An MR's approvals, relative to the caller (doc/api/merge_request_approvals.md). The
 /// Free tier's body (`lib/api/entities/merge_request_approvals.rb`) has only who
 /// approved and what the caller may do; Premium's (`ApprovalState`) adds how many

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use changegate::db::batches::{BatchRow, get_batch};
-use changegate_sim::gitlab::{Endpoint, MergeMethod, MrState, PipelineOutcome};
+use changegate_sim::gitlab::{Endpoint, MergeMethod, MrState, PipelineOutcome, PipelineStatus};
 use serde_json::Value;
 
 use super::batched::{
@@ -274,6 +274,37 @@ async fn a_failing_batch_is_blamed_only_after_the_one_ahead_passed_and_the_one_b
     );
     let files = w.gitlab.files(w.project, "main").unwrap();
     assert!(!files.values().any(|content| content.contains("POISON")));
+}
+
+#[tokio::test]
+async fn a_batch_built_again_cancels_the_pipeline_of_its_last_build() {
+    if train_depth() < 2 {
+        return;
+    }
+    let db = sqlite_db().await;
+    let w = poisoned_train_world(&db.url).await;
+    let failing = one_car(&w, &[("member0", "POISON")]).await;
+    let p1 = pipeline_of(&w, 1).await;
+    let behind = one_car(&w, &[("member1", "read")]).await;
+    let p2 = pipeline_of(&w, 2).await;
+
+    // The front fails while the pipeline of the batch behind it still
+    // runs: that batch is built again, and its first pipeline, testing a
+    // tree nothing will merge, is canceled with its MR closed.
+    end_pipeline(&w, p1, PipelineOutcome::Failed);
+    until(&w, &failing[0], |v| {
+        v["step"]["name"] == "CREATE_PIPELINE_FAILED"
+    })
+    .await;
+    let car = batch_of(&w, &db.db, &behind[0]).await;
+    let rebuilt = until_batch(&db.db, car.id, |b| b.rebuilds == 1 && b.mr_iid.is_some()).await;
+    assert_ne!(rebuilt.mr_iid, Some(2), "{rebuilt:?}");
+    assert_eq!(mr_state(&w, 2), Some(MrState::Closed));
+    assert_eq!(
+        w.gitlab.pipeline_status(w.project, p2),
+        Some(PipelineStatus::Canceled)
+    );
+    assert_eq!(w.gitlab.calls(Endpoint::CancelPipeline), 1);
 }
 
 /// Whether the view says its batch holds a failure until the one ahead

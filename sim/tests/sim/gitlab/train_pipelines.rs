@@ -10,7 +10,7 @@ use changegate_sim::gitlab::GitLabSimOptions;
 use reqwest::Method;
 use serde_json::json;
 
-use super::support::{BOT, Fixture};
+use super::support::{BOT, Fixture, REPORTER};
 use crate::control_client::call;
 
 /// The id of the head pipeline of merge request `iid`.
@@ -226,4 +226,48 @@ async fn a_poisoned_file_fails_the_pipelines_of_its_branch_and_of_a_branch_stack
     // The same clean file on a branch from main passes.
     let clean = fx.open_mr("bot/c", &[("b.json", "{}\n")]).await;
     fx.poll_pipeline(clean, "success").await;
+}
+
+#[tokio::test]
+async fn a_pipeline_in_flight_is_canceled_and_a_finished_one_is_left_as_it_was() {
+    let fx = Fixture::with_options(GitLabSimOptions {
+        pipeline_duration: Duration::from_secs(600),
+        ..GitLabSimOptions::default()
+    })
+    .await;
+    let running = fx.open_mr("bot/running", &[("one.json", "1\n")]).await;
+    fx.poll_pipeline(running, "running").await;
+    let id = pipeline_of(&fx, running);
+    let cancel = format!("{}/pipelines/{id}/cancel", fx.root);
+    // Who may not push may not cancel.
+    let refused = fx.post(REPORTER, &cancel, json!({})).await;
+    assert_eq!(refused.status, 403, "{}", refused.text);
+    let canceled = fx.post(BOT, &cancel, json!({})).await;
+    assert_eq!(canceled.status, 200, "{}", canceled.text);
+    assert_eq!(canceled.str("status"), "canceled");
+    assert_eq!(canceled.body["id"], id);
+    let mr = fx.get(BOT, &fx.mr_path(running, "")).await;
+    assert_eq!(mr.body["head_pipeline"]["status"], "canceled");
+
+    // A finished pipeline is answered 200 as it is, not canceled.
+    let fast = Fixture::start().await;
+    let done = fast.open_mr("bot/done", &[("two.json", "2\n")]).await;
+    fast.poll_pipeline(done, "success").await;
+    let id = pipeline_of(&fast, done);
+    let again = fast
+        .post(
+            BOT,
+            &format!("{}/pipelines/{id}/cancel", fast.root),
+            json!({}),
+        )
+        .await;
+    assert_eq!((again.status, again.str("status")), (200, "success"));
+    let unknown = fast
+        .post(
+            BOT,
+            &format!("{}/pipelines/999999/cancel", fast.root),
+            json!({}),
+        )
+        .await;
+    assert_eq!(unknown.status, 404, "{}", unknown.text);
 }
