@@ -12,18 +12,18 @@ use std::collections::{BTreeMap, HashSet};
 use chrono::{DateTime, NaiveDateTime, TimeDelta, Utc};
 
 use crate::config::Settings;
-use crate::db::DbTx;
 use crate::db::batches::{BatchRow, batch_of, get_batch, live_members};
 use crate::db::estimates::{
     CiPipeline, HISTORY, MergedRun, WaitingPlace, ci_history, deploy_delays, merged_runs,
     waiting_ahead, waiting_place,
 };
 use crate::db::train::{active_train, half_failed};
+use crate::db::{DbTx, Reader};
 
 use super::forecast::{
     Boarded, Boarding, Car, Durations, Fate, Paced, Waiting, fates, merge_times,
 };
-use super::split::levels;
+use super::split::{are_siblings, levels};
 use super::train::to_build_on;
 
 /// Merged batches a project needs before its times are estimated.
@@ -363,15 +363,25 @@ async fn halves_whose_sibling_failed(
 ) -> Result<HashSet<String>, sqlx::Error> {
     let mut clear = HashSet::new();
     for (group, _) in groups {
-        let Some((parent, sibling)) = levels(group).pop() else {
-            continue;
-        };
-        let present = groups.iter().any(|(other, _)| *other == sibling);
-        if !present && half_failed(&mut *snapshot, parent, &sibling).await? {
+        let present = groups.iter().any(|(other, _)| are_siblings(group, other));
+        if !present && sibling_failed(&mut *snapshot, group).await? {
             clear.insert((*group).to_owned());
         }
     }
     Ok(clear)
+}
+
+/// Whether the other half of the failed batch `group` was split off has
+/// failed (split again, or failed for good): with one change failing CI,
+/// `group` is then clear. `false` for an ordinary group.
+pub(super) async fn sibling_failed(
+    reader: impl Into<Reader<'_>>,
+    group: &str,
+) -> Result<bool, sqlx::Error> {
+    match levels(group).pop() {
+        Some((parent, sibling)) => half_failed(reader, parent, &sibling).await,
+        None => Ok(false),
+    }
 }
 
 /// The medians of each of `projects` other than `own` (sharing its

@@ -11,14 +11,13 @@ use crate::db::Db;
 use crate::db::batch_queue::waiting_projects;
 use crate::db::batches::BatchRow;
 use crate::db::estimates::{CiPipeline, ci_history, merged_runs, record_ci_history};
-use crate::db::train::{active_train, half_failed};
+use crate::db::train::active_train;
 use crate::store::StoreError;
 use crate::workflow::bot;
 use crate::write_tx;
 
-use super::estimate::{MIN_HISTORY, median, pipeline_samples};
+use super::estimate::{MIN_HISTORY, median, pipeline_samples, sibling_failed};
 use super::runner::MergeQueue;
-use super::split::levels;
 
 /// How long a project's recent pipelines in GitLab are trusted once read.
 const CI_HISTORY_TTL: Duration = Duration::from_secs(300);
@@ -204,15 +203,6 @@ impl MergeQueue {
                 .map_err(StoreError::from)
         })
         .await
-    }
-}
-
-/// Whether the other half of the failed batch `group` was split off has
-/// failed: with one change failing CI, `group` is then clear.
-async fn sibling_failed(db: &Db, group: &str) -> Result<bool, StoreError> {
-    match levels(group).pop() {
-        Some((parent, sibling)) => Ok(half_failed(db, parent, &sibling).await?),
-        None => Ok(false),
     }
 }
 
