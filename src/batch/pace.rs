@@ -117,17 +117,17 @@ impl MergeQueue {
                 return Ok(Pace::Held);
             }
         }
-        // Measured before the first batch boards: a project new to
-        // changegate has its CI history read then, before its requests
-        // are first shown an expected time.
-        let pipeline = self.pipeline_seconds(db, settings, project).await?;
         let Some(newest) = own()
             .filter(|car| car.split_group.is_empty() && car.rebuilds == 0)
             .max_by_key(|car| car.created_at)
         else {
+            // None of its batches to pace from: the next boards now. A
+            // project new to changegate has its CI history read then,
+            // before its requests are first shown an expected time.
+            self.read_ci_history(db, settings, project).await?;
             return Ok(Pace::Boards);
         };
-        let Some(pipeline) = pipeline else {
+        let Some(pipeline) = self.pipeline_seconds(db, settings, project).await? else {
             return Ok(Pace::Boards);
         };
         let boarded = (chrono::Utc::now().naive_utc() - newest.created_at).as_seconds_f64();
@@ -145,24 +145,24 @@ impl MergeQueue {
     /// and a train then boards without a pace until it has measured its
     /// own. While the project has fewer than [`MIN_HISTORY`] merged batches
     /// (new to changegate: it has run CI before), its recent successful
-    /// merge request pipelines in GitLab are read into its CI history, at
-    /// most every five minutes.
+    /// merge request pipelines in GitLab are read into its CI history (see
+    /// [`Self::read_ci_history`]).
     async fn pipeline_seconds(
         &self,
         db: &Db,
         settings: &Settings,
         project: &str,
     ) -> Result<Option<f64>, StoreError> {
+        self.read_ci_history(db, settings, project).await?;
         let runs = merged_runs(db, project).await?;
-        if runs.len() < MIN_HISTORY {
-            self.read_ci_history(db, settings, project).await?;
-        }
         let samples = pipeline_samples(&runs, &ci_history(db, project).await?);
         Ok((samples.len() >= MIN_HISTORY).then(|| median(samples)))
     }
 
     /// Keeps `project`'s recent successful merge request pipelines in
-    /// GitLab in its CI history, unless read less than five minutes ago.
+    /// GitLab in its CI history while it has merged fewer than
+    /// [`MIN_HISTORY`] batches, looked at most every five minutes (in
+    /// between, a claim asks nothing of the database or GitLab for it).
     /// GitLab not answering is no reason to hold a claim: it is said, and
     /// the history stays as it was.
     async fn read_ci_history(
@@ -175,6 +175,9 @@ impl MergeQueue {
             return Ok(());
         }
         self.ci_read.remember(project, ());
+        if merged_runs(db, project).await?.len() >= MIN_HISTORY {
+            return Ok(());
+        }
         let read = match bot(settings) {
             Ok(token) => self.workflow.gitlab.recent_pipelines(token, project).await,
             Err(err) => Err(err),
