@@ -157,11 +157,8 @@ impl GitLabClient {
         project: &str,
         pipeline_id: i64,
     ) -> Result<Pipeline, GitLabError> {
-        let path = format!(
-            "/projects/{}/pipelines/{pipeline_id}/retry",
-            project_ref(project)
-        );
-        self.call(token, Method::POST, &path, None).await
+        self.pipeline_action(token, project, pipeline_id, "retry")
+            .await
     }
 
     /// Cancels a pipeline's jobs. GitLab answers 200 with the pipeline
@@ -175,8 +172,21 @@ impl GitLabClient {
         project: &str,
         pipeline_id: i64,
     ) -> Result<Pipeline, GitLabError> {
+        self.pipeline_action(token, project, pipeline_id, "cancel")
+            .await
+    }
+
+    /// `POST /projects/:id/pipelines/:pipeline_id/{action}`: the pipeline
+    /// as it is after it.
+    async fn pipeline_action(
+        &self,
+        token: &SecretString,
+        project: &str,
+        pipeline_id: i64,
+        action: &str,
+    ) -> Result<Pipeline, GitLabError> {
         let path = format!(
-            "/projects/{}/pipelines/{pipeline_id}/cancel",
+            "/projects/{}/pipelines/{pipeline_id}/{action}",
             project_ref(project)
         );
         self.call(token, Method::POST, &path, None).await
