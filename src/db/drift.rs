@@ -22,14 +22,16 @@ const MOVING: &str = "('APPROVAL_SENDING', 'APPROVAL_SENT', 'MR_CREATING', 'MR_C
 
 /// The operation that owns each live binding (its rendering is what the
 /// branch should hold). A scan of `binding`, then the operation's unique key.
-pub async fn live_operations(db: &Db) -> Result<Vec<OperationRow>, sqlx::Error> {
+pub async fn live_operations(
+    reader: impl Into<Reader<'_>>,
+) -> Result<Vec<OperationRow>, sqlx::Error> {
     let sql = format!(
         "SELECT {} FROM binding b JOIN operation o ON o.operation_id = b.operation_id \
          WHERE b.status IN {LIVE}",
         prefixed_columns()
     );
-    with_pool!(db, reader, |pool| {
-        sqlx::query_as(AssertSqlSafe(sql)).fetch_all(pool).await
+    with_reader!(reader.into(), |exec| {
+        sqlx::query_as(AssertSqlSafe(sql)).fetch_all(exec).await
     })
 }
 
@@ -37,17 +39,37 @@ pub async fn live_operations(db: &Db) -> Result<Vec<OperationRow>, sqlx::Error> 
 /// scan of `binding`: `moving` when its file is expected to move (a request
 /// in flight, or one stopped half-way that waits for an operator), else
 /// changegate believes it absent (closed, refused, abandoned).
-pub async fn other_relations(db: &Db) -> Result<Vec<(String, String, bool)>, sqlx::Error> {
+pub async fn other_relations(
+    reader: impl Into<Reader<'_>>,
+) -> Result<Vec<(String, String, bool)>, sqlx::Error> {
     let sql = format!(
         "SELECT subject_id, target_key, CASE WHEN status IN {MOVING} THEN 1 ELSE 0 END \
          FROM binding WHERE status NOT IN {LIVE}"
     );
-    let rows: Vec<(String, String, i64)> = with_pool!(db, reader, |pool| {
-        sqlx::query_as(AssertSqlSafe(sql)).fetch_all(pool).await
+    let rows: Vec<(String, String, i64)> = with_reader!(reader.into(), |exec| {
+        sqlx::query_as(AssertSqlSafe(sql)).fetch_all(exec).await
     })?;
     Ok(rows
         .into_iter()
         .map(|(subject, target, moving)| (subject, target, moving != 0))
+        .collect())
+}
+
+/// Each binding's status and owning operation, by `(subject, target)`.
+pub type BindingStates = HashMap<(String, String), (String, String)>;
+
+/// Each binding's status and owning operation, by `(subject, target)`, in
+/// one scan of `binding`: what a pass compares against is read before it
+/// lists the branch, and this again after, so that a relation that moved
+/// meanwhile is left to the next pass.
+pub async fn binding_states(reader: impl Into<Reader<'_>>) -> Result<BindingStates, sqlx::Error> {
+    let sql = "SELECT subject_id, target_key, status, operation_id FROM binding";
+    let rows: Vec<(String, String, String, String)> = with_reader!(reader.into(), |exec| {
+        sqlx::query_as(sql).fetch_all(exec).await
+    })?;
+    Ok(rows
+        .into_iter()
+        .map(|(subject, target, status, operation)| ((subject, target), (status, operation)))
         .collect())
 }
 

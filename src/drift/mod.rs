@@ -3,7 +3,8 @@
 //! changegate believes (the rendering of every live binding, no file for
 //! the others) by git blob id, one tree listing per directory and page, so
 //! its GitLab calls grow with directories, not bindings. Bindings with a
-//! request in flight are skipped: their file is expected to move. What it
+//! request in flight are skipped: their file is expected to move; so are
+//! those whose binding changed while the pass read the branch. What it
 //! finds is recorded (`drift_finding`), shown at `GET /admin/v1/drift` and
 //! counted in `changegate_drift_files{kind, target}`. Nothing is written
 //! to the repository.
@@ -32,9 +33,9 @@ use serde_json::json;
 
 use crate::db::bindings::get_binding;
 use crate::db::drift::{
-    FindingRow, NewFinding, acceptances_of, delete_finding, findings_of, forget_acceptances,
-    insert_finding, list_findings, live_operations, other_relations, refresh_finding,
-    set_since_commit,
+    BindingStates, FindingRow, NewFinding, acceptances_of, binding_states, delete_finding,
+    findings_of, forget_acceptances, insert_finding, list_findings, live_operations,
+    other_relations, refresh_finding, set_since_commit,
 };
 use crate::db::events::{BINDING_DRIFT_RESOLVED, BINDING_DRIFTED, append_drift_event};
 use crate::db::retention::{release_job_lease, take_job_lease};
@@ -91,7 +92,8 @@ pub async fn pass(db: &Db, settings: &Settings, gitlab: &GitLabClient) -> anyhow
     let token = bot(settings).context("the bot token")?;
     let reference = settings.gitlab.target_branch.as_str();
     let mut drifted = 0;
-    for (project, (belief, directories)) in beliefs(db, settings).await? {
+    let (beliefs, read_before) = beliefs(db, settings).await?;
+    for (project, (mut belief, directories)) in beliefs {
         let mut listed = HashMap::new();
         for directory in &directories {
             listed.extend(
@@ -101,14 +103,25 @@ pub async fn pass(db: &Db, settings: &Settings, gitlab: &GitLabClient) -> anyhow
                     .with_context(|| format!("listing {directory} in {project}"))?,
             );
         }
-        let mut findings = compare(&belief, &listed);
-        let mut settled = belief.settled_acceptances(&listed);
-        for (file, shared) in &belief.shared {
+        let mut texts = Vec::with_capacity(belief.shared.len());
+        for file in belief.shared.keys() {
             let text = gitlab
                 .file_content(token, &project, file, reference)
                 .await
                 .with_context(|| format!("reading {file} in {project}"))?;
-            let found = compare_shared(&belief, file, shared, text.as_deref());
+            texts.push((file.clone(), text));
+        }
+        let read_after = binding_states(db).await?;
+        belief.moving.extend(moved_meanwhile(
+            settings,
+            &project,
+            &read_before,
+            &read_after,
+        ));
+        let mut findings = compare(&belief, &listed);
+        let mut settled = belief.settled_acceptances(&listed);
+        for (file, text) in texts {
+            let found = compare_shared(&belief, &file, &belief.shared[&file], text.as_deref());
             findings.extend(found.findings);
             settled.extend(found.settled);
         }
@@ -159,13 +172,49 @@ pub async fn since_commit(
     Some(commit.id)
 }
 
-/// What changegate believes of each project's files, and the directories
-/// that hold them.
-async fn beliefs(
-    db: &Db,
+/// Where the files of the relations whose binding changed between two
+/// reads of `project`'s bindings sit: changegate's belief about them may
+/// be younger or older than the branch listed between the reads (a request
+/// submitted, or merged, meanwhile), so the pass does not judge them.
+fn moved_meanwhile(
     settings: &Settings,
-) -> anyhow::Result<BTreeMap<String, (Belief, BTreeSet<String>)>> {
-    let mut beliefs: BTreeMap<String, (Belief, BTreeSet<String>)> = BTreeMap::new();
+    project: &str,
+    before: &BindingStates,
+    after: &BindingStates,
+) -> Vec<String> {
+    let changed = before
+        .iter()
+        .filter(|(relation, state)| after.get(*relation) != Some(state))
+        .map(|(relation, _)| relation)
+        .chain(
+            after
+                .keys()
+                .filter(|relation| !before.contains_key(*relation)),
+        );
+    changed
+        .filter_map(|(subject, target_key)| {
+            let target = settings.targets.get(target_key)?;
+            (settings.project_for(target_key) == project).then(|| {
+                match target.layout.remove(target_key, subject) {
+                    FileChange::Whole { path, .. } => path,
+                    FileChange::Key { path, key, .. } => location(&path, &key),
+                }
+            })
+        })
+        .collect()
+}
+
+/// Each project's beliefs, with the directories that hold its files.
+type Beliefs = BTreeMap<String, (Belief, BTreeSet<String>)>;
+
+/// What changegate believes of each project's files, and the directories
+/// that hold them, with the bindings' states they were read from. The
+/// bindings are read in one snapshot: a binding whose request merges
+/// between two separate reads would be in neither (not yet live in the
+/// first, no longer moving in the second), and its file on the branch
+/// reported as unexpected for one pass.
+async fn beliefs(db: &Db, settings: &Settings) -> anyhow::Result<(Beliefs, BindingStates)> {
+    let mut beliefs = Beliefs::new();
     // A target whose files sit in one directory manages it even while no
     // binding of it is live: a file there is unexpected.
     for (key, target) in &settings.targets {
@@ -195,7 +244,12 @@ async fn beliefs(
             }
         }
     }
-    for operation in live_operations(db).await? {
+    let mut snapshot = db.begin_read().await?;
+    let live = live_operations(&mut snapshot).await?;
+    let others = other_relations(&mut snapshot).await?;
+    let states = binding_states(&mut snapshot).await?;
+    snapshot.commit().await?;
+    for operation in live {
         if !settings.targets.contains_key(&operation.target_key) {
             continue;
         }
@@ -243,7 +297,7 @@ async fn beliefs(
             ),
         }
     }
-    for (subject, target_key, is_moving) in other_relations(db).await? {
+    for (subject, target_key, is_moving) in others {
         let Some(target) = settings.targets.get(&target_key) else {
             continue;
         };
@@ -265,7 +319,7 @@ async fn beliefs(
     for (project, (belief, _)) in &mut beliefs {
         belief.accepted = acceptances_of(db, project).await?;
     }
-    Ok(beliefs)
+    Ok((beliefs, states))
 }
 
 /// Replaces `project`'s findings with `findings`: new ones recorded from
@@ -407,6 +461,43 @@ mod tests {
                 .await
         })
         .unwrap()
+    }
+
+    #[test]
+    fn the_files_of_relations_that_changed_between_the_reads_are_left_to_the_next_pass() {
+        let toml = "[gitlab]\nproject = \"config/repo\"\n[targets.\"a\"]\n\
+                    [targets.\"b\"]\nproject = \"other/repo\"\n";
+        let (settings, problems) = Settings::from_table(&source::parse(toml).unwrap(), None);
+        assert!(problems.is_empty(), "{problems:?}");
+        let state = |status: &str, operation: &str| (status.to_owned(), operation.to_owned());
+        let relation = |subject: &str, target: &str| (subject.to_owned(), target.to_owned());
+        let before = BindingStates::from([
+            (relation("steady", "a"), state("VALIDATED", "op-1")),
+            (relation("merged", "a"), state("MERGING", "op-2")),
+            (relation("again", "a"), state("CLOSED", "op-3")),
+            (relation("closed", "a"), state("VALIDATED", "op-4")),
+            (relation("elsewhere", "b"), state("MERGING", "op-5")),
+        ]);
+        let after = BindingStates::from([
+            (relation("steady", "a"), state("VALIDATED", "op-1")),
+            (relation("merged", "a"), state("MERGED", "op-2")),
+            (relation("again", "a"), state("CLOSED", "op-6")),
+            (relation("new", "a"), state("APPROVAL_SENDING", "op-7")),
+            (relation("elsewhere", "b"), state("MERGED", "op-5")),
+        ]);
+        let path = |subject: &str| match settings.targets["a"].layout.remove("a", subject) {
+            FileChange::Whole { path, .. } => path,
+            other => panic!("{other:?}"),
+        };
+        let mut moved = moved_meanwhile(&settings, "config/repo", &before, &after);
+        moved.sort();
+        let mut expected = vec![path("merged"), path("again"), path("closed"), path("new")];
+        expected.sort();
+        assert_eq!(moved, expected);
+        assert_eq!(
+            moved_meanwhile(&settings, "other/repo", &before, &after).len(),
+            1
+        );
     }
 
     #[tokio::test]
