@@ -174,7 +174,8 @@ impl MergeQueue {
         Ok(())
     }
 
-    /// Reads the MR before settling: an MR still open is closed first, and
+    /// Reads the MR before settling: an MR still open is closed first (its
+    /// pipeline canceled if it still runs), and
     /// one that merged meanwhile wins (SPEC §7): `true` when it merged, and
     /// the batch is now settled as SUCCEEDED. Otherwise nothing of the batch
     /// stays behind: the branch of its closed MR (or of an MR never opened)
@@ -196,7 +197,8 @@ impl MergeQueue {
             None => Some(batch_branch(batch)),
             Some(iid) => {
                 let mut mr = gitlab.merge_request(token, &batch.project, iid).await.ok();
-                if mr.as_ref().is_some_and(|mr| mr.state == "opened") {
+                if let Some(open) = mr.as_ref().filter(|mr| mr.state == "opened") {
+                    self.cancel_pipeline_of(token, batch, open).await;
                     if let Err(err) = gitlab.close_merge_request(token, &batch.project, iid).await {
                         tracing::warn!(batch = batch.id, "closing the batch MR failed: {err}");
                     }

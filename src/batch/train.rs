@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use secrecy::SecretString;
 
+use crate::clients::gitlab::MergeRequest;
 use crate::config::Settings;
 use crate::db::Db;
 use crate::db::batches::{BatchRow, append_membership, get_batch, live_members};
@@ -281,12 +282,7 @@ impl MergeQueue {
 
     /// The build before this one leaves nothing behind: its pipeline, if
     /// still running, is canceled, its open MR closed and its branch
-    /// deleted (each fine when already done). GitLab lets a pipeline run
-    /// on when its MR is closed and its branch deleted: with pipelines of
-    /// minutes, every batch built again would keep a runner busy for a
-    /// tree nothing will merge, while the pipelines that count wait for
-    /// one. A cancel that fails is said and left: it saves CI time, and
-    /// the build goes on without it.
+    /// deleted (each fine when already done).
     async fn clear_last_build(
         &self,
         token: &SecretString,
@@ -300,28 +296,48 @@ impl MergeQueue {
         {
             // The list answers no head pipeline (`MergeRequestBasic`); the
             // MR itself does.
-            let running = gitlab
-                .merge_request(token, &batch.project, mr.iid)
-                .await?
-                .head_pipeline
-                .filter(|pipeline| !pipeline.is_finished());
-            if let Some(pipeline) = running
-                && let Err(err) = gitlab
-                    .cancel_pipeline(token, &batch.project, pipeline.id)
-                    .await
-            {
-                tracing::warn!(
-                    batch = batch.id,
-                    pipeline = pipeline.id,
-                    error = %err,
-                    "the pipeline of the merge batch's last build could not be canceled: it runs on for nothing"
-                );
-            }
+            let mr = gitlab.merge_request(token, &batch.project, mr.iid).await?;
+            self.cancel_pipeline_of(token, batch, &mr).await;
             gitlab
                 .close_merge_request(token, &batch.project, mr.iid)
                 .await?;
         }
         gitlab.delete_branch(token, &batch.project, &branch).await
+    }
+
+    /// Cancels the head pipeline of `mr`, one of `batch`'s, if it still
+    /// runs: the batch will not merge it. GitLab lets a pipeline run on
+    /// when its MR is closed and its branch deleted: with pipelines of
+    /// minutes, every batch built again or ended early would keep a runner
+    /// busy for a tree nothing will merge, while the pipelines that count
+    /// wait for one. A cancel that fails is said and left: it saves CI
+    /// time, and the batch goes on without it.
+    pub(super) async fn cancel_pipeline_of(
+        &self,
+        token: &SecretString,
+        batch: &BatchRow,
+        mr: &MergeRequest,
+    ) {
+        let Some(pipeline) = mr
+            .head_pipeline
+            .as_ref()
+            .filter(|pipeline| !pipeline.is_finished())
+        else {
+            return;
+        };
+        if let Err(err) = self
+            .workflow
+            .gitlab
+            .cancel_pipeline(token, &batch.project, pipeline.id)
+            .await
+        {
+            tracing::warn!(
+                batch = batch.id,
+                pipeline = pipeline.id,
+                error = %err,
+                "the pipeline of a merge batch's build that will not merge could not be canceled: it runs on for nothing"
+            );
+        }
     }
 
     /// Whether a batch that started more than `timeout` ago has itself run

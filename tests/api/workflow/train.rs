@@ -307,6 +307,34 @@ async fn a_batch_built_again_cancels_the_pipeline_of_its_last_build() {
     assert_eq!(w.gitlab.calls(Endpoint::CancelPipeline), 1);
 }
 
+#[tokio::test]
+async fn a_batch_an_operator_settles_has_its_pipeline_canceled() {
+    let db = sqlite_db().await;
+    let w = poisoned_train_world(&db.url).await;
+    let members = one_car(&w, &[("member0", "read")]).await;
+    let pipeline = pipeline_of(&w, 1).await;
+    let batch = batch_of(&w, &db.db, &members[0]).await;
+
+    // The operator gives up on the batch while its pipeline runs: the MR is
+    // closed, and the pipeline, testing a tree nothing will merge, canceled.
+    let settled = w
+        .app
+        .post_as(
+            "admin",
+            &format!("/admin/v1/batches/{}/settle", batch.id),
+            &serde_json::json!({ "reason": "stuck" }),
+        )
+        .await;
+    assert_eq!(settled.status(), 200);
+    assert_eq!(mr_state(&w, 1), Some(MrState::Closed));
+    assert_eq!(
+        w.gitlab.pipeline_status(w.project, pipeline),
+        Some(PipelineStatus::Canceled)
+    );
+    assert_eq!(w.gitlab.calls(Endpoint::CancelPipeline), 1);
+    until(&w, &members[0], |v| v["step"]["name"] == "QUEUED").await;
+}
+
 /// Whether the view says its batch holds a failure until the one ahead
 /// has passed (the wording of the batch's obstacle).
 fn batch_message_waits(view: &Value) -> bool {
@@ -330,7 +358,7 @@ async fn the_timeout_sweep_counts_only_a_batchs_own_time_at_the_front_of_the_tra
         .script_pipelines(w.project, [PipelineOutcome::StuckRunning; 3])
         .unwrap();
     let front = one_car(&w, &[("member0", "read")]).await;
-    pipeline_of(&w, 1).await;
+    let stuck = pipeline_of(&w, 1).await;
     let behind = one_car(&w, &[("member1", "read")]).await;
     pipeline_of(&w, 2).await;
     let first = batch_of(&w, &db.db, &front[0]).await;
@@ -343,6 +371,11 @@ async fn the_timeout_sweep_counts_only_a_batchs_own_time_at_the_front_of_the_tra
         let settled = get_batch(&db.db, first.id).await.unwrap().unwrap();
         if settled.status != "RUNNING" {
             assert_eq!(settled.status, "FAILED");
+            assert_eq!(
+                w.gitlab.pipeline_status(w.project, stuck),
+                Some(PipelineStatus::Canceled),
+                "the settled batch's pipeline runs on"
+            );
             break;
         }
         assert!(Instant::now() < deadline, "the front was never settled");
