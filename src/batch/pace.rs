@@ -89,6 +89,22 @@ impl MergeQueue {
         Ok(paces)
     }
 
+    /// Reads the CI history of each project whose requests wait in
+    /// `partition`, for a queue that boards without a pace (one batch at a
+    /// time, or the urgent lane): their expected times count it as a
+    /// paced train's do (see [`Self::read_ci_history`]).
+    pub(super) async fn read_ci_histories(
+        &self,
+        db: &Db,
+        settings: &Settings,
+        partition: &str,
+    ) -> Result<(), StoreError> {
+        for project in waiting_projects(db, partition).await? {
+            self.read_ci_history(db, settings, &project).await?;
+        }
+        Ok(())
+    }
+
     /// The pace of `project` in `train`. Held while a half of one of its
     /// failed batches that may hold the change is untested: a batch built
     /// on it is built again if it fails, which one of each pair is

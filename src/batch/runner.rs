@@ -119,6 +119,9 @@ impl MergeQueue {
             // One batch at a time has no pace, and an urgent lane is never
             // held: it goes in the next round.
             let unpaced = in_flight <= 1 || is_urgent_lane(&partition);
+            if unpaced {
+                self.read_ci_histories(db, &settings, &partition).await?;
+            }
             // A train takes as many new batches as it has room for (halves
             // of a failed batch are groups of their own, so each is one).
             for _ in 0..in_flight.max(1) {
