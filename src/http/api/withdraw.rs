@@ -36,6 +36,11 @@ const NOT_NOW: &str = "only a request that has not reached the repository can be
     one awaiting approval (approval first), or waiting in the merge queue, scheduled or queued; \
     once in a merge batch it lands or fails with it, and a landed change is reverted instead";
 
+/// A removal took the binding over when it was requested, so taking it back
+/// would have to give the binding back to the request it replaced.
+const SCHEDULED_REMOVAL: &str = "a scheduled removal cannot be withdrawn: it lands at its time; \
+    once it has, revert it to apply the binding again";
+
 /// Withdraws a request before it reaches the repository.
 #[utoipa::path(post, path = "/api/v1/operations/{operationId}/withdraw", tag = "requests",
     operation_id = "withdraw_operation",
@@ -44,7 +49,7 @@ const NOT_NOW: &str = "only a request that has not reached the repository can be
     responses((status = 200, description = "Withdrawn: the request, now ABANDONED", body = OperationView),
         (status = 400, description = "INVALID_ARGUMENT: no usable reason"),
         (status = 404, description = "NOT_FOUND: no such request of yours"),
-        (status = 409, description = "CONFLICT: it is in a merge batch, or further on")))]
+        (status = 409, description = "CONFLICT: it is in a merge batch, or further on, or a scheduled removal (revert it once it lands)")))]
 pub async fn withdraw_operation(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
@@ -71,6 +76,9 @@ pub async fn withdraw_operation(
         }
         Some(BindingStatus::MrCreating) if WAITING_STEPS.contains(&operation.step) => {
             BindingStatus::MrCreating
+        }
+        Some(BindingStatus::Closing) if operation.step == StepStatus::Scheduled => {
+            return Err(ApiError::Conflict(SCHEDULED_REMOVAL));
         }
         _ => return Err(ApiError::Conflict(NOT_NOW)),
     };

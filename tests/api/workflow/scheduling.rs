@@ -307,6 +307,23 @@ async fn a_scheduled_removal_waits_for_its_time_and_a_removal_cancels_a_schedule
         let removal = removal["operationId"].as_str().unwrap().to_owned();
         let view = scheduled(&w, &removal).await;
         assert_eq!(view["scheduled"]["until"], rfc3339(not_before), "{view}");
+        // It cannot be withdrawn, and the answer says what undoes it.
+        let withdrawn = w
+            .app
+            .post_as(
+                "alice",
+                &format!("/api/v1/operations/{removal}/withdraw"),
+                &json!({ "reason": "kept after all" }),
+            )
+            .await;
+        assert_eq!(withdrawn.status(), 409);
+        let refused: Value = withdrawn.json().await.unwrap();
+        assert!(
+            refused["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("revert it")),
+            "{refused}"
+        );
         let view = wait_for(&w.app, &removal, |v| {
             v["status"] == "CLOSED" || v["next"] == "CONTACT_TEAM"
         })

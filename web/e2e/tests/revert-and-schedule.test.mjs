@@ -1,6 +1,7 @@
 // A requester takes a landed change back with the Revert button (seeing
 // first what the revert restores, then following the linked new request),
-// and schedules an apply for a time ahead: it waits, SCHEDULED, then lands.
+// and schedules an apply for a time ahead: it waits, SCHEDULED, then lands;
+// a removal scheduled ahead says what undoes it.
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -100,6 +101,16 @@ test("Revert shows what it restores and links the new request; a scheduled apply
   await page.reload();
   await page.locator('#status [data-status="VALIDATED"]').waitFor();
   await screenshot(page, "schedule-2-landed");
+
+  // A removal scheduled ahead offers no Withdraw: the page says what
+  // undoes it.
+  const removeAt = new Date(Math.ceil((Date.now() + 8_000) / 1000) * 1000);
+  const later = await api("POST", `/api/v1/bindings/${TARGET}/close`, { reason: "e2e: later", notBefore: removeAt.toISOString() });
+  assert.equal(later.status, 202, JSON.stringify(later.body));
+  await page.goto(`${BASE_URL}/operations/${later.body.operationId}`);
+  await page.locator("#undo", { hasText: "Revert applies the binding again" }).waitFor();
+  assert.equal(await page.locator("#withdraw").count(), 0, "a scheduled removal offers no Withdraw");
+  await statusOf(later.body.operationId, "CLOSED");
 
   await noBinding();
 });

@@ -159,10 +159,17 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
   }
 
   // Revert, for a landed change nobody took over; Withdraw, for a request
-  // that has not reached the repository yet. The server decides in the end.
+  // that has not reached the repository yet, except a scheduled removal,
+  // which took the binding over when it was asked for: the page says what
+  // undoes it instead. The server decides in the end.
   function actions(op: Operation): HTMLElement | null {
     const landed = !op.supersededBy && (op.status === "VALIDATED" || op.status === "CLOSED") && !op.revertedBy;
-    const waiting = op.step.name === "SCHEDULED" || op.step.name === "QUEUED" || op.status === "APPROVAL_SENDING" || op.status === "APPROVAL_SENT";
+    const scheduledRemoval = op.step.name === "SCHEDULED" && op.status === "CLOSING";
+    const waiting = (op.step.name === "SCHEDULED" && !scheduledRemoval) || op.step.name === "QUEUED" || op.status === "APPROVAL_SENDING" || op.status === "APPROVAL_SENT";
+    if (scheduledRemoval) {
+      return h("p", { class: "hint", id: "undo" },
+        "A scheduled removal cannot be withdrawn: it lands at its time. Once it has, Revert applies the binding again.");
+    }
     if (!landed && !waiting) return null;
     return h("div", { class: "actions" },
       landed ? h("button", { type: "button", id: "revert", onclick: () => askRevert(op) }, "Revert") : null,
