@@ -31,7 +31,7 @@ export interface PreviewAnswer {
   files: PreviewFile[];
   blockers: Blocker[];
   route: {
-    approval: "builtin" | "http";
+    approval: "builtin" | "http" | "none";
     batched: boolean;
     reviewers: string[];
     project: string;
@@ -54,7 +54,8 @@ export function submitLabel(answer: PreviewAnswer | null, fallback: string): { l
   if (answer.files.every((f) => f.action === "unchanged")) return { label: "Already in place", enabled: false };
   const verb = { create: "Create", update: "Update", delete: "Delete", unchanged: "Write" }[file.action];
   const more = answer.files.length > 1 ? ` and ${answer.files.length - 1} more` : "";
-  return { label: `${verb} ${file.path}${more} and ask approval`, enabled: true };
+  const ask = answer.route.approval === "none" ? "" : " and ask approval";
+  return { label: `${verb} ${file.path}${more}${ask}`, enabled: true };
 }
 
 /** A blocker in words a requester acts on. */
@@ -83,13 +84,17 @@ function blockerText(blocker: Blocker): string {
  */
 export function previewView(answer: PreviewAnswer, hideReason: boolean): HTMLElement[] {
   const route = answer.route;
-  const approver = route.approval === "builtin" ? "an operator approves it in changegate" : "the approval system approves it";
+  const once = {
+    builtin: "Once an operator approves it in changegate, changegate",
+    http: "Once the approval system approves it, changegate",
+    none: "No approval is asked for a removal: changegate",
+  }[route.approval];
   const merge = route.batched ? "in the next merge round, with other approved requests" : "in a merge request of its own";
   const reviewers = route.reviewers.length ? `, approved by ${route.reviewers.join(" and ")},` : "";
   const blockers = answer.blockers.filter((b) => !(hideReason && b.code === "INVALID_ARGUMENT" && b.message.startsWith("field `reason`")));
   const parts: HTMLElement[] = [
     h("p", { class: "hint", id: "preview-route" },
-      `Once ${approver}, changegate writes it to ${route.project} ${merge}${reviewers} and merges it into ${route.targetBranch}.`),
+      `${once} writes it to ${route.project} ${merge}${reviewers} and merges it into ${route.targetBranch}.`),
   ];
   if (blockers.length) {
     parts.push(h("ul", { class: "blockers", id: "blockers" },

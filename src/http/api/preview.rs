@@ -133,7 +133,8 @@ pub enum BlockerEffect {
 pub struct PreviewRoute {
     approval: ApprovalRoute,
     /// Whether the approved request waits for a merge round with others
-    /// (one MR for the batch) or gets its own MR at once.
+    /// (one MR for the batch) or gets its own MR at once (as a removal
+    /// always does).
     batched: bool,
     /// Who approves the MR in GitLab once its pipeline passed.
     #[schema(examples(json!(["reviewer bot 1", "reviewer bot 2"])))]
@@ -154,6 +155,9 @@ pub enum ApprovalRoute {
     Builtin,
     /// The external approval system.
     Http,
+    /// Nobody: a removal is not approved before its MR is written (the
+    /// MR's reviewers still approve it).
+    None,
 }
 
 /// Whether the target branch's files could be read for the preview.
@@ -251,7 +255,7 @@ pub(super) async fn preview(
     let mut answer = PreviewAnswer {
         files: Vec::new(),
         blockers: Vec::new(),
-        route: route_of(&settings, &submission.target_key),
+        route: route_of(&settings, &submission.target_key, kind),
         gitlab: RepositoryRead {
             readable: true,
             reason: None,
@@ -392,13 +396,17 @@ async fn may_use_route(
     }
 }
 
-fn route_of(settings: &Settings, target_key: &str) -> PreviewRoute {
+fn route_of(settings: &Settings, target_key: &str, kind: OperationKind) -> PreviewRoute {
+    // A removal goes from its request to its own MR (its workflow's
+    // CLOSE_REQUESTED step): no approval, no merge round.
+    let removal = kind == OperationKind::Close;
     PreviewRoute {
         approval: match settings.approval.provider {
+            _ if removal => ApprovalRoute::None,
             ApprovalProvider::Builtin => ApprovalRoute::Builtin,
             ApprovalProvider::Http => ApprovalRoute::Http,
         },
-        batched: settings.batch.enabled,
+        batched: settings.batch.enabled && !removal,
         reviewers: (1..=settings.gitlab.reviewer_tokens.len())
             .map(|n| format!("reviewer bot {n}"))
             .collect(),

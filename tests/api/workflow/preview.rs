@@ -258,6 +258,12 @@ async fn a_close_deletes_the_file_and_only_its_requester_sees_it() {
         assert_eq!(answer["blockers"], json!([]), "{name}: {answer}");
         let file = &answer["files"][0];
         assert_eq!(file["action"], "delete", "{name}: {answer}");
+        // A removal asks no approval and gets its own MR at once.
+        assert_eq!(
+            (&answer["route"]["approval"], &answer["route"]["batched"]),
+            (&json!("none"), &json!(false)),
+            "{name}: {answer}"
+        );
         assert_eq!(file["current"], on_main.as_str());
         assert_eq!(file["proposed"], Value::Null);
         let diff = file["diff"].as_str().unwrap();

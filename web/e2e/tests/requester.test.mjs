@@ -106,6 +106,10 @@ test("a requester applies, the timeline reaches VALIDATED, and the binding is re
 
   // Removing it asks for a reason, then follows the removal to CLOSED.
   await row.locator("button.close").click();
+  // Its preview says what will happen: no approval, an MR of its own.
+  await page.locator("#preview-route", { hasText: "No approval is asked for a removal" }).waitFor();
+  assert.match(await page.locator("#preview-route").innerText(), /in a merge request of its own/);
+  assert.doesNotMatch(await page.locator("#confirm-ok").innerText(), /ask approval/);
   await page.click("#confirm-ok");
   await page.locator("#confirm-outcome .field-error").waitFor();
   await page.fill("#confirm-reason", "e2e: done trying");
