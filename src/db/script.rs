@@ -50,6 +50,26 @@ pub async fn run_transaction(
         }
     };
     drop(results);
+    // Every statement answers, `START TRANSACTION` and `COMMIT` included,
+    // or the server stopped early: the client follows the server's "more
+    // results" flag, so a script the server ended without an error would
+    // look done though its `COMMIT` never ran. Its transaction may still be
+    // open: the connection is closed (the server rolls it back), not
+    // pooled, and the caller is told nothing was written.
+    let expected = statements.len() + 2;
+    if failure.is_none() && answered != expected {
+        tracing::error!(
+            answered,
+            expected,
+            "the database ended a transaction script early without an error; nothing of it is taken as written"
+        );
+        return Err(ScriptFailure {
+            statement: None,
+            error: sqlx::Error::Protocol(format!(
+                "the database answered {answered} of the {expected} statements of a transaction script"
+            )),
+        });
+    }
     let Some(error) = failure else {
         connection.release();
         return Ok(());
