@@ -81,7 +81,8 @@ wsrep_cluster_name = changegate_ci
 wsrep_cluster_address = gcomm://${members%,}
 wsrep_node_name = node$i
 wsrep_node_address = 127.0.0.1:$(group_port "$i")
-wsrep_provider_options = "gmcast.listen_addr=tcp://127.0.0.1:$(group_port "$i");ist.recv_addr=127.0.0.1:$(ist_port "$i")"
+wsrep_provider_options = "gmcast.listen_addr=tcp://127.0.0.1:$(group_port "$i");ist.recv_addr=127.0.0.1:$(ist_port "$i");cert.log_conflicts=yes"
+wsrep_log_conflicts = ON
 wsrep_sst_method = rsync
 wsrep_sst_receive_address = 127.0.0.1:$(sst_port "$i")
 CNF
@@ -125,4 +126,17 @@ export CHANGEGATE_TEST_GALERA_URLS="${urls%,}"
 export CHANGEGATE_TEST_MYSQL_URL="mysql://root:$password@127.0.0.1:$(client_port 1)"
 export CHANGEGATE_TEST_REQUIRE_MYSQL=1
 export CHANGEGATE_TEST_GALERA_CTL="$node_ctl"
-"$@"
+# When the tests fail, the conflicts each node logged (a local transaction
+# aborted by a replicated one, a write set failing certification) are
+# printed before the cluster is removed: they are the server's side of a
+# transaction that ended otherwise than the service was told.
+status=0
+"$@" || status=$?
+if [ "$status" -ne 0 ]; then
+    for i in 1 2 3; do
+        echo "== Galera node $i: the last conflicts it logged" >&2
+        grep -iE "conflict|BF[ -]abort|brute|certification fail" "$work/node$i/error.log" \
+            | grep -v "Passing config" | tail -n 80 >&2 || true
+    done
+fi
+exit "$status"
