@@ -194,14 +194,19 @@ fn moved_meanwhile(
     changed
         .filter_map(|(subject, target_key)| {
             let target = settings.targets.get(target_key)?;
-            (settings.project_for(target_key) == project).then(|| {
-                match target.layout.remove(target_key, subject) {
-                    FileChange::Whole { path, .. } => path,
-                    FileChange::Key { path, key, .. } => location(&path, &key),
-                }
-            })
+            (settings.project_for(target_key) == project)
+                .then(|| place_named(&target.layout.remove(target_key, subject)))
         })
         .collect()
+}
+
+/// The place a pass names for a relation's file: the file, or the key's
+/// location in a shared file.
+fn place_named(change: &FileChange) -> String {
+    match change {
+        FileChange::Whole { path, .. } => path.clone(),
+        FileChange::Key { path, key, .. } => location(path, key),
+    }
 }
 
 /// Each project's beliefs, with the directories that hold its files.
@@ -303,17 +308,12 @@ async fn beliefs(db: &Db, settings: &Settings) -> anyhow::Result<(Beliefs, Bindi
         };
         let project = settings.project_for(&target_key).to_owned();
         let (belief, _) = beliefs.entry(project).or_default();
-        match target.layout.remove(&target_key, &subject) {
-            FileChange::Whole { path, .. } => {
-                if is_moving {
-                    belief.moving.insert(path.clone());
-                }
-                belief.owners.entry(path).or_insert((target_key, subject));
-            }
-            FileChange::Key { path, key, .. } if is_moving => {
-                belief.moving.insert(location(&path, &key));
-            }
-            FileChange::Key { .. } => {}
+        let change = target.layout.remove(&target_key, &subject);
+        if is_moving {
+            belief.moving.insert(place_named(&change));
+        }
+        if let FileChange::Whole { path, .. } = change {
+            belief.owners.entry(path).or_insert((target_key, subject));
         }
     }
     for (project, (belief, _)) in &mut beliefs {
