@@ -163,13 +163,12 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
   // which took the binding over when it was asked for: the page says what
   // undoes it instead. The server decides in the end.
   function actions(op: Operation): HTMLElement | null {
-    const landed = !op.supersededBy && (op.status === "VALIDATED" || op.status === "CLOSED") && !op.revertedBy;
-    const scheduledRemoval = op.step.name === "SCHEDULED" && op.status === "CLOSING";
-    const waiting = (op.step.name === "SCHEDULED" && !scheduledRemoval) || op.step.name === "QUEUED" || op.status === "APPROVAL_SENDING" || op.status === "APPROVAL_SENT";
-    if (scheduledRemoval) {
+    if (op.step.name === "SCHEDULED" && op.status === "CLOSING") {
       return h("p", { class: "hint", id: "undo" },
         "A scheduled removal cannot be withdrawn: it lands at its time. Once it has, Revert applies the binding again.");
     }
+    const landed = !op.supersededBy && (op.status === "VALIDATED" || op.status === "CLOSED") && !op.revertedBy;
+    const waiting = op.step.name === "SCHEDULED" || op.step.name === "QUEUED" || op.status === "APPROVAL_SENDING" || op.status === "APPROVAL_SENT";
     if (!landed && !waiting) return null;
     return h("div", { class: "actions" },
       landed ? h("button", { type: "button", id: "revert", onclick: () => askRevert(op) }, "Revert") : null,
