@@ -51,7 +51,8 @@ pub enum Claimed {
     SlotOccupied,
     /// Nothing was waiting.
     Empty,
-    /// Another claimer took some of the rows read; nothing was written.
+    /// Another claimer took some of the rows read, or the batch row the
+    /// claim inserted is not there; the claim was rolled back.
     Raced,
 }
 
@@ -178,6 +179,24 @@ pub async fn claim_in(
     // counter row, and claims take it before their members, so it adds no
     // lock cycle.
     let number = next_batch_number(tx.db(), &first.project).await?;
+    // Described before any member points at it: a batch row that is not
+    // there (a database that lost this transaction's first write, as a
+    // Galera node did once) is never given members.
+    let described = describe_batch(
+        tx.db(),
+        batch_id,
+        &first.project,
+        &first.split_group,
+        number,
+    )
+    .await?;
+    if described != 1 {
+        tracing::error!(
+            batch = batch_id,
+            "the merge batch this claim inserted is not there; the claim is rolled back"
+        );
+        return Ok(Claimed::Raced);
+    }
     // The members' operations and bindings are locked (by the move) before
     // their waiting rows (by the claim), as a single transition that takes
     // a request out of the waiting set locks them.
@@ -199,14 +218,6 @@ pub async fn claim_in(
     if claim(tx.db(), batch_id, &ids).await? != ids.len() as u64 {
         return Ok(Claimed::Raced);
     }
-    describe_batch(
-        tx.db(),
-        batch_id,
-        &first.project,
-        &first.split_group,
-        number,
-    )
-    .await?;
     append_membership(tx.db(), batch_id, &members, "CLAIMED", None).await?;
     Ok(Claimed::Batch {
         id: batch_id,

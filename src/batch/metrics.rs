@@ -14,15 +14,19 @@ pub(super) enum Ended {
     Failed,
     /// Settled (the timeout sweep or an operator): its members wait again.
     Settled,
+    /// Its row is gone and its members were found pointing at it: they
+    /// wait again (see `orphans.rs`).
+    Lost,
 }
 
 impl Ended {
-    const ALL: [Self; 5] = [
+    const ALL: [Self; 6] = [
         Self::Merged,
         Self::InPlace,
         Self::Split,
         Self::Failed,
         Self::Settled,
+        Self::Lost,
     ];
 
     fn label(self) -> &'static str {
@@ -32,6 +36,7 @@ impl Ended {
             Self::Split => "split",
             Self::Failed => "failed",
             Self::Settled => "settled",
+            Self::Lost => "lost",
         }
     }
 
@@ -68,7 +73,7 @@ pub fn describe_metrics() {
     );
     metrics::describe_counter!(
         "changegate_batches_finished_total",
-        "Merge batches that ended, by outcome: merged, in_place, split, failed, settled."
+        "Merge batches that ended, by outcome: merged, in_place, split, failed, settled, lost."
     );
     metrics::describe_counter!(
         "changegate_merge_queue_round_failures_total",

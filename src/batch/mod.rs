@@ -9,6 +9,7 @@ mod forecast;
 mod metrics;
 mod noted;
 mod open;
+mod orphans;
 mod outcome;
 mod pace;
 mod remembered;

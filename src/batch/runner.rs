@@ -150,7 +150,8 @@ impl MergeQueue {
     }
 
     /// Drives every running batch one round (those whose lease is free),
-    /// and settles the ones running past `batch.timeout`.
+    /// settles the ones running past `batch.timeout`, and puts requests
+    /// shown in a batch that does not exist back to wait.
     pub async fn drive_round(&self) -> Result<usize, StoreError> {
         let Some(db) = self.db.get() else {
             return Ok(0);
@@ -166,6 +167,7 @@ impl MergeQueue {
             );
             self.settle(batch_id, "ran past batch.timeout").await?;
         }
+        self.requeue_orphans(db).await?;
         // While GitLab's rate limiter asks for quiet, no round calls it.
         if self.workflow.gitlab.quiet_for().is_some() {
             return Ok(0);

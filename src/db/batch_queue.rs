@@ -228,6 +228,38 @@ pub async fn partition_of_request(
     })
 }
 
+/// Requests shown in a merge batch whose row does not exist: `(operation
+/// id, batch id)`. A claim writes the batch and points its members at it in
+/// one transaction, so none should ever be found; a database that lost part
+/// of a committed transaction (seen once on a Galera cluster losing a node)
+/// leaves them, and nothing else would ever move them. Only bindings still
+/// `MR_CREATING` are looked at (`ix_binding_status_updated`): a batch that
+/// opened its MR moved its members on.
+pub async fn orphaned_members(db: &Db) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    let sql = "SELECT r.operation_id, r.batch_id FROM binding bd \
+               JOIN merge_batch_request r ON r.operation_id = bd.operation_id \
+               LEFT JOIN merge_batch b ON b.id = r.batch_id \
+               WHERE bd.status = 'MR_CREATING' AND r.batch_id IS NOT NULL AND b.id IS NULL";
+    with_pool!(db, reader, |pool| {
+        sqlx::query_as(sql).fetch_all(pool).await
+    })
+}
+
+/// Puts `operation_id` back in the waiting set if the batch it is shown in
+/// does not exist, in the caller's transaction; the rows affected.
+pub async fn rejoin_if_orphaned(tx: &mut DbTx, operation_id: &str) -> Result<u64, sqlx::Error> {
+    let sql = "UPDATE merge_batch_request SET batch_id = NULL, split_group = '', settled_count = 0 \
+               WHERE operation_id = ? AND batch_id IS NOT NULL \
+               AND NOT EXISTS (SELECT 1 FROM merge_batch b WHERE b.id = merge_batch_request.batch_id)";
+    with_tx!(tx, |conn| {
+        sqlx::query(sql)
+            .bind(operation_id)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected())
+    })
+}
+
 /// Takes `operation_id` out of the waiting set, if it waits there, in the
 /// caller's transaction (by its unique key: one row at most).
 pub async fn leave_waiting_set(tx: &mut DbTx, operation_id: &str) -> Result<(), sqlx::Error> {

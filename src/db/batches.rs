@@ -134,14 +134,15 @@ impl LastInsertId for sqlx::mysql::MySqlQueryResult {
 }
 
 /// Sets what the claim learned from its first member: the project (whose
-/// numbers the batch takes `number` from) and the split group.
+/// numbers the batch takes `number` from) and the split group; the rows
+/// affected (1, or 0 when the batch row is not there).
 pub async fn describe_batch(
     tx: &mut DbTx,
     batch_id: i64,
     project: &str,
     split_group: &str,
     number: i64,
-) -> Result<(), sqlx::Error> {
+) -> Result<u64, sqlx::Error> {
     let sql = "UPDATE merge_batch SET project = ?, split_group = ?, number = ? WHERE id = ?";
     with_tx!(tx, |conn| {
         sqlx::query(sql)
@@ -151,7 +152,7 @@ pub async fn describe_batch(
             .bind(batch_id)
             .execute(conn)
             .await
-            .map(|_| ())
+            .map(|done| done.rows_affected())
     })
 }
 

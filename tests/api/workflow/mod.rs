@@ -265,6 +265,7 @@ mod failure_classes;
 mod gitlab_faults;
 mod gitlab_truth;
 mod https;
+mod lost_batch;
 mod merge_methods;
 mod pipeline_retry;
 mod preview;
