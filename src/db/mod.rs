@@ -17,6 +17,7 @@ pub mod drift;
 pub mod estimates;
 pub mod events;
 pub mod failover;
+pub mod handback;
 pub mod history;
 pub mod idempotency;
 pub mod lease_owners;

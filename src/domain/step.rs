@@ -229,7 +229,9 @@ pub fn next_action(status: BindingStatus, step: StepStatus) -> Next {
     // a close (whose binding then stays live).
     if status.is_reappliable() || step == StepStatus::BusyRejected {
         Next::Reapply
-    } else if status == BindingStatus::Validated {
+    } else if status == BindingStatus::Validated || step == StepStatus::Withdrawn {
+        // A withdrawn removal handed its binding back, live: nothing is
+        // left for it to do.
         Next::None
     } else if step.is_deterministic_failure() {
         Next::ContactTeam
@@ -284,6 +286,11 @@ mod tests {
             (B::Closed, S::Closed, Next::Reapply),
             (B::Abandoned, S::ManualAbandoned, Next::Reapply),
             (B::Validated, S::DeployConfirmed, Next::None),
+            // A withdrawn apply may be applied again; a withdrawn removal
+            // handed its binding back, live, whatever its status.
+            (B::Abandoned, S::Withdrawn, Next::Reapply),
+            (B::Merged, S::Withdrawn, Next::None),
+            (B::CloseFailed, S::Withdrawn, Next::None),
         ];
         for (status, step, expected) in rows {
             assert_eq!(next_action(status, step), expected, "{status} at {step}");

@@ -64,7 +64,9 @@ pub const LEGAL_TRANSITIONS: &[(BindingStatus, &[BindingStatus])] = &[
         HandleFailed,
         &[Merging, MrCreating, MrCreated, Merged, Abandoned],
     ),
-    (Closing, &[Closed, CloseFailed]),
+    // A scheduled removal withdrawn before its time hands the binding back
+    // to the request it took it from, in the status that request left.
+    (Closing, &[Closed, CloseFailed, Merged, Validated]),
     (CloseFailed, &[Closing, Closed]),
     (Rejected, &[ApprovalSending, MrCreating]),
     (BusyRejected, &[ApprovalSending, MrCreating]),

@@ -10,6 +10,7 @@ mod bulk;
 mod decision;
 mod first;
 mod group;
+mod handback;
 mod submit;
 mod transition;
 mod tx;
@@ -17,6 +18,7 @@ mod tx;
 pub use bulk::{MergeRequestRef, lock_members, move_members};
 pub use decision::{apply_decision, is_urgent_lane, partition_of, urgent_lane};
 pub use group::SubmissionQueue;
+pub use handback::{RemovalWithdrawal, withdraw_removal};
 pub use submit::{Controls, IdempotencyClaim, NewRequest, Submitted, may_replace, submit};
 pub use transition::{
     Change, Flip, Transitioned, flip, flip_in, note_in, transition, transition_in,

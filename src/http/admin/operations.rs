@@ -21,7 +21,7 @@ use crate::db::operation_listing::{OperationFilter, StatusFilter, list_operation
 use crate::db::operations::{OperationRow, get_operation_with_status, reverts_of};
 use crate::domain::operator::{self, Retry};
 use crate::domain::{BindingStatus, OperationId, StepStatus};
-use crate::http::api::status::{OperationView, OperatorAction};
+use crate::http::api::status::{OperationView, OperatorAction, successor_of};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AppJson, AppQuery, AuthUser, Database};
 use crate::http::page::PageRequest;
@@ -167,6 +167,7 @@ pub async fn list(
         .into_iter()
         .map(|row| {
             let operation = row.operation;
+            let successor = successor_of(&operation, row.superseded_by);
             let actions = OperatorAction::applicable(
                 operation.kind,
                 row.status,
@@ -186,7 +187,7 @@ pub async fn list(
             let reverted_by = reverts.remove(&operation.operation_id);
             OperationView::of(operation, status)
                 .in_batch(batch)
-                .superseded_by(row.superseded_by)
+                .superseded_by(successor)
                 .reverted_by(reverted_by)
                 .with_actions(actions, withheld)
         })

@@ -331,15 +331,25 @@ pub async fn get_operation_status(
 /// Everything the status answer shows of `page`.
 async fn view_of(state: &AppState, db: &Db, page: OperationPage) -> ApiResult<OperationView> {
     let status = status_of(db, &page.operation, page.status).await?;
+    let successor = successor_of(&page.operation, page.superseded_by);
     let reverted_by = reverted_by(db, &page.operation.operation_id).await?;
     let drift = drift_of(state, db, &page.operation, page.status).await?;
     let view = OperationView::of(page.operation, status)
         .drifted(drift)
         .in_batch(page.batch)
-        .superseded_by(page.superseded_by)
+        .superseded_by(successor)
         .scheduled(state)
         .reverted_by(reverted_by);
     Ok(view.in_merge_queue(state, db, status).await?)
+}
+
+/// The request that took `operation`'s binding over, of `holder` (the one
+/// holding it now, when another): none for a withdrawn removal, which
+/// handed the binding back to the request before it.
+pub fn successor_of(operation: &OperationRow, holder: Option<String>) -> Option<String> {
+    let handed_back =
+        operation.kind == OperationKind::Close && operation.step == StepStatus::Withdrawn;
+    holder.filter(|_| !handed_back)
 }
 
 /// The drift finding of the binding `operation` holds (`live`: its status),

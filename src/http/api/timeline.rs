@@ -6,7 +6,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use serde::Serialize;
 
-use super::status::{OperationView, StepView, drift_of, rfc3339, visible_to};
+use super::status::{OperationView, StepView, drift_of, rfc3339, successor_of, visible_to};
 use crate::db::operation_snapshot::{OperationSnapshot, read_operation_snapshot};
 use crate::db::operations::reverted_by;
 use crate::domain::{OperationId, StepStatus};
@@ -168,10 +168,11 @@ pub async fn get_timeline(
         .collect();
     let reverts = reverted_by(&db, &id).await?;
     let drift = drift_of(&state, &db, &page.operation, page.status).await?;
+    let successor = successor_of(&page.operation, page.superseded_by);
     let operation = OperationView::of(page.operation, status)
         .drifted(drift)
         .in_batch(page.batch)
-        .superseded_by(page.superseded_by)
+        .superseded_by(successor)
         .scheduled(&state)
         .reverted_by(reverts)
         .in_merge_queue(&state, &db, status)

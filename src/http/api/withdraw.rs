@@ -2,7 +2,9 @@
 //! operator) takes back a request before it reaches the repository: while
 //! it awaits approval, or waits in the merge queue (scheduled, or queued for
 //! the next round). Nothing was written to GitLab, so nothing is undone
-//! there; the binding is `ABANDONED` and may be applied for again.
+//! there; the binding is `ABANDONED` and may be applied for again. A
+//! removal waiting for its time hands the binding back instead, to the
+//! request it took it from (src/store/handback.rs).
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -17,7 +19,7 @@ use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{AppJson, AuthUser, Database};
 use crate::http::reason::{MAX_REQUEST_REASON_CHARS, checked_reason};
 use crate::state::AppState;
-use crate::store::{Change, StoreError, flip_in};
+use crate::store::{Change, RemovalWithdrawal, StoreError, flip_in, withdraw_removal};
 use crate::write_tx;
 
 /// Body of a withdrawal.
@@ -36,10 +38,10 @@ const NOT_NOW: &str = "only a request that has not reached the repository can be
     one awaiting approval (approval first), or waiting in the merge queue, scheduled or queued; \
     once in a merge batch it lands or fails with it, and a landed change is reverted instead";
 
-/// A removal took the binding over when it was requested, so taking it back
-/// would have to give the binding back to the request it replaced.
-const SCHEDULED_REMOVAL: &str = "a scheduled removal cannot be withdrawn: it lands at its time; \
-    once it has, revert it to apply the binding again";
+const EXPIRED: &str = "the binding has expired: its removal goes ahead at its time";
+
+const NO_PREDECESSOR: &str = "this removal cannot be withdrawn: the request it took the binding \
+    from cannot be told; once it has landed, revert it to apply the binding again";
 
 /// Withdraws a request before it reaches the repository.
 #[utoipa::path(post, path = "/api/v1/operations/{operationId}/withdraw", tag = "requests",
@@ -49,7 +51,7 @@ const SCHEDULED_REMOVAL: &str = "a scheduled removal cannot be withdrawn: it lan
     responses((status = 200, description = "Withdrawn: the request, now ABANDONED", body = OperationView),
         (status = 400, description = "INVALID_ARGUMENT: no usable reason"),
         (status = 404, description = "NOT_FOUND: no such request of yours"),
-        (status = 409, description = "CONFLICT: it is in a merge batch, or further on, or a scheduled removal (revert it once it lands)")))]
+        (status = 409, description = "CONFLICT: it is in a merge batch, or further on, or a removal of an expired binding")))]
 pub async fn withdraw_operation(
     State(state): State<AppState>,
     AuthUser(caller): AuthUser,
@@ -78,13 +80,36 @@ pub async fn withdraw_operation(
             BindingStatus::MrCreating
         }
         Some(BindingStatus::Closing) if operation.step == StepStatus::Scheduled => {
-            return Err(ApiError::Conflict(SCHEDULED_REMOVAL));
+            withdraw_scheduled_removal(&db, &id, caller.identity.as_str(), &reason).await?;
+            return operation_view(&state, &db, &id).await.map(Json);
         }
         _ => return Err(ApiError::Conflict(NOT_NOW)),
     };
     let message = format!("withdrawn by {}: {reason}", caller.identity.as_str());
     withdraw(&db, &id, from, &message, caller.identity.as_str()).await?;
     operation_view(&state, &db, &id).await.map(Json)
+}
+
+/// Withdraws a removal waiting for its time: the binding goes back to the
+/// request the removal took it from, as that request left it.
+async fn withdraw_scheduled_removal(db: &Db, id: &str, actor: &str, reason: &str) -> ApiResult<()> {
+    let message = |owner: &str, status: BindingStatus| {
+        format!(
+            "withdrawn by {actor}: {reason}; the binding is back as request {owner} left it ({status})"
+        )
+    };
+    match withdraw_removal(db, id, actor, &message).await {
+        Ok(RemovalWithdrawal::HandedBack { owner, status }) => {
+            tracing::info!(operation_id = id, %owner, %status, "scheduled removal withdrawn; binding handed back");
+            Ok(())
+        }
+        Ok(RemovalWithdrawal::NotScheduled) | Err(StoreError::Preempted) => {
+            Err(ApiError::Conflict(NOT_NOW))
+        }
+        Ok(RemovalWithdrawal::Expired) => Err(ApiError::Conflict(EXPIRED)),
+        Ok(RemovalWithdrawal::NoPredecessor) => Err(ApiError::Conflict(NO_PREDECESSOR)),
+        Err(err) => Err(ApiError::internal(err)),
+    }
 }
 
 /// Moves the request to `ABANDONED` (step `WITHDRAWN`) if it is still

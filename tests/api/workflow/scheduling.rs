@@ -307,23 +307,6 @@ async fn a_scheduled_removal_waits_for_its_time_and_a_removal_cancels_a_schedule
         let removal = removal["operationId"].as_str().unwrap().to_owned();
         let view = scheduled(&w, &removal).await;
         assert_eq!(view["scheduled"]["until"], rfc3339(not_before), "{view}");
-        // It cannot be withdrawn, and the answer says what undoes it.
-        let withdrawn = w
-            .app
-            .post_as(
-                "alice",
-                &format!("/api/v1/operations/{removal}/withdraw"),
-                &json!({ "reason": "kept after all" }),
-            )
-            .await;
-        assert_eq!(withdrawn.status(), 409);
-        let refused: Value = withdrawn.json().await.unwrap();
-        assert!(
-            refused["message"]
-                .as_str()
-                .is_some_and(|message| message.contains("revert it")),
-            "{refused}"
-        );
         let view = wait_for(&w.app, &removal, |v| {
             v["status"] == "CLOSED" || v["next"] == "CONTACT_TEAM"
         })
@@ -365,5 +348,84 @@ async fn a_scheduled_removal_waits_for_its_time_and_a_removal_cancels_a_schedule
             "{}: {view}",
             test_db.name
         );
+    }
+}
+
+/// Alice asks for the removal of her `demo.feature-flags` binding at `at`.
+async fn remove_at(w: &World, at: DateTime<Utc>) -> String {
+    let removal: Value = w
+        .app
+        .post_as(
+            "alice",
+            "/api/v1/bindings/demo.feature-flags/close",
+            &json!({ "reason": "later", "notBefore": rfc3339(at) }),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    removal["operationId"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_scheduled_removal_withdrawn_before_its_time_hands_the_binding_back() {
+    for test_db in each_backend().await {
+        let w = world(&test_db.url, "").await;
+        let applied = super::apply(&w.app).await;
+        wait_for(&w.app, &applied, |v| v["status"] == "VALIDATED").await;
+        let merge_requests = w.gitlab.calls(Endpoint::CreateMergeRequest);
+
+        let removal = remove_at(&w, Utc::now() + Span::hours(1)).await;
+        scheduled(&w, &removal).await;
+        let taken_over = super::batched::view(&w, &applied).await;
+        assert_eq!(taken_over["supersededBy"], removal.as_str(), "{taken_over}");
+
+        let path = format!("/api/v1/operations/{removal}/withdraw");
+        let withdrawn = w
+            .app
+            .post_as("alice", &path, &json!({ "reason": "kept after all" }))
+            .await;
+        assert_eq!(withdrawn.status(), 200, "{}", test_db.name);
+        let view: Value = withdrawn.json().await.unwrap();
+        assert_eq!(
+            (
+                view["status"].as_str(),
+                view["step"]["name"].as_str(),
+                view["next"].as_str()
+            ),
+            (Some("VALIDATED"), Some("WITHDRAWN"), Some("NONE")),
+            "{}: {view}",
+            test_db.name
+        );
+        assert!(view.get("supersededBy").is_none(), "{view}");
+        let message = view["message"].as_str().unwrap();
+        assert!(
+            message.contains("kept after all") && message.contains(&applied),
+            "{message}"
+        );
+
+        // The apply holds its binding again, live, as if never taken over.
+        let owner = super::batched::view(&w, &applied).await;
+        assert_eq!(owner["status"], "VALIDATED", "{owner}");
+        assert!(owner.get("supersededBy").is_none(), "{owner}");
+        let binding =
+            changegate::db::bindings::get_binding(&test_db.db, "alice", "demo.feature-flags")
+                .await
+                .unwrap()
+                .unwrap();
+        assert_eq!(
+            (binding.operation_id.as_str(), binding.status.as_str()),
+            (applied.as_str(), "VALIDATED")
+        );
+
+        // Once only; nothing reached GitLab; and it may be removed anew.
+        let again = w
+            .app
+            .post_as("alice", &path, &json!({ "reason": "twice" }))
+            .await;
+        assert_eq!(again.status(), 409, "{}", test_db.name);
+        assert_eq!(w.gitlab.calls(Endpoint::CreateMergeRequest), merge_requests);
+        let anew = remove_at(&w, Utc::now() + Span::hours(1)).await;
+        scheduled(&w, &anew).await;
     }
 }

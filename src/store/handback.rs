@@ -1,0 +1,171 @@
+//! Withdrawing a scheduled removal (SPEC §12). A removal takes its binding
+//! over when it is recorded, so withdrawing it before its time hands the
+//! binding back to the request it took it from, in the status that request
+//! left it (`VALIDATED`, `MERGED` or `CLOSE_FAILED`): one guarded write over
+//! both rows, in the fixed lock order operation → binding.
+
+use chrono::Utc;
+
+use super::{Change, Flip, StoreError, StoreTx, count_flip, event_payload};
+use crate::db::Db;
+use crate::db::bindings::lock_binding_of;
+use crate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_event};
+use crate::db::handback::{hand_back, last_status_in, replaced_request, status_replaced};
+use crate::db::history::{NewHistory, append_history};
+use crate::db::operations::{lock_operation, update_operation_step};
+use crate::domain::{BindingStatus, OperationKind, StepStatus, check_transition};
+use crate::write_tx;
+
+/// What withdrawing a removal came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemovalWithdrawal {
+    /// Withdrawn: the binding is `owner`'s again, in `status`.
+    HandedBack {
+        /// The request that holds the binding again.
+        owner: String,
+        /// The status it left the binding in, and has again.
+        status: BindingStatus,
+    },
+    /// It is not a removal waiting for its time (any more).
+    NotScheduled,
+    /// The binding's expiry has passed: it would only be removed again.
+    Expired,
+    /// The request it took the binding from cannot be told (a removal
+    /// recorded before the relation's history was kept, say).
+    NoPredecessor,
+}
+
+/// Withdraws scheduled removal `removal_id` and hands its binding back, by
+/// `actor`; its step message is `message(owner, status)`, of the request
+/// that holds the binding again and its status.
+pub async fn withdraw_removal(
+    db: &Db,
+    removal_id: &str,
+    actor: &str,
+    message: &(dyn Fn(&str, BindingStatus) -> String + Sync),
+) -> Result<RemovalWithdrawal, StoreError> {
+    write_tx!(db, |tx| withdraw_in(tx, removal_id, actor, message).await).await
+}
+
+async fn withdraw_in(
+    tx: &mut StoreTx,
+    removal_id: &str,
+    actor: &str,
+    message: &(dyn Fn(&str, BindingStatus) -> String + Sync),
+) -> Result<RemovalWithdrawal, StoreError> {
+    let removal = lock_operation(tx.db(), removal_id)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+    if removal.kind != OperationKind::Close || removal.step != StepStatus::Scheduled {
+        return Ok(RemovalWithdrawal::NotScheduled);
+    }
+    let Some(binding) = lock_binding_of(tx.db(), removal_id)
+        .await?
+        .filter(|binding| binding.status == BindingStatus::Closing)
+    else {
+        return Ok(RemovalWithdrawal::NotScheduled);
+    };
+    if binding
+        .expires_at
+        .is_some_and(|at| at.and_utc() <= Utc::now())
+    {
+        return Ok(RemovalWithdrawal::Expired);
+    }
+    let Some((owner, status)) = predecessor(tx, removal_id).await? else {
+        return Ok(RemovalWithdrawal::NoPredecessor);
+    };
+    check_transition(BindingStatus::Closing, status)?;
+    let message = message(&owner, status);
+    let change = Change {
+        step: StepStatus::Withdrawn,
+        message: Some(&message),
+        actor,
+    };
+    if update_operation_step(
+        tx.db(),
+        removal_id,
+        removal.version,
+        change.step,
+        change.message,
+    )
+    .await?
+        != 1
+    {
+        return Err(StoreError::Preempted);
+    }
+    if hand_back(
+        tx.db(),
+        binding.id,
+        binding.version,
+        removal_id,
+        &owner,
+        status,
+    )
+    .await?
+        != 1
+    {
+        return Err(StoreError::Preempted);
+    }
+    let flip = Flip {
+        operation_id: removal_id.to_owned(),
+        subject_id: binding.subject_id.clone(),
+        target_key: binding.target_key.clone(),
+        from: Some(BindingStatus::Closing),
+        to: status,
+    };
+    append_event(
+        tx.db(),
+        &NewEvent {
+            event_type: BINDING_STATUS_CHANGED,
+            operation_id: removal_id,
+            subject_id: &flip.subject_id,
+            target_key: &flip.target_key,
+            from_status: flip.from,
+            to_status: status,
+            payload: &event_payload(&flip, change.step),
+        },
+    )
+    .await?;
+    append_history(
+        tx.db(),
+        &NewHistory {
+            operation_id: removal_id,
+            from_step: Some(removal.step),
+            to_step: change.step,
+            from_status: flip.from,
+            to_status: Some(status),
+            operation_version: removal.version + 1,
+            actor: change.actor,
+            message: change.message,
+        },
+    )
+    .await?;
+    count_flip(tx, &flip);
+    Ok(RemovalWithdrawal::HandedBack { owner, status })
+}
+
+/// The request `removal_id` took its binding from and the status it had
+/// then, when the two agree (that request's last status is the one the
+/// removal found); `None` otherwise.
+async fn predecessor(
+    tx: &mut StoreTx,
+    removal_id: &str,
+) -> Result<Option<(String, BindingStatus)>, StoreError> {
+    let Some(owner) = replaced_request(tx.db(), removal_id).await? else {
+        return Ok(None);
+    };
+    let found = status_replaced(tx.db(), removal_id).await?;
+    let left = last_status_in(tx.db(), &owner).await?;
+    let status = match (found, left) {
+        (Some(found), Some(left)) if found == left => found.parse::<BindingStatus>().ok(),
+        _ => None,
+    };
+    Ok(status
+        .filter(|status| {
+            matches!(
+                status,
+                BindingStatus::Validated | BindingStatus::Merged | BindingStatus::CloseFailed
+            )
+        })
+        .map(|status| (owner, status)))
+}
