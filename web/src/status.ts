@@ -47,6 +47,7 @@ export function badge(status: string): HTMLElement {
 
 /** Step QUEUED: waiting in the merge queue for the next round. */
 const QUEUED = 10007;
+const WITHDRAWN = 10020;
 
 /**
  * The badge of an operation: its binding status, except that a request a
@@ -55,10 +56,21 @@ const QUEUED = 10007;
  * MR_CREATING. The binding status stays in the badge's tooltip.
  */
 export function operationBadge(op: Pick<Operation, "status" | "step" | "supersededBy">): HTMLElement {
-  const label = op.supersededBy ? "SUPERSEDED" : op.step.code === QUEUED ? "QUEUED" : op.status;
-  const element = h("span", { class: `badge ${op.supersededBy ? "ended" : tone(op.status)}`, "data-status": op.status }, label);
+  const handedBack = handedBackRemoval(op);
+  const label = op.supersededBy ? "SUPERSEDED" : op.step.code === QUEUED ? "QUEUED" : handedBack ? "WITHDRAWN" : op.status;
+  const ended = op.supersededBy || handedBack;
+  const element = h("span", { class: `badge ${ended ? "ended" : tone(op.status)}`, "data-status": op.status }, label);
   if (label !== op.status) element.title = op.supersededBy ? `was ${op.status}` : `binding status ${op.status}`;
   return element;
+}
+
+/**
+ * A removal withdrawn before its time: it handed the binding back to the
+ * request before it, so its status is the binding's, live again (a
+ * withdrawn apply is ABANDONED instead).
+ */
+export function handedBackRemoval(op: Pick<Operation, "status" | "step">): boolean {
+  return op.step.code === WITHDRAWN && op.status !== "ABANDONED";
 }
 
 /** Statuses whose binding may be removed (src/store/submit.rs, close). */
@@ -73,8 +85,9 @@ const ENDED: Record<string, string> = {
 };
 
 /** `next` in plain words; a superseded request points at its successor instead. */
-export function advice(next: Next, status: string, superseded = false): string {
+export function advice(next: Next, status: string, superseded = false, handedBack = false): string {
   if (superseded) return "Superseded: a newer request for the same target took over, and what is live is shown there.";
+  if (handedBack) return "Withdrawn before its time: nothing was removed, and the binding stays as the request before it left it.";
   switch (next) {
     case "WAIT":
       return "Keep waiting: this is in progress, and this page updates by itself.";
@@ -140,6 +153,12 @@ export function timeline(op: Operation): Stage[] {
   const closing = CLOSE_STATUSES.includes(op.status) || (op.step.code >= 10201 && op.step.code < 10300);
   let stages = closing ? CLOSE_STAGES : APPLY_STAGES;
   const code = op.step.code;
+  if (handedBackRemoval(op)) {
+    return [
+      { key: CLOSE_STAGES[0][0], label: CLOSE_STAGES[0][1], state: "done" },
+      { key: "withdrawn", label: "Withdrawn before its time", state: "done" },
+    ];
+  }
   // The target branch already held the change: no MR, pipeline or merge
   // happened, and the timeline must not show them done.
   if (code === 10013) {

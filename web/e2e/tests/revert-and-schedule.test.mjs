@@ -1,7 +1,7 @@
 // A requester takes a landed change back with the Revert button (seeing
 // first what the revert restores, then following the linked new request),
 // and schedules an apply for a time ahead: it waits, SCHEDULED, then lands;
-// a removal scheduled ahead says what undoes it.
+// a removal scheduled ahead is withdrawn, and the binding stays.
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -102,15 +102,29 @@ test("Revert shows what it restores and links the new request; a scheduled apply
   await page.locator('#status [data-status="VALIDATED"]').waitFor();
   await screenshot(page, "schedule-2-landed");
 
-  // A removal scheduled ahead offers no Withdraw: the page says what
-  // undoes it.
-  const removeAt = new Date(Math.ceil((Date.now() + 8_000) / 1000) * 1000);
+  // A removal scheduled ahead is withdrawn before its time: the binding
+  // stays, live, with the apply that made it.
+  const removeAt = new Date(Date.now() + 3_600_000);
   const later = await api("POST", `/api/v1/bindings/${TARGET}/close`, { reason: "e2e: later", notBefore: removeAt.toISOString() });
   assert.equal(later.status, 202, JSON.stringify(later.body));
   await page.goto(`${BASE_URL}/operations/${later.body.operationId}`);
-  await page.locator("#undo", { hasText: "Revert applies the binding again" }).waitFor();
-  assert.equal(await page.locator("#withdraw").count(), 0, "a scheduled removal offers no Withdraw");
-  await statusOf(later.body.operationId, "CLOSED");
+  await page.locator("#scheduled").waitFor();
+  await page.locator("#withdraw").click();
+  await page.locator("#confirm-ok").waitFor();
+  assert.match(await page.locator("dialog").innerText(), /the binding stays as it is/);
+  await page.fill("#confirm-reason", "e2e: kept after all");
+  await page.click("#confirm-ok");
+  await page.locator("#confirm-result", { hasText: "Withdrawn." }).waitFor();
+  await page.click("#confirm-cancel");
+  await page.locator('#status .badge', { hasText: "WITHDRAWN" }).waitFor();
+  assert.match(await page.locator("#next").innerText(), /nothing was removed/);
+  assert.equal(await page.locator("#revert").count(), 0, "a withdrawn removal has nothing to revert");
+  assert.match(await page.locator(`#relation tr[data-operation="${later.body.operationId}"]`).innerText(), /withdrawn/);
+  assert.equal(await page.locator(`#relation tr[data-operation="${scheduled}"]`).getAttribute("data-current"), "true");
+  await screenshot(page, "schedule-3-removal-withdrawn");
+  const kept = await api("GET", `/api/v1/operations/${scheduled}`);
+  assert.equal(kept.body.status, "VALIDATED", JSON.stringify(kept.body));
+  assert.equal(kept.body.supersededBy, undefined, JSON.stringify(kept.body));
 
   await noBinding();
 });

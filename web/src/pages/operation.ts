@@ -10,7 +10,7 @@ import { ApiError, call, get, newKey } from "../api";
 import { confirmAction } from "../confirm";
 import { type PreviewAnswer, previewView } from "../preview";
 import { h, replace, when } from "../dom";
-import { advice, badge, operationBadge, timeline } from "../status";
+import { advice, badge, handedBackRemoval, operationBadge, timeline } from "../status";
 import type { EntryKind, HistoryEntry, Operation, OperationTimeline, QueuePlace, Related, Submitted } from "../types";
 
 const POLL_MS = 2000;
@@ -124,7 +124,7 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
         h("dt", {}, "Updated"), h("dd", {}, when(op.updatedAt)),
       ),
       h("p", { class: `next next-${op.next.toLowerCase()}`, id: "next", "data-next": op.next },
-        advice(op.next, op.status, op.supersededBy !== undefined),
+        advice(op.next, op.status, op.supersededBy !== undefined, handedBackRemoval(op)),
         op.supersededBy
           ? [" ", h("a", { href: `/operations/${op.supersededBy}`, id: "superseded-by" }, "See the newer request.")]
           : null,
@@ -159,15 +159,10 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
   }
 
   // Revert, for a landed change nobody took over; Withdraw, for a request
-  // that has not reached the repository yet, except a scheduled removal,
-  // which took the binding over when it was asked for: the page says what
-  // undoes it instead. The server decides in the end.
+  // that has not reached the repository yet (a scheduled removal hands the
+  // binding back). The server decides in the end.
   function actions(op: Operation): HTMLElement | null {
-    if (op.step.name === "SCHEDULED" && op.status === "CLOSING") {
-      return h("p", { class: "hint", id: "undo" },
-        "A scheduled removal cannot be withdrawn: it lands at its time. Once it has, Revert applies the binding again.");
-    }
-    const landed = !op.supersededBy && (op.status === "VALIDATED" || op.status === "CLOSED") && !op.revertedBy;
+    const landed = !op.supersededBy && !handedBackRemoval(op) && (op.status === "VALIDATED" || op.status === "CLOSED") && !op.revertedBy;
     const waiting = op.step.name === "SCHEDULED" || op.step.name === "QUEUED" || op.status === "APPROVAL_SENDING" || op.status === "APPROVAL_SENT";
     if (!landed && !waiting) return null;
     return h("div", { class: "actions" },
@@ -205,7 +200,9 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
   function askWithdraw(op: Operation): void {
     confirmAction({
       title: "Withdraw this request",
-      text: "It stops here, before anything is written to the repository. You may apply again later.",
+      text: op.status === "CLOSING"
+        ? "The removal stops here, before anything is written to the repository: the binding stays as it is."
+        : "It stops here, before anything is written to the repository. You may apply again later.",
       confirmLabel: "Withdraw",
       reasonRequired: true,
       act: async (reason) => {
@@ -228,7 +225,7 @@ export function operationPage(root: HTMLElement, params: Record<string, string>)
               : h("a", { href: `/operations/${related.operationId}` }, related.operationId.slice(0, 8))),
             h("td", {}, related.kind === "CLOSE" ? "removal" : "apply"),
             h("td", {}, related.status ? badge(related.status) : null),
-            h("td", {}, related.current ? "current" : "superseded"),
+            h("td", {}, related.current ? "current" : related.kind === "CLOSE" && related.step.name === "WITHDRAWN" ? "withdrawn" : "superseded"),
             h("td", {}, when(related.createdAt)))))),
     ];
   }
