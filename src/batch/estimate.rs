@@ -7,7 +7,7 @@
 //! guess would be believed; nor for a request whose batch is being
 //! bisected, which may be the one that fails.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, NaiveDateTime, TimeDelta, Utc};
 
@@ -221,24 +221,29 @@ pub async fn queue_estimate(
             {
                 let count = usize::try_from(count).unwrap_or(0);
                 // A half boards ahead of every ordinary request.
-                let (batches, how) = if !group.is_empty() {
-                    (1, Paced::Held)
+                let hows: Vec<Paced> = if !group.is_empty() {
+                    vec![Paced::Held]
                 } else if !place.split_group.is_empty() {
-                    (0, Paced::Held)
+                    Vec::new()
                 } else if of_project == place.project {
                     // The project's ordinary requests ahead fill whole
                     // batches first, and the rest share the request's own.
                     own_full = count % per_batch + 1 >= per_batch;
-                    (count / per_batch, Paced::Full)
+                    vec![Paced::Full; count / per_batch]
                 } else {
                     // Another project's never share its batch: they board
-                    // in batches of their own, by their own pace.
-                    (count.div_ceil(per_batch), Paced::Other)
+                    // in batches of their own, full ones first, and the
+                    // rest by their project's pace.
+                    let mut hows = vec![Paced::Full; count / per_batch];
+                    if count % per_batch != 0 {
+                        hows.push(Paced::Held);
+                    }
+                    hows
                 };
                 let size = if group.is_empty() { 0 } else { count };
-                groups.extend(std::iter::repeat_n((group, size), batches));
-                paced.extend(std::iter::repeat_n(how, batches));
-                waiting_projects.extend(std::iter::repeat_n(of_project, batches));
+                groups.extend(std::iter::repeat_n((group, size), hows.len()));
+                waiting_projects.extend(std::iter::repeat_n(of_project, hows.len()));
+                paced.extend(hows);
             }
             groups.push((place.split_group.clone(), 1));
             paced.push(if own_full { Paced::Full } else { Paced::Held });
@@ -307,14 +312,20 @@ pub async fn queue_estimate(
         })
         .collect();
     let depth = settings.batch.max_in_flight as usize;
-    // The pace is its project's own.
-    let newest_boarded = train
+    // Each project's pace counts from its own newest batch; a project with
+    // no pipelines measured has none (its batches board at once).
+    let mut newest_boarded: HashMap<String, f64> = HashMap::new();
+    for batch in train
         .iter()
-        .filter(|car| &car.project == project)
         .filter(|batch| batch.split_group.is_empty() && batch.rebuilds == 0)
-        .map(|batch| batch.created_at)
-        .max()
-        .map(|at| (now.naive_utc() - at).as_seconds_f64().max(0.0));
+    {
+        let age = (now.naive_utc() - batch.created_at)
+            .as_seconds_f64()
+            .max(0.0);
+        let newest = newest_boarded.entry(batch.project.clone()).or_insert(age);
+        *newest = newest.min(age);
+    }
+    let measured = |of: &str| of == project || others.get(of).copied().flatten().is_some();
     let boarding = Boarding {
         batches: groups[train.len()..]
             .iter()
@@ -324,7 +335,7 @@ pub async fn queue_estimate(
             .map(|((((group, _), fate), paced), of)| Waiting {
                 fate: *fate,
                 group: group.clone(),
-                paced: *paced,
+                paced: if measured(of) { *paced } else { Paced::Full },
                 project: of.clone(),
                 durations: durations_of(of),
             })
@@ -335,7 +346,7 @@ pub async fn queue_estimate(
     };
     // Its own batch is one of ordinary requests, expected to merge: no time
     // means the forecast did not see it board.
-    let Some(merge) = merge_times(&boarded, &boarding, medians.pipeline)[index] else {
+    let Some(merge) = merge_times(&boarded, &boarding)[index] else {
         return Ok(Some(no_estimate(
             "no estimate yet: the forecast does not reach the round its batch boards in".to_owned(),
         )));

@@ -11,13 +11,16 @@
 //! built again. A batch that holds the change a bigger batch failed on (a
 //! half of a bisection) is expected to fail again, one half of each pair,
 //! until the change is alone. Halves board as soon as there is a place;
-//! ordinary requests board at most every half pipeline, never while a half
-//! of their project is untested, and ahead of waiting halves only when
+//! a project's ordinary requests board at most every half of its pipeline
+//! (each project sharing a train has its own pace), never while a half of
+//! their project is untested, and ahead of waiting halves only when
 //! there is a place for them too. So the requests behind a bisection wait
 //! for its levels, and the estimate says how long.
 
 mod fates;
 mod play;
+
+use std::collections::HashMap;
 
 pub use fates::fates;
 use play::Play;
@@ -87,18 +90,16 @@ pub struct Waiting {
     pub durations: Durations,
 }
 
-/// How the pace of the project asked about holds a batch of ordinary
-/// requests not claimed yet.
+/// How its project's pace holds a batch of ordinary requests not claimed
+/// yet (each project sharing a train has its own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Paced {
-    /// Half a pipeline after the project's newest batch: it is short of
-    /// `batch.max_requests`, and waiting lets it grow.
+    /// Half a pipeline (its project's) after its project's newest batch:
+    /// it is short of `batch.max_requests`, and waiting lets it grow.
     Held,
-    /// Not at all: it fills a batch. The pace then counts from it.
+    /// Not at all: it fills a batch, or its project has no pace measured
+    /// yet. Its project's pace then counts from it.
     Full,
-    /// Not at all, nor does it move the pace: it is of another project
-    /// sharing the train, whose own pace is not played.
-    Other,
 }
 
 /// How new batches board a train.
@@ -111,18 +112,17 @@ pub struct Boarding {
     pub depth: usize,
     /// Seconds between claim rounds (`batch.interval`).
     pub interval: f64,
-    /// Seconds since the newest batch of ordinary requests boarded (not
-    /// counting one built again), if any: the pace counts from it.
-    pub newest_boarded: Option<f64>,
+    /// Seconds since each project's newest batch of ordinary requests
+    /// boarded (not counting one built again): its pace counts from it.
+    pub newest_boarded: HashMap<String, f64>,
 }
 
 /// Seconds from now until each batch of `train` (front first) and then
 /// each batch of `boarding` merges; `None` for those expected to fail, or
 /// not boarded within the rounds played. Each batch takes its own
-/// project's durations; `pace` is the pipeline of the project asked about,
-/// whose ordinary batches the pace holds.
-pub fn merge_times(train: &[Boarded], boarding: &Boarding, pace: f64) -> Vec<Option<f64>> {
-    Play::new(train, boarding, pace).merge_times(train.len() + boarding.batches.len())
+/// project's durations, and its project's pace: half its pipeline.
+pub fn merge_times(train: &[Boarded], boarding: &Boarding) -> Vec<Option<f64>> {
+    Play::new(train, boarding).merge_times(train.len() + boarding.batches.len())
 }
 
 #[cfg(test)]
@@ -168,8 +168,13 @@ mod tests {
             batches: ordinary(batches),
             depth,
             interval: 2.0,
-            newest_boarded,
+            newest_boarded: newest(newest_boarded),
         }
+    }
+
+    /// This project's newest batch boarded `age` seconds ago, if given.
+    fn newest(age: Option<f64>) -> HashMap<String, f64> {
+        age.map(|age| (OWN.to_owned(), age)).into_iter().collect()
     }
 
     /// A train of ordinary batches, each built on the one ahead.
@@ -198,7 +203,7 @@ mod tests {
             Car::Pipeline { since: 5.0 },
             Car::Opening,
         ]);
-        let merges = merge_times(&cars, &boarding(0, 4, None), DURATIONS.pipeline);
+        let merges = merge_times(&cars, &boarding(0, 4, None));
         assert_eq!(merges, vec![Some(3.0), Some(6.0), Some(11.0)]);
     }
 
@@ -217,7 +222,7 @@ mod tests {
             ..of_another_project(cars[0].clone())
         };
         cars[1].on = None;
-        let merges = merge_times(&cars, &boarding(1, 4, Some(60.0)), DURATIONS.pipeline);
+        let merges = merge_times(&cars, &boarding(1, 4, Some(60.0)));
         assert_eq!(merges, vec![Some(55.0), Some(56.0), Some(57.0)]);
     }
 
@@ -239,7 +244,7 @@ mod tests {
             front,
             boarded(Car::Pipeline { since: 4.0 }, Fate::Merges, "", None),
         ];
-        let merges = merge_times(&cars, &boarding(1, 4, Some(1.0)), DURATIONS.pipeline);
+        let merges = merge_times(&cars, &boarding(1, 4, Some(1.0)));
         assert_eq!(merges, vec![None, Some(7.0), Some(15.0)]);
     }
 
@@ -256,7 +261,7 @@ mod tests {
             None,
         ));
         let cars = [boarded(Car::Opening, Fate::Merges, "", None), failing];
-        let merges = merge_times(&cars, &boarding(1, 4, Some(1.0)), DURATIONS.pipeline);
+        let merges = merge_times(&cars, &boarding(1, 4, Some(1.0)));
         assert_eq!(merges, vec![Some(11.0), None, Some(15.0)]);
     }
 
@@ -264,7 +269,7 @@ mod tests {
     fn a_passed_batch_waits_for_the_front_and_a_merging_one_is_nearly_done() {
         let cars = merging(&[Car::Merging { since: 0.5 }, Car::Passed, Car::Passed]);
         assert_eq!(
-            merge_times(&cars, &boarding(0, 4, None), DURATIONS.pipeline),
+            merge_times(&cars, &boarding(0, 4, None)),
             vec![Some(0.5), Some(1.5), Some(2.5)]
         );
     }
@@ -274,26 +279,26 @@ mod tests {
         let front = merging(&[Car::Pipeline { since: 0.0 }]);
         // Room in the train, the front boarded long ago: claimed at the
         // next round (half an interval away on average).
-        let room = merge_times(&front, &boarding(1, 4, Some(60.0)), DURATIONS.pipeline);
+        let room = merge_times(&front, &boarding(1, 4, Some(60.0)));
         assert_eq!(room, vec![Some(11.0), Some(12.0)]);
         // The front boarded 2 s ago: the next boards at the first round
         // half a pipeline after it (3 s from now).
-        let paced = merge_times(&front, &boarding(1, 4, Some(2.0)), DURATIONS.pipeline);
+        let paced = merge_times(&front, &boarding(1, 4, Some(2.0)));
         assert_eq!(paced, vec![Some(11.0), Some(14.0)]);
         // A full batch ahead of it does not wait for the pace: it boards
         // at the next round (1 s from now), and the pace then counts from
         // it, so the last boards at 6 s.
-        let full_ahead = merge_times(&front, &boarding(2, 4, Some(2.0)), DURATIONS.pipeline);
+        let full_ahead = merge_times(&front, &boarding(2, 4, Some(2.0)));
         assert_eq!(full_ahead, vec![Some(11.0), Some(12.0), Some(17.0)]);
-        // Another project's batch ahead boards at the next round too, but
-        // leaves this project's pace where it was: the last still boards
-        // at 3 s.
+        // Another project's full batch ahead boards at the next round too,
+        // but leaves this project's pace where it was: the last still
+        // boards at 3 s.
         let mut others_ahead = boarding(2, 4, Some(2.0));
-        others_ahead.batches[0].paced = Paced::Other;
-        let shared = merge_times(&front, &others_ahead, DURATIONS.pipeline);
+        others_ahead.batches[0].project = "other/repo".to_owned();
+        let shared = merge_times(&front, &others_ahead);
         assert_eq!(shared, vec![Some(11.0), Some(12.0), Some(14.0)]);
         // A full train of one: claimed at the round the front merged in.
-        let full = merge_times(&front, &boarding(1, 1, Some(60.0)), DURATIONS.pipeline);
+        let full = merge_times(&front, &boarding(1, 1, Some(60.0)));
         assert_eq!(full, vec![Some(11.0), Some(22.0)]);
     }
 
@@ -313,11 +318,11 @@ mod tests {
             batches: ordinary(1),
             depth,
             interval: 2.0,
-            newest_boarded: Some(1.0),
+            newest_boarded: newest(Some(1.0)),
         };
         // The front fails when its pipeline ends (6 s): the two behind it
         // are built again then, and merge a pipeline and a round later.
-        let room = merge_times(&cars, &waiting(4), DURATIONS.pipeline);
+        let room = merge_times(&cars, &waiting(4));
         assert_eq!(&room[..3], &[None, Some(17.0), Some(18.0)]);
         // With room, the waiting batch boards at the pace (the round at
         // 5 s), built on the third: built again with it at 6, it merges
@@ -331,7 +336,31 @@ mod tests {
         // half is clear once the first failed, so the ordinary batch does
         // not wait for its pipeline: it boards as the second car built
         // again merges (18 s), and merges after the half, at 29.
-        let full = merge_times(&cars, &waiting(3), DURATIONS.pipeline);
+        let full = merge_times(&cars, &waiting(3));
         assert_eq!(full[3], Some(29.0));
+    }
+    #[test]
+    fn another_projects_short_batch_waits_for_its_own_pace() {
+        // Another project's batch of a few requests waits ahead, its
+        // project's newest batch boarded 1 s ago and its pipelines taking
+        // 20 s: it boards at its own pace (9 s from now), not at the next
+        // round, and merges at 30 s. This project's batch behind it (its
+        // pace met long ago) boards at the next round (1 s), and merges
+        // after the front, at 12 s.
+        let slow = Durations {
+            pipeline: 20.0,
+            merge_round: 1.0,
+        };
+        let front = merging(&[Car::Pipeline { since: 0.0 }]);
+        let mut shared = boarding(2, 4, Some(60.0));
+        shared.batches[0] = Waiting {
+            project: "other/repo".to_owned(),
+            durations: slow,
+            ..shared.batches[0].clone()
+        };
+        shared.batches[0].paced = Paced::Held;
+        shared.newest_boarded.insert("other/repo".to_owned(), 1.0);
+        let merges = merge_times(&front, &shared);
+        assert_eq!(merges, vec![Some(11.0), Some(30.0), Some(12.0)]);
     }
 }

@@ -1,7 +1,7 @@
 //! The train played forward round by claim round, by the rules the merge
 //! queue runs by (as `forecast` describes them).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use super::super::split::are_siblings;
 use super::{Boarded, Boarding, Car, Durations, Fate, Paced};
@@ -47,20 +47,18 @@ impl Queued {
 }
 
 pub(super) struct Play {
-    /// The pipeline of the project whose pace holds its ordinary batches.
-    pace_pipeline: f64,
     depth: usize,
     interval: f64,
     cars: Vec<Played>,
     queue: VecDeque<Queued>,
-    /// When the newest batch of ordinary requests boarded.
-    newest_ordinary: f64,
+    /// When each project's newest batch of ordinary requests boarded.
+    newest_ordinary: HashMap<String, f64>,
     /// Failed batches bisected so far, naming their halves.
     bisected: usize,
 }
 
 impl Play {
-    pub(super) fn new(train: &[Boarded], boarding: &Boarding, pace_pipeline: f64) -> Self {
+    pub(super) fn new(train: &[Boarded], boarding: &Boarding) -> Self {
         let cars = train
             .iter()
             .enumerate()
@@ -99,14 +97,15 @@ impl Play {
             })
             .collect();
         Self {
-            pace_pipeline,
             depth: boarding.depth.max(1),
             interval: boarding.interval.max(0.0),
             cars,
             queue,
             newest_ordinary: boarding
                 .newest_boarded
-                .map_or(f64::NEG_INFINITY, |age| -age),
+                .iter()
+                .map(|(project, age)| (project.clone(), -age))
+                .collect(),
             bisected: 0,
         }
     }
@@ -136,14 +135,27 @@ impl Play {
         times
     }
 
-    /// The pace between batches of ordinary requests: half a pipeline in
-    /// a train, none for one batch at a time.
-    fn pace(&self) -> f64 {
+    /// The pace between batches of ordinary requests of `queued`'s
+    /// project: half its pipeline in a train, none for one batch at a time.
+    fn pace(&self, queued: &Queued) -> f64 {
         if self.depth > 1 {
-            self.pace_pipeline / 2.0
+            queued.durations.pipeline / 2.0
         } else {
             0.0
         }
+    }
+
+    /// When the newest batch of ordinary requests of `project` boarded.
+    fn newest(&self, project: &str) -> f64 {
+        self.newest_ordinary
+            .get(project)
+            .copied()
+            .unwrap_or(f64::NEG_INFINITY)
+    }
+
+    /// Whether `queued`'s project's pace lets its batch board at `now`.
+    fn paced(&self, queued: &Queued, now: f64) -> bool {
+        queued.paced != Paced::Held || now - self.newest(&queued.project) >= self.pace(queued)
     }
 
     /// The next claim round: half an interval away on average.
@@ -354,15 +366,14 @@ impl Play {
             return;
         }
         while active < self.depth {
-            // As each claim reads the pace again: a full batch (or another
-            // project's) boards without waiting for it, none while a half
-            // of its project is untested.
-            let paced = now - self.newest_ordinary >= self.pace();
+            // As each claim reads the paces again: a full batch boards
+            // without waiting for its project's, none while a half of its
+            // project is untested.
             let halves = self.queue.iter().filter(|queued| queued.is_half()).count();
             let ordinary = self.queue.iter().position(|queued| {
                 !queued.is_half()
                     && !self.half_untested(&queued.project, now)
-                    && (paced || queued.paced != Paced::Held)
+                    && self.paced(queued, now)
             });
             let next = match ordinary {
                 Some(index) if active + 1 + halves <= self.depth => index,
@@ -378,8 +389,8 @@ impl Play {
     }
 
     fn board(&mut self, queued: Queued, now: f64) {
-        if !queued.is_half() && queued.paced != Paced::Other {
-            self.newest_ordinary = now;
+        if !queued.is_half() {
+            self.newest_ordinary.insert(queued.project.clone(), now);
         }
         let on = self.footing(self.cars.len(), (&queued.project, &queued.group), now);
         self.cars.push(Played {
@@ -396,19 +407,18 @@ impl Play {
     }
 
     /// The next claim round that may claim differently: the first round
-    /// after a change, or, while ordinary requests wait, the moment the
-    /// pace lets their batch board (an instance claims then, though never
-    /// sooner than an interval after the newest).
+    /// after a change, or, while ordinary requests wait, the moment their
+    /// project's pace lets their batch board (an instance claims then,
+    /// though never sooner than an interval after the newest).
     fn next_round(&self, now: f64) -> Option<f64> {
         let changed = self
             .next_change(now)
             .map(|at| self.round_at_or_after(at, now));
-        let ordinary_waits = self
+        let paced = self
             .queue
             .iter()
-            .any(|queued| !queued.is_half() && queued.paced == Paced::Held);
-        let paced = (self.depth > 1 && ordinary_waits)
-            .then(|| self.newest_ordinary + self.pace().max(self.interval))
+            .filter(|queued| self.depth > 1 && !queued.is_half() && queued.paced == Paced::Held)
+            .map(|queued| self.newest(&queued.project) + self.pace(queued).max(self.interval))
             .filter(|at| *at > now);
         changed.into_iter().chain(paced).min_by(f64::total_cmp)
     }
