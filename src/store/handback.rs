@@ -30,8 +30,9 @@ pub enum RemovalWithdrawal {
     NotScheduled,
     /// The binding's expiry has passed: it would only be removed again.
     Expired,
-    /// The request it took the binding from cannot be told (a removal
-    /// recorded before the relation's history was kept, say).
+    /// The request it took the binding from cannot be told: none is
+    /// recorded before it, or that request's last status is not the one the
+    /// removal found.
     NoPredecessor,
 }
 

@@ -48,7 +48,7 @@ const NO_PREDECESSOR: &str = "this removal cannot be withdrawn: the request it t
     operation_id = "withdraw_operation",
     request_body = WithdrawBody,
     params(("operationId" = uuid::Uuid, Path, description = "The request to withdraw")),
-    responses((status = 200, description = "Withdrawn: the request, now ABANDONED", body = OperationView),
+    responses((status = 200, description = "Withdrawn: the request, now ABANDONED; a scheduled removal WITHDRAWN, its binding handed back to the request before it", body = OperationView),
         (status = 400, description = "INVALID_ARGUMENT: no usable reason"),
         (status = 404, description = "NOT_FOUND: no such request of yours"),
         (status = 409, description = "CONFLICT: it is in a merge batch, or further on, or a removal of an expired binding")))]
