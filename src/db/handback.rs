@@ -7,7 +7,6 @@
 use sqlx::AssertSqlSafe;
 
 use super::{DbTx, dialect};
-use crate::domain::BindingStatus;
 use crate::with_tx;
 
 /// The request `operation_id` took its binding over from, if any.
@@ -43,43 +42,25 @@ pub async fn status_replaced(
     Ok(found.flatten())
 }
 
-/// The last binding status `operation_id` recorded, in the caller's
-/// transaction.
-pub async fn last_status_in(
-    tx: &mut DbTx,
-    operation_id: &str,
-) -> Result<Option<String>, sqlx::Error> {
-    let sql = "SELECT to_status FROM operation_history \
-               WHERE operation_id = ? AND to_status IS NOT NULL ORDER BY id DESC LIMIT 1";
-    with_tx!(tx, |conn| {
-        sqlx::query_scalar(sql)
-            .bind(operation_id)
-            .fetch_optional(conn)
-            .await
-    })
-}
-
-/// Gives binding `id` back to `owner` in `status`, if `removal` still holds
-/// it `CLOSING` at `expected_version`; the affected rows. The binding's
-/// requester, parameters and expiry are the applicant's already: a removal
-/// keeps them.
+/// Gives binding `id`, which removal `removal` holds at `expected_version`,
+/// back to `owner`; the affected rows. The status is set by the caller's
+/// move, and the binding's requester, parameters and expiry are the
+/// applicant's already: a removal keeps them.
 pub async fn hand_back(
     tx: &mut DbTx,
     id: i64,
     expected_version: i64,
     removal: &str,
     owner: &str,
-    status: BindingStatus,
 ) -> Result<u64, sqlx::Error> {
     let sql = format!(
-        "UPDATE binding SET operation_id = ?, status = ?, version = version + 1, updated_at = {} \
-         WHERE id = ? AND version = ? AND operation_id = ? AND status = 'CLOSING'",
+        "UPDATE binding SET operation_id = ?, version = version + 1, updated_at = {} \
+         WHERE id = ? AND version = ? AND operation_id = ?",
         dialect::now_ms(tx.backend())
     );
     with_tx!(tx, |conn| {
         sqlx::query(AssertSqlSafe(sql))
             .bind(owner)
-            .bind(status.as_str())
             .bind(id)
             .bind(expected_version)
             .bind(removal)

@@ -116,13 +116,16 @@ const LIST_HISTORY: &str = "SELECT id, operation_id, from_step, to_step, from_st
 
 /// The last binding status recorded for an operation (its status even after
 /// a re-apply handed the binding to a newer operation).
-pub async fn last_status(db: &Db, operation_id: &str) -> Result<Option<String>, sqlx::Error> {
+pub async fn last_status(
+    reader: impl Into<Reader<'_>>,
+    operation_id: &str,
+) -> Result<Option<String>, sqlx::Error> {
     let sql = "SELECT to_status FROM operation_history \
                WHERE operation_id = ? AND to_status IS NOT NULL ORDER BY id DESC LIMIT 1";
-    with_pool!(db, reader, |pool| {
+    with_reader!(reader.into(), |exec| {
         sqlx::query_scalar(sql)
             .bind(operation_id)
-            .fetch_optional(pool)
+            .fetch_optional(exec)
             .await
     })
 }

@@ -1,18 +1,19 @@
 //! Withdrawing a scheduled removal (SPEC §12). A removal takes its binding
 //! over when it is recorded, so withdrawing it before its time hands the
 //! binding back to the request it took it from, in the status that request
-//! left it (`VALIDATED`, `MERGED` or `CLOSE_FAILED`): one guarded write over
-//! both rows, in the fixed lock order operation → binding.
+//! left it (`VALIDATED`, `MERGED` or `CLOSE_FAILED`): one transaction of
+//! guarded writes over both rows, in the fixed lock order operation →
+//! binding.
 
 use chrono::Utc;
 
-use super::{Change, Flip, StoreError, StoreTx, count_flip, event_payload};
+use super::transition::write;
+use super::{Change, StoreError, StoreTx};
 use crate::db::Db;
 use crate::db::bindings::lock_binding_of;
-use crate::db::events::{BINDING_STATUS_CHANGED, NewEvent, append_event};
-use crate::db::handback::{hand_back, last_status_in, replaced_request, status_replaced};
-use crate::db::history::{NewHistory, append_history};
-use crate::db::operations::{lock_operation, update_operation_step};
+use crate::db::handback::{hand_back, replaced_request, status_replaced};
+use crate::db::history::last_status;
+use crate::db::operations::lock_operation;
 use crate::domain::{BindingStatus, OperationKind, StepStatus, check_transition};
 use crate::write_tx;
 
@@ -82,66 +83,12 @@ async fn withdraw_in(
         message: Some(&message),
         actor,
     };
-    if update_operation_step(
-        tx.db(),
-        removal_id,
-        removal.version,
-        change.step,
-        change.message,
-    )
-    .await?
-        != 1
-    {
+    // The removal's own move (its step, the binding's status, history and
+    // event, as every change writes them), then the binding's owner.
+    write(tx, &removal, Some((&binding, status)), change).await?;
+    if hand_back(tx.db(), binding.id, binding.version + 1, removal_id, &owner).await? != 1 {
         return Err(StoreError::Preempted);
     }
-    if hand_back(
-        tx.db(),
-        binding.id,
-        binding.version,
-        removal_id,
-        &owner,
-        status,
-    )
-    .await?
-        != 1
-    {
-        return Err(StoreError::Preempted);
-    }
-    let flip = Flip {
-        operation_id: removal_id.to_owned(),
-        subject_id: binding.subject_id.clone(),
-        target_key: binding.target_key.clone(),
-        from: Some(BindingStatus::Closing),
-        to: status,
-    };
-    append_event(
-        tx.db(),
-        &NewEvent {
-            event_type: BINDING_STATUS_CHANGED,
-            operation_id: removal_id,
-            subject_id: &flip.subject_id,
-            target_key: &flip.target_key,
-            from_status: flip.from,
-            to_status: status,
-            payload: &event_payload(&flip, change.step),
-        },
-    )
-    .await?;
-    append_history(
-        tx.db(),
-        &NewHistory {
-            operation_id: removal_id,
-            from_step: Some(removal.step),
-            to_step: change.step,
-            from_status: flip.from,
-            to_status: Some(status),
-            operation_version: removal.version + 1,
-            actor: change.actor,
-            message: change.message,
-        },
-    )
-    .await?;
-    count_flip(tx, &flip);
     Ok(RemovalWithdrawal::HandedBack { owner, status })
 }
 
@@ -156,7 +103,7 @@ async fn predecessor(
         return Ok(None);
     };
     let found = status_replaced(tx.db(), removal_id).await?;
-    let left = last_status_in(tx.db(), &owner).await?;
+    let left = last_status(tx.db(), &owner).await?;
     let status = match (found, left) {
         (Some(found), Some(left)) if found == left => found.parse::<BindingStatus>().ok(),
         _ => None,

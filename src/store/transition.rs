@@ -153,7 +153,7 @@ pub async fn note_in(
 }
 
 /// The guarded writes of one change; the rows are locked by the caller.
-async fn write(
+pub(super) async fn write(
     tx: &mut StoreTx,
     operation: &OperationRow,
     moving: Option<(&BindingRow, BindingStatus)>,
