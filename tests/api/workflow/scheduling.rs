@@ -293,18 +293,7 @@ async fn a_scheduled_removal_waits_for_its_time_and_a_removal_cancels_a_schedule
         wait_for(&w.app, &applied, |v| v["status"] == "VALIDATED").await;
 
         let not_before = Utc::now() + Span::seconds(3);
-        let removal: Value = w
-            .app
-            .post_as(
-                "alice",
-                "/api/v1/bindings/demo.feature-flags/close",
-                &json!({ "reason": "at three", "notBefore": rfc3339(not_before) }),
-            )
-            .await
-            .json()
-            .await
-            .unwrap();
-        let removal = removal["operationId"].as_str().unwrap().to_owned();
+        let removal = remove_at(&w, not_before).await;
         let view = scheduled(&w, &removal).await;
         assert_eq!(view["scheduled"]["until"], rfc3339(not_before), "{view}");
         let view = wait_for(&w.app, &removal, |v| {
