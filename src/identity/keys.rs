@@ -135,7 +135,7 @@ impl KeySet {
 /// PS256; EC P-256: ES256; Ed25519: EdDSA). Never HMAC: a public key set
 /// holds no secret, and a public key used as one is the classic forgery.
 fn provider_key(raw: &serde_json::Value) -> Result<ProviderKey, String> {
-    let jwk: Jwk = serde_json::from_value(raw.clone()).map_err(|err| err.to_string())?;
+    let mut jwk: Jwk = serde_json::from_value(raw.clone()).map_err(|err| err.to_string())?;
     if matches!(jwk.common.public_key_use, Some(ref usage) if *usage != PublicKeyUse::Signature) {
         return Err("not a signature key (\"use\")".to_owned());
     }
@@ -157,12 +157,41 @@ fn provider_key(raw: &serde_json::Value) -> Result<ProviderKey, String> {
             None => return Err(format!("\"alg\" {named:?} does not fit the key")),
         },
     };
+    if let AlgorithmParameters::EllipticCurve(params) = &mut jwk.algorithm {
+        params.x = full_size_coordinate(&params.x)?;
+        params.y = full_size_coordinate(&params.y)?;
+    }
     let key = DecodingKey::from_jwk(&jwk).map_err(|err| err.to_string())?;
     Ok(ProviderKey {
         kid: jwk.common.key_id,
         algorithms,
         key,
     })
+}
+
+/// The size of a P-256 coordinate, in bytes.
+const P256_COORDINATE_BYTES: usize = 32;
+
+/// A P-256 coordinate of a JWK at its full size. RFC 7518 §6.2.1.2 asks for
+/// exactly 32 bytes, but some providers drop the leading zero bytes of the
+/// integer (glewlwyd's `rnbyc` does, for about one key in a hundred), and
+/// the point they publish would then fail every signature. Padding gives
+/// the same integer; a coordinate longer than the curve's is refused.
+fn full_size_coordinate(encoded: &str) -> Result<String, String> {
+    use base64::Engine as _;
+    let engine = &base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let bytes = engine
+        .decode(encoded)
+        .map_err(|err| format!("a coordinate is not base64url: {err}"))?;
+    if bytes.len() > P256_COORDINATE_BYTES {
+        return Err(format!(
+            "a coordinate of {} bytes, longer than P-256's {P256_COORDINATE_BYTES}",
+            bytes.len()
+        ));
+    }
+    let mut full = vec![0; P256_COORDINATE_BYTES - bytes.len()];
+    full.extend_from_slice(&bytes);
+    Ok(engine.encode(full))
 }
 
 fn named_algorithm(named: KeyAlgorithm) -> Option<Algorithm> {

@@ -21,6 +21,9 @@ use crate::clients::http::{Outbound, ProxyRules, Trust};
 const RS256_PRIVATE: &str = include_str!("../../tests/fixtures/jwt_rs256_private.pem");
 const ES256_PRIVATE: &str = include_str!("../../tests/fixtures/jwt_es256_private.pem");
 const EDDSA_PRIVATE: &str = include_str!("../../tests/fixtures/jwt_eddsa_private.pem");
+/// A P-256 key whose public `y` coordinate starts with a zero byte.
+const ES256_SHORT_Y_PRIVATE: &str =
+    include_str!("../../tests/fixtures/jwt_es256_short_coordinate_private.pem");
 
 /// The public JWK of a private key fixture, with `kid` and, when given, `alg`.
 pub(crate) fn public_jwk(pem: &str, alg: Algorithm, kid: &str, named: bool) -> Value {
@@ -87,6 +90,42 @@ fn symmetric_encryption_mismatched_and_unreadable_keys_are_left_out() {
     assert_eq!(set.len(), 1);
     assert!(set.by_kid("good").is_some());
     assert!(set.by_kid("hmac").is_none());
+}
+
+#[test]
+fn an_ec_coordinate_published_without_its_leading_zero_still_verifies() {
+    use base64::Engine as _;
+    let engine = &base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let full = public_jwk(ES256_SHORT_Y_PRIVATE, Algorithm::ES256, "short", true);
+    let y = engine.decode(full["y"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (y.len(), y[0]),
+        (32, 0),
+        "the fixture's y starts with a zero byte"
+    );
+    // As glewlwyd's `rnbyc` publishes it: the integer without its zero byte.
+    let mut short = full.clone();
+    short["y"] = json!(engine.encode(&y[1..]));
+    let mut too_long = full.clone();
+    too_long["kid"] = json!("too-long");
+    too_long["y"] = json!(engine.encode([&[0][..], &y].concat()));
+    let set = KeySet::from_jwks(source(), &[short, too_long]);
+    assert!(set.by_kid("too-long").is_none(), "a 33-byte coordinate");
+
+    let claims = json!({"sub": "alice", "exp": chrono::Utc::now().timestamp() + 600});
+    let mut header = jsonwebtoken::Header::new(Algorithm::ES256);
+    header.kid = Some("short".to_owned());
+    let signing = EncodingKey::from_ec_pem(ES256_SHORT_Y_PRIVATE.as_bytes()).unwrap();
+    let token = jsonwebtoken::encode(&header, &claims, &signing).unwrap();
+    let key = set
+        .by_kid("short")
+        .expect("the key with a short coordinate is used");
+    let verified = jsonwebtoken::decode::<Value>(
+        &token,
+        key.decoding_key(),
+        &jsonwebtoken::Validation::new(Algorithm::ES256),
+    );
+    assert!(verified.is_ok(), "{verified:?}");
 }
 
 #[test]
