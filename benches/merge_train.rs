@@ -14,7 +14,9 @@
 //! `QUEUED` against when it merged, as a fraction of its wait. Once with
 //! one project, and once with every fourth request for another project
 //! sharing the train (`config/other`, its pipelines 20 s, three of its
-//! requests merged first too).
+//! requests merged first too). The errors are then split: requests shown
+//! their time before the first batch failed that merged after it (what no
+//! history foretells), and the others.
 //!
 //! ```sh
 //! cargo bench --bench merge_train            # both parts
@@ -48,6 +50,12 @@ struct Measured {
     merged: usize,
     /// |expected − actual| / wait, of each request shown an expected time.
     estimate_errors: Vec<f64>,
+    /// The same, of those shown their time before the first failure that
+    /// merged after it (their car failed, was built again, or waited
+    /// behind the bisection): what no history foretells.
+    caught_by_failure_errors: Vec<f64>,
+    /// The same, of the others.
+    other_errors: Vec<f64>,
     /// Requests shown no expected time when they became `QUEUED`.
     unestimated: usize,
 }
@@ -195,7 +203,10 @@ async fn run(scenario: Scenario, database_url: &str) -> Measured {
         .map(|(queued, merged)| seconds(*queued, *merged))
         .collect();
     waits.sort_by(f64::total_cmp);
+    let first_failure = first_failure(db).await;
     let mut estimate_errors = Vec::new();
+    let mut caught_by_failure_errors = Vec::new();
+    let mut other_errors = Vec::new();
     let mut unestimated = 0;
     for (id, expected) in shown {
         let Some((queued, merged)) = runs.get(id.as_str()) else {
@@ -204,12 +215,22 @@ async fn run(scenario: Scenario, database_url: &str) -> Measured {
         match expected {
             Some(expected) => {
                 let wait = seconds(*queued, *merged).max(1.0);
-                estimate_errors.push(seconds(*merged, expected).abs() / wait);
+                let error = seconds(*merged, expected).abs() / wait;
+                estimate_errors.push(error);
+                let failed_meanwhile =
+                    first_failure.is_some_and(|failed| *queued < failed && failed < *merged);
+                if failed_meanwhile {
+                    caught_by_failure_errors.push(error);
+                } else {
+                    other_errors.push(error);
+                }
             }
             None => unestimated += 1,
         }
     }
     estimate_errors.sort_by(f64::total_cmp);
+    caught_by_failure_errors.sort_by(f64::total_cmp);
+    other_errors.sort_by(f64::total_cmp);
     let mrs = (1..)
         .map_while(|iid| gitlab.merge_request(project, iid))
         .count();
@@ -220,6 +241,8 @@ async fn run(scenario: Scenario, database_url: &str) -> Measured {
         calls: gitlab.requests().len(),
         merged: waits.len(),
         estimate_errors,
+        caught_by_failure_errors,
+        other_errors,
         unestimated,
     };
     running.stop().await;
@@ -262,6 +285,19 @@ async fn settled(db: &Db) -> usize {
     })
     .expect("count");
     usize::try_from(count).unwrap_or_default()
+}
+
+/// When a batch first failed (split for bisection, or failed), from the
+/// batches' membership log.
+async fn first_failure(db: &Db) -> Option<NaiveDateTime> {
+    changegate::with_pool!(db, reader, |pool| {
+        sqlx::query_scalar(
+            "SELECT MIN(created_at) FROM merge_batch_history WHERE event IN ('SPLIT', 'FAILED')",
+        )
+        .fetch_one(pool)
+        .await
+    })
+    .expect("membership log")
 }
 
 /// Each merged request's first `QUEUED` (10007) and its `HANDLE_MERGED`
@@ -388,6 +424,7 @@ async fn estimate_run() {
         "| expected times (max_in_flight 4, pipelines 5–15 s, one failing request): |expectedMergeAt − merged| / wait | median error | p90 error | requests with an estimate | without |"
     );
     println!("|---|---|---|---|---|");
+    let mut split = Vec::new();
     for shared in [false, true] {
         let dir = tempfile::tempdir().expect("temp dir");
         let url = format!("sqlite://{}", dir.path().join("eta.db").display());
@@ -409,6 +446,25 @@ async fn estimate_run() {
             100.0 * percentile(&m.estimate_errors, 0.90),
             m.estimate_errors.len(),
             m.unestimated
+        );
+        split.push((shared, m));
+    }
+    println!();
+    println!(
+        "| the same runs | requests waiting when the first batch failed | of them over 50% | over 50% among the others | the others' median | p90 |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (shared, m) in &split {
+        let over_half = |errors: &[f64]| errors.iter().filter(|e| **e > 0.5).count();
+        let others = &m.other_errors;
+        println!(
+            "| {} | {} | {} | {} | {:.0}% | {:.0}% |",
+            if *shared { "shared" } else { "one project" },
+            m.caught_by_failure_errors.len(),
+            over_half(&m.caught_by_failure_errors),
+            over_half(others),
+            100.0 * percentile(others, 0.50),
+            100.0 * percentile(others, 0.90),
         );
     }
 }
