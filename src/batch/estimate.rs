@@ -425,10 +425,12 @@ fn basis(
         || "no deploy measured yet".to_owned(),
         |d| format!("deploy {d:.0} s"),
     );
-    let bisection = if bisecting {
-        "; a failed batch ahead is being bisected, and each of its failing halves sends the batches behind it back to be built again"
+    // What the play takes for granted, said: a pipeline that fails with
+    // nothing foretelling it moves every time shown behind it.
+    let passes = if bisecting {
+        "; a failed batch ahead is being bisected, and each of its failing halves sends the batches behind it back to be built again; every other batch taken to pass CI"
     } else {
-        ""
+        "; if every batch ahead, and its own, passes CI"
     };
     let shared: String = others
         .iter()
@@ -447,7 +449,7 @@ fn basis(
         n => format!(" (the pipeline's with {n} earlier pipelines of its CI in GitLab)"),
     };
     format!(
-        "medians of the last {} merged batches of {project}{ci}: pipeline {:.0} s, merge round {:.0} s, {deploy}; up to {depth} batches in flight{shared}{bisection}",
+        "medians of the last {} merged batches of {project}{ci}: pipeline {:.0} s, merge round {:.0} s, {deploy}; up to {depth} batches in flight{shared}{passes}",
         medians.samples, medians.pipeline, medians.merge_round
     )
 }

@@ -27,7 +27,8 @@ pub struct QueueView {
     #[schema(value_type = Option<String>, format = DateTime)]
     expected_deploy_at: Option<String>,
     /// What the times come from (the medians of the project's last merged
-    /// batches), or why there are none yet.
+    /// batches) and take for granted (the batches ahead pass CI, but the
+    /// halves of a failed batch), or why there are none yet.
     basis: String,
 }
 

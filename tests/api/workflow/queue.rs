@@ -96,6 +96,13 @@ async fn a_queued_request_has_no_estimate_until_merges_were_measured_then_one_be
         "{running}"
     );
     assert!(
+        running["queue"]["basis"]
+            .as_str()
+            .unwrap()
+            .ends_with("; if every batch ahead, and its own, passes CI"),
+        "the estimate says what it takes for granted: {running}"
+    );
+    assert!(
         running["queue"]["expectedDeployAt"].is_string(),
         "{running}"
     );
@@ -146,6 +153,13 @@ async fn behind_a_bisection_the_estimate_counts_its_halves_and_their_members_get
             .as_str()
             .unwrap()
             .contains("a failed batch ahead is being bisected"),
+        "{waiting}"
+    );
+    assert!(
+        waiting["queue"]["basis"]
+            .as_str()
+            .unwrap()
+            .ends_with("; every other batch taken to pass CI"),
         "{waiting}"
     );
     let all: Vec<String> = failed.iter().chain([&behind]).cloned().collect();
