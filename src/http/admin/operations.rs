@@ -120,7 +120,7 @@ fn parse_step(text: &str) -> Result<StepStatus, ApiError> {
 /// Operations, newest first, by binding status, step, age, target and subject.
 #[utoipa::path(get, path = "/admin/v1/operations", tag = "admin", operation_id = "list_operations",
     params(OperationQuery),
-    responses((status = 200, description = "A page of operations", body = OperationPage),
+    responses((status = 200, description = "A page of operations; each waiting on the merge queue with its place and expected times (`queue`), as `GET /api/v1/operations/{operationId}` answers them", body = OperationPage),
         (status = 400, description = "INVALID_ARGUMENT: a bad filter, cursor or limit (the message names it)")))]
 pub async fn list(
     State(state): State<AppState>,
@@ -163,9 +163,9 @@ pub async fn list(
         .collect();
     let mut batches = batches_of(&db, &listed).await?;
     let mut reverts = reverts_of(&db, &listed).await?;
-    let items = rows
-        .into_iter()
-        .map(|row| {
+    let mut items = Vec::with_capacity(rows.len());
+    for row in rows {
+        let view = {
             let operation = row.operation;
             let successor = successor_of(&operation, row.superseded_by);
             let actions = OperatorAction::applicable(
@@ -190,8 +190,11 @@ pub async fn list(
                 .superseded_by(successor)
                 .reverted_by(reverted_by)
                 .with_actions(actions, withheld)
-        })
-        .collect();
+        };
+        // Where each request waiting on the merge queue stands, as its
+        // own page shows it.
+        items.push(view.in_merge_queue(&state, &db, row.status).await?);
+    }
     Ok(Json(OperationPage { items, next_cursor }))
 }
 

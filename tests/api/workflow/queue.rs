@@ -119,6 +119,24 @@ async fn a_queued_request_has_no_estimate_until_merges_were_measured_then_one_be
         expected_merge(&second) > expected_merge(&front_view),
         "behind the front: {second} {front_view}"
     );
+    // The operators' list places them as their own pages do.
+    let listed: Value = w
+        .app
+        .get_as("admin", "/admin/v1/operations")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let place_of = |id: &str| {
+        listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|item| item["operationId"] == id)
+            .map(|item| item["queue"]["position"].clone())
+    };
+    assert_eq!(place_of(&front[0]), Some(Value::from(1)), "{listed}");
+    assert_eq!(place_of(&behind[0]), Some(Value::from(2)), "{listed}");
     w.gitlab
         .force_pipeline(w.project, pipeline, PipelineOutcome::Success)
         .unwrap();

@@ -1,7 +1,7 @@
 // A waiting request's page shows its place in the merge queue and when it
 // is expected to merge, and follows both as the queue moves: second behind
-// a batch whose pipeline runs, first once that batch has merged, and gone
-// from the queue once its own has.
+// a batch whose pipeline runs (the ops console's list says so too), first
+// once that batch has merged, and gone from the queue once its own has.
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -89,6 +89,17 @@ test("a queued request's place and expected time follow the queue as it moves", 
   assert.ok(behindOne, `an expected merge time behind one batch: ${await place.innerText()}`);
   assert.match(await estimate.innerText(), /^merged about /);
   await screenshot(page, "queue-1-second");
+
+  // The ops console's list says the same of it.
+  const console = await pageAs(browser, "admin");
+  await console.goto(`${BASE_URL}/ops`);
+  const row = console.locator(`#operations tr[data-operation="${second}"] .queue`);
+  await row.waitFor();
+  assert.equal(await row.getAttribute("data-position"), "2");
+  assert.ok(await row.getAttribute("data-merge-at"), await row.innerText());
+  assert.match(await row.innerText(), /^place 2 of 2 in the merge queue; merged about /);
+  await screenshot(console, "queue-1-console");
+  await console.close();
 
   // The batch ahead passes and merges: the request is next, and its
   // expected time is read again without a reload.

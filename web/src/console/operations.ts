@@ -6,7 +6,7 @@ import { confirmAction } from "../confirm";
 import { age, h, replace, when } from "../dom";
 import { navigate } from "../nav";
 import { STATUSES, STEPS, operationBadge } from "../status";
-import type { ActionResult, Operation, OperatorAction, Page } from "../types";
+import type { ActionResult, Operation, OperatorAction, Page, QueuePlace } from "../types";
 import { adminError } from "./common";
 import { overviewPanel } from "./overview";
 
@@ -147,7 +147,8 @@ export function operationsTab(root: HTMLElement): void {
         op.revertedBy ? [" reverted by ", h("a", { href: `/operations/${op.revertedBy}`, class: "reverted-by" }, op.revertedBy.slice(0, 8))] : null,
         op.supersededBy
           ? [" by ", h("a", { href: `/operations/${op.supersededBy}`, class: "superseded-by" }, op.supersededBy.slice(0, 8))]
-          : null),
+          : null,
+        op.queue ? queuePlace(op.queue) : null),
       h("td", {}, `${op.step.name} (${op.step.code})`),
       h("td", { title: when(op.updatedAt) }, age(op.updatedAt)),
       h("td", { class: "message" }, op.message),
@@ -172,4 +173,16 @@ export function operationsTab(root: HTMLElement): void {
   }
 
   void load();
+}
+
+/**
+ * Where a request waiting on the merge queue stands and when it is expected
+ * to merge, as its page says it; what the estimate comes from on hover.
+ */
+function queuePlace(queue: QueuePlace): HTMLElement {
+  const merged = queue.expectedMergeAt
+    ? `merged about ${new Date(queue.expectedMergeAt).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" })}`
+    : "no expected time";
+  return h("div", { class: "queue", "data-position": queue.position, "data-merge-at": queue.expectedMergeAt, title: queue.basis },
+    `place ${queue.position} of ${queue.of} in the merge queue; ${merged}`);
 }
