@@ -409,6 +409,7 @@ async fn time_endpoints(
         ("", "no filter"),
         ("status=VALIDATED", "status (common)"),
         ("status=APPROVAL_SENT", "status (live)"),
+        ("status=MR_CREATING", "status (waiting on the merge queue)"),
         ("status=CLOSE_FAILED", "status (none)"),
         ("step=HANDLE_FAILED", "step (failed)"),
         ("step=CLOSE_FAILED", "step (none)"),
