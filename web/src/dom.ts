@@ -46,6 +46,11 @@ export function when(iso: string | null | undefined): string {
   return Number.isNaN(date.getTime()) ? iso : date.toLocaleString();
 }
 
+/** The time of day in the reader's locale, to the second: when something is expected today. */
+export function clock(iso: string): string {
+  return new Date(iso).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+}
+
 /** How long ago, coarse: for spotting stuck work at a glance. */
 export function age(iso: string, now = Date.now()): string {
   const seconds = Math.max(0, Math.round((now - new Date(iso).getTime()) / 1000));

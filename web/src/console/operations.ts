@@ -3,7 +3,7 @@
 
 import { call, get, query } from "../api";
 import { confirmAction } from "../confirm";
-import { age, h, replace, when } from "../dom";
+import { age, clock, h, replace, when } from "../dom";
 import { navigate } from "../nav";
 import { STATUSES, STEPS, operationBadge } from "../status";
 import type { ActionResult, Operation, OperatorAction, Page, QueuePlace } from "../types";
@@ -181,7 +181,7 @@ export function operationsTab(root: HTMLElement): void {
  */
 function queuePlace(queue: QueuePlace): HTMLElement {
   const merged = queue.expectedMergeAt
-    ? `merged about ${new Date(queue.expectedMergeAt).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" })}`
+    ? `merged about ${clock(queue.expectedMergeAt)}`
     : "no expected time";
   return h("div", { class: "queue", "data-position": queue.position, "data-merge-at": queue.expectedMergeAt, title: queue.basis },
     `place ${queue.position} of ${queue.of} in the merge queue; ${merged}`);

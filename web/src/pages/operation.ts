@@ -9,7 +9,7 @@
 import { ApiError, call, get, newKey } from "../api";
 import { confirmAction } from "../confirm";
 import { type PreviewAnswer, previewView } from "../preview";
-import { h, replace, when } from "../dom";
+import { clock, h, replace, when } from "../dom";
 import { advice, badge, handedBackRemoval, operationBadge, timeline } from "../status";
 import type { EntryKind, HistoryEntry, Operation, OperationTimeline, QueuePlace, Related, Submitted } from "../types";
 
@@ -243,7 +243,6 @@ function expected(queue: QueuePlace): HTMLElement {
   if (!queue.expectedMergeAt) {
     return h("span", { id: "queue", "data-position": queue.position }, `${place}; `, h("span", { id: "queue-estimate" }, queue.basis));
   }
-  const clock = (at: string) => new Date(at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
   return h("span", { id: "queue", "data-position": queue.position, title: queue.basis },
     `${place}; `,
     h("span", { id: "queue-estimate", "data-merge-at": queue.expectedMergeAt },
