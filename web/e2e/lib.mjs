@@ -1,5 +1,6 @@
 // Shared by the browser tests: where the demo runs, the browser, screenshots.
 
+import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
 import { chromium } from "playwright-core";
 
@@ -46,4 +47,21 @@ export async function applyForDemoTarget(page, reason) {
   await page.click("#submit");
   await page.waitForURL(/\/operations\/[0-9a-f-]{36}$/);
   return new URL(page.url()).pathname.split("/").pop();
+}
+
+/** A JSON call; resolves with the parsed answer (null when empty). */
+export async function send(method, url, body, headers = {}) {
+  const response = await fetch(url, {
+    method,
+    headers: body ? { "Content-Type": "application/json", ...headers } : headers,
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await response.text();
+  assert.equal(response.ok, true, `${method} ${url}: ${response.status} ${text}`);
+  return text ? JSON.parse(text) : null;
+}
+
+/** The demo project in the GitLab simulator's control API. */
+export function gitlabSim(method, path, body) {
+  return send(method, `${GITLAB_SIM_URL}/_sim/projects/config%2Frepo/${path}`, body);
 }

@@ -6,24 +6,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { BASE_URL, GITLAB_SIM_URL, launch, pageAs, screenshot } from "../lib.mjs";
-
-/** A JSON call; resolves with the parsed answer (null when empty). */
-async function send(method, url, body, headers = {}) {
-  const response = await fetch(url, {
-    method,
-    headers: body ? { "Content-Type": "application/json", ...headers } : headers,
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  const text = await response.text();
-  assert.equal(response.ok, true, `${method} ${url}: ${response.status} ${text}`);
-  return text ? JSON.parse(text) : null;
-}
-
-/** The demo project in the GitLab simulator's control API. */
-function gitlabSim(method, path, body) {
-  return send(method, `${GITLAB_SIM_URL}/_sim/projects/config%2Frepo/${path}`, body);
-}
+import { BASE_URL, gitlabSim, launch, pageAs, screenshot, send } from "../lib.mjs";
 
 /** `user` applies for the demo target for themself: the operation id. */
 async function apply(user, reason) {
