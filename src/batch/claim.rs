@@ -266,7 +266,7 @@ fn may_board<'r>(due: &[Waiting], room: Room<'r>) -> impl Fn(&str) -> bool + 'r 
         Ordinary::Paced(paces) => match paces.get(project) {
             Some(Pace::Boards) => true,
             Some(Pace::Waits(_)) => waiting.get(project).is_some_and(|count| *count >= full),
-            Some(Pace::Held) | None => false,
+            None => false,
         },
     }
 }

@@ -385,10 +385,7 @@ async fn halves_whose_sibling_failed(
 /// Whether the other half of the failed batch `group` was split off has
 /// failed (split again, or failed for good): with one change failing CI,
 /// `group` is then clear. `false` for an ordinary group.
-pub(super) async fn sibling_failed(
-    reader: impl Into<Reader<'_>>,
-    group: &str,
-) -> Result<bool, sqlx::Error> {
+async fn sibling_failed(reader: impl Into<Reader<'_>>, group: &str) -> Result<bool, sqlx::Error> {
     match levels(group).pop() {
         Some((parent, sibling)) => half_failed(reader, parent, &sibling).await,
         None => Ok(false),

@@ -16,7 +16,7 @@ use crate::store::StoreError;
 use crate::workflow::bot;
 use crate::write_tx;
 
-use super::estimate::{MIN_HISTORY, median, pipeline_samples, sibling_failed};
+use super::estimate::{MIN_HISTORY, median, pipeline_samples};
 use super::runner::MergeQueue;
 
 /// How long a project's recent pipelines in GitLab are trusted once read.
@@ -27,8 +27,6 @@ const CI_HISTORY_TTL: Duration = Duration::from_secs(300);
 pub enum Pace {
     /// It does.
     Boards,
-    /// Not while a half of one of its failed batches is untested.
-    Held,
     /// Not for this long yet, unless its requests fill a batch.
     Waits(Duration),
 }
@@ -105,21 +103,18 @@ impl MergeQueue {
         Ok(())
     }
 
-    /// The pace of `project` in `train`. Held while a half of one of its
-    /// failed batches that may hold the change is untested: a batch built
-    /// on it is built again if it fails, which one of each pair is
-    /// expected to do (the halves board first, and the ordinary batch
-    /// boards with the next level of halves, or after the last). A half
-    /// whose sibling failed is expected to pass, and holds nothing back:
-    /// held for it, the ordinary batch missed the next level's round and
-    /// waited for the level after. Else no sooner than half a pipeline
+    /// The pace of `project` in `train`: no sooner than half a pipeline
     /// (see [`Self::pipeline_seconds`]) after its newest ordinary batch
-    /// boarded: a batch every half pipeline keeps the wait to board under
+    /// boarded. A batch every half pipeline keeps the wait to board under
     /// half a pipeline; more batches would each carry fewer requests for
     /// little less waiting, and every one is a pipeline more. A batch
     /// built again is not new: its requests boarded when it first did. Nor
     /// sooner than `batch.interval` after it: a long interval is how a
-    /// team asks for bigger batches.
+    /// team asks for bigger batches. A bisection does not hold it: a batch
+    /// built on an untested half is built again only if that half fails
+    /// (one of each pair is expected to), and then no later than it would
+    /// have boarded had it waited for the half (measured in BENCHMARKS.md,
+    /// "Ordinary requests beside a bisection").
     async fn pace(
         &self,
         db: &Db,
@@ -127,13 +122,9 @@ impl MergeQueue {
         train: &[BatchRow],
         project: &str,
     ) -> Result<Pace, StoreError> {
-        let own = || train.iter().filter(|car| car.project == project);
-        for half in own().filter(|car| !car.split_group.is_empty() && car.untested()) {
-            if !sibling_failed(db, &half.split_group).await? {
-                return Ok(Pace::Held);
-            }
-        }
-        let Some(newest) = own()
+        let Some(newest) = train
+            .iter()
+            .filter(|car| car.project == project)
             .filter(|car| car.split_group.is_empty() && car.rebuilds == 0)
             .max_by_key(|car| car.created_at)
         else {

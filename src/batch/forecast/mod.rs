@@ -12,10 +12,9 @@
 //! half of a bisection) is expected to fail again, one half of each pair,
 //! until the change is alone. Halves board as soon as there is a place;
 //! a project's ordinary requests board at most every half of its pipeline
-//! (each project sharing a train has its own pace), never while a half of
-//! their project is untested, and ahead of waiting halves only when
-//! there is a place for them too. So the requests behind a bisection wait
-//! for its levels, and the estimate says how long.
+//! (each project sharing a train has its own pace), beside a bisection as
+//! at any other time (built on its last half, taken to pass), and ahead of
+//! waiting halves only when there is a place for them too.
 
 mod fates;
 mod play;
@@ -332,13 +331,30 @@ mod tests {
         // finds no place; the next, an interval later, comes as the front
         // fails (6 s). The halves of the failed batch take the places
         // that free, one at 6 s and the other at 16 s, once the first has
-        // failed and the two built again are nearly merged. The second
-        // half is clear once the first failed, so the ordinary batch does
-        // not wait for its pipeline: it boards as the second car built
-        // again merges (18 s), and merges after the half, at 29.
+        // failed and the two built again are nearly merged. The ordinary
+        // batch does not wait for the halves' pipelines: it boards as the
+        // second car built again merges (18 s), and merges after the
+        // half, at 29.
         let full = merge_times(&cars, &waiting(3));
         assert_eq!(full[3], Some(29.0));
     }
+    #[test]
+    fn an_ordinary_batch_boards_beside_a_bisection_on_its_last_half() {
+        // The front fails at 1 s and its halves board then; the waiting
+        // batch's pace lets it board at 3 s. It boards then, built on the
+        // second half (taken to pass, the first to fail at 11 s), not once
+        // the halves are tested, and merges after the second half (12 s)
+        // as its own pipeline ends (13 s), a round later.
+        let front = boarded(
+            Car::Pipeline { since: 9.0 },
+            Fate::Fails { halvings: 1 },
+            "",
+            None,
+        );
+        let merges = merge_times(&[front], &boarding(1, 4, Some(2.0)));
+        assert_eq!(merges, vec![None, Some(14.0)]);
+    }
+
     #[test]
     fn another_projects_short_batch_waits_for_its_own_pace() {
         // Another project's batch of a few requests waits ahead, its

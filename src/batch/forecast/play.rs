@@ -317,42 +317,6 @@ impl Play {
         })
     }
 
-    /// Whether a half of a failed batch of `project` that may hold the
-    /// change is untested at `now`.
-    fn half_untested(&self, project: &str, now: f64) -> bool {
-        self.cars.iter().enumerate().any(|(index, car)| {
-            car.project == project
-                && !car.group.is_empty()
-                && car.failed.is_none()
-                && self.decided(index) > now
-                && !self.cleared(car, now)
-        })
-    }
-
-    /// Whether the half `car` is known to be clear at `now`: it merges,
-    /// and its sibling has failed (by `now`, or before the play: expected
-    /// to merge with no sibling left, it is the half the sibling's failure
-    /// cleared). A half expected to merge because its sibling is expected
-    /// to fail is not clear until the sibling has.
-    fn cleared(&self, car: &Played, now: f64) -> bool {
-        if car.fate != Fate::Merges {
-            return false;
-        }
-        let mut siblings = self
-            .cars
-            .iter()
-            .filter(|other| are_siblings(&other.group, &car.group))
-            .peekable();
-        let waiting = self
-            .queue
-            .iter()
-            .any(|queued| are_siblings(&queued.group, &car.group));
-        if siblings.peek().is_none() && !waiting {
-            return true;
-        }
-        siblings.any(|sibling| sibling.failed.is_some_and(|at| at <= now))
-    }
-
     /// The claim round at `now`, as the merge queue plays it.
     fn claim_round(&mut self, now: f64) {
         let leaves = self.leaves();
@@ -367,14 +331,12 @@ impl Play {
         }
         while active < self.depth {
             // As each claim reads the paces again: a full batch boards
-            // without waiting for its project's, none while a half of its
-            // project is untested.
+            // without waiting for its project's.
             let halves = self.queue.iter().filter(|queued| queued.is_half()).count();
-            let ordinary = self.queue.iter().position(|queued| {
-                !queued.is_half()
-                    && !self.half_untested(&queued.project, now)
-                    && self.paced(queued, now)
-            });
+            let ordinary = self
+                .queue
+                .iter()
+                .position(|queued| !queued.is_half() && self.paced(queued, now));
             let next = match ordinary {
                 Some(index) if active + 1 + halves <= self.depth => index,
                 _ if halves > 0 => self.queue.iter().position(Queued::is_half).unwrap_or(0),

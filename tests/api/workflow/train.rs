@@ -432,8 +432,7 @@ async fn until_batch(
 }
 
 #[tokio::test]
-async fn the_halves_of_a_failed_batch_are_tested_side_by_side_and_requests_board_on_the_clean_one_once_the_other_failed()
- {
+async fn the_halves_of_a_failed_batch_are_tested_side_by_side_and_requests_board_beside_them() {
     if train_depth() < 4 {
         return;
     }
@@ -473,32 +472,46 @@ async fn the_halves_of_a_failed_batch_are_tested_side_by_side_and_requests_board
         assert_eq!(built.base_sha, main, "built on main: {built:?}");
     }
 
-    // A request approved meanwhile does not board on an untested half.
+    // A request approved meanwhile boards at once, on the half that
+    // boarded last, while both are untested: not held for the bisection.
     let later = one_request(&w, "member4").await;
-    for _ in 0..3 {
-        claim_round(&w).await;
-        assert_eq!(view(&w, &later).await["step"]["name"], "QUEUED");
-    }
+    let boarded = boarded_again(&w, &db.db, &later, 0).await;
+    let boarded = until_batch(&db.db, boarded.id, |b| b.base_sha.is_some()).await;
+    let last_half = [&half_a, &half_b]
+        .into_iter()
+        .max_by_key(|half| half.train_position)
+        .unwrap();
+    assert_eq!(boarded.ahead_batch_id, Some(last_half.id), "{boarded:?}");
+    assert!(
+        get_batch(&db.db, half_b.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .untested()
+    );
+    let on_failing_half = last_half.id == half_a.id;
 
-    // The half with the poisoned request fails first. The other, its
-    // pipeline still running, is then clear (one change fails CI), and
-    // holds nothing back: the waiting request boards on it at once, ahead
-    // of the failed half's halves, which are built on the request's batch.
+    // The half with the poisoned request fails first. Had the request's
+    // batch been built on it, it is built again on the clean half; else it
+    // stays as it was. Either way the failed half's halves are built on the
+    // request's batch, behind it.
     let pipeline_a = pipeline_of_batch(&w, &db.db, half_a.id).await;
     let pipeline_b = pipeline_of_batch(&w, &db.db, half_b.id).await;
     end_pipeline(&w, pipeline_a, PipelineOutcome::Failed);
     until_batch(&db.db, half_a.id, |b| b.status == "FAILED").await;
-    let boarded = boarded_again(&w, &db.db, &later, 0).await;
     let quarter = boarded_again(&w, &db.db, &failed[0], half_a.id).await;
     assert!(boarded.train_position < quarter.train_position);
-    let boarded = until_batch(&db.db, boarded.id, |b| b.base_sha.is_some()).await;
-    assert_eq!(boarded.ahead_batch_id, Some(half_b.id), "{boarded:?}");
+    let boarded = until_batch(&db.db, boarded.id, |b| {
+        b.ahead_batch_id == Some(half_b.id) && b.base_sha.is_some()
+    })
+    .await;
+    assert_eq!(boarded.rebuilds, i32::from(on_failing_half), "{boarded:?}");
     let quarter = until_batch(&db.db, quarter.id, |b| b.base_sha.is_some()).await;
     assert_eq!(quarter.ahead_batch_id, Some(boarded.id), "{quarter:?}");
     let clean_half = get_batch(&db.db, half_b.id).await.unwrap().unwrap();
     assert!(clean_half.untested(), "{clean_half:?}");
 
-    // The clean half passes and merges, with nothing built again.
+    // The clean half passes and merges, with nothing built on it again.
     end_pipeline(&w, pipeline_b, PipelineOutcome::Success);
     until(&w, &clean_member, |v| v["status"] == "VALIDATED").await;
 
@@ -511,12 +524,81 @@ async fn the_halves_of_a_failed_batch_are_tested_side_by_side_and_requests_board
             assert_eq!(v["status"], "VALIDATED", "{v}");
         }
     }
-    // One pipeline per batch: 1, its two halves, the later request's, and
-    // the two quarters.
-    assert!(mr_state(&w, 6).is_some());
-    assert_eq!(mr_state(&w, 7), None, "nothing was built again");
+    // One MR per batch: 1, its two halves, the later request's (and its
+    // second build, had it been built on the failed half), and the two
+    // quarters.
+    let mrs = 6 + u64::from(on_failing_half);
+    assert!(mr_state(&w, mrs).is_some());
+    assert_eq!(mr_state(&w, mrs + 1), None, "nothing else was built again");
     let files = w.gitlab.files(w.project, "main").unwrap();
     assert!(!files.values().any(|content| content.contains("POISON")));
+}
+
+#[tokio::test]
+async fn a_batch_built_on_a_half_that_fails_is_built_again_on_what_is_ahead_of_it() {
+    if train_depth() < 4 {
+        return;
+    }
+    let db = sqlite_db().await;
+    let w = train_world(&db.url).await;
+    // The batch, its two halves and the batch built on the last half run
+    // until the test ends them; which half fails is the test's to say.
+    w.gitlab
+        .script_pipelines(w.project, [PipelineOutcome::StuckRunning; 4])
+        .unwrap();
+    let failed = one_car(
+        &w,
+        &[
+            ("member0", "read"),
+            ("member1", "read"),
+            ("member2", "read"),
+            ("member3", "read"),
+        ],
+    )
+    .await;
+    let first = batch_of(&w, &db.db, &failed[0]).await;
+    end_pipeline(&w, pipeline_of(&w, 1).await, PipelineOutcome::Failed);
+    until_batch(&db.db, first.id, |b| b.status == "FAILED").await;
+    let mut halves = Vec::new();
+    for member in &failed {
+        let half = boarded_again(&w, &db.db, member, first.id).await;
+        if !halves.iter().any(|known: &BatchRow| known.id == half.id) {
+            halves.push(half);
+        }
+    }
+    halves.sort_by_key(|half| half.train_position);
+    let [first_half, last_half] = [&halves[0], &halves[1]];
+
+    // A request approved meanwhile boards on the last half, untested.
+    let later = one_request(&w, "member4").await;
+    let boarded = boarded_again(&w, &db.db, &later, 0).await;
+    let boarded = until_batch(&db.db, boarded.id, |b| b.base_sha.is_some()).await;
+    assert_eq!(boarded.ahead_batch_id, Some(last_half.id), "{boarded:?}");
+    let first_pipeline = pipeline_of_batch(&w, &db.db, boarded.id).await;
+
+    // The last half fails: the batch built on it is built again, on the
+    // first half, its pipeline started afresh; the first half passes.
+    let pipeline_first = pipeline_of_batch(&w, &db.db, first_half.id).await;
+    let pipeline_last = pipeline_of_batch(&w, &db.db, last_half.id).await;
+    end_pipeline(&w, pipeline_last, PipelineOutcome::Failed);
+    let rebuilt = until_batch(&db.db, boarded.id, |b| {
+        b.rebuilds == 1 && b.base_sha.is_some()
+    })
+    .await;
+    assert_eq!(rebuilt.ahead_batch_id, Some(first_half.id), "{rebuilt:?}");
+    assert_ne!(rebuilt.base_sha, boarded.base_sha, "{rebuilt:?}");
+    assert_ne!(
+        pipeline_of_batch(&w, &db.db, boarded.id).await,
+        first_pipeline
+    );
+    end_pipeline(&w, pipeline_first, PipelineOutcome::Success);
+
+    // Everyone merges: the first half, the request, and the failed half's
+    // members in halves of their own (their pipelines pass).
+    let all: Vec<String> = failed.iter().chain([&later]).cloned().collect();
+    for (id, v) in all.iter().zip(rounds_until_settled(&w, &all).await) {
+        assert_eq!(v["status"], "VALIDATED", "{id}: {v}");
+    }
 }
 
 /// The pipeline of batch `id`'s MR, once it has one.
