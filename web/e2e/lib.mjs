@@ -49,6 +49,17 @@ export async function applyForDemoTarget(page, reason) {
   return new URL(page.url()).pathname.split("/").pop();
 }
 
+/** Waits until `probe` resolves with a value, trying every second. */
+export async function eventually(what, probe, timeoutMs = 90_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    assert.ok(Date.now() < deadline, `timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+  }
+}
+
 /** A JSON call; resolves with the parsed answer (null when empty). */
 export async function send(method, url, body, headers = {}) {
   const response = await fetch(url, {
@@ -59,6 +70,11 @@ export async function send(method, url, body, headers = {}) {
   const text = await response.text();
   assert.equal(response.ok, true, `${method} ${url}: ${response.status} ${text}`);
   return text ? JSON.parse(text) : null;
+}
+
+/** A changegate API call as `user` (the demo's identity header). */
+export function asUser(user, method, path, body) {
+  return send(method, `${BASE_URL}${path}`, body, { "X-Auth-Request-User": user });
 }
 
 /** The demo project in the GitLab simulator's control API. */

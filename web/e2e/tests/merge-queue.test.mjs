@@ -5,37 +5,11 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { BASE_URL, GITLAB_SIM_URL, launch, pageAs, screenshot } from "../lib.mjs";
+import { BASE_URL, asUser, eventually, gitlabSim, launch, pageAs, screenshot } from "../lib.mjs";
 
 /** Requesters the other tests do not use, so their bindings are in nobody's way. */
 const REQUESTER = "bob";
 const STUCK_REQUESTER = "carol";
-
-/** A requester API call (as REQUESTER unless told); resolves with the parsed answer. */
-async function asRequester(method, path, body, user = REQUESTER) {
-  const response = await fetch(`${BASE_URL}${path}`, {
-    method,
-    headers: {
-      "X-Auth-Request-User": user,
-      ...(body ? { "Content-Type": "application/json" } : {}),
-    },
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  const text = await response.text();
-  assert.equal(response.ok, true, `${method} ${path}: ${response.status} ${text}`);
-  return JSON.parse(text);
-}
-
-/** Waits until `probe` resolves with a value, trying every second. */
-async function eventually(what, probe, timeoutMs = 90_000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    assert.ok(Date.now() < deadline, `timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 1000));
-  }
-}
 
 let browser;
 before(async () => {
@@ -44,25 +18,15 @@ before(async () => {
 after(async () => {
   await browser?.close();
   // Whatever happened here, later tests get passing pipelines.
-  await pipelineScript([]);
+  await gitlabSim("POST", "pipeline_script", { outcomes: [] });
 });
-
-/** How the GitLab simulator's next pipelines end. */
-async function pipelineScript(outcomes) {
-  const response = await fetch(`${GITLAB_SIM_URL}/_sim/projects/config%2Frepo/pipeline_script`, {
-    method: "POST",
-    headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ outcomes }),
-  });
-  assert.equal(response.ok, true, `pipeline_script: ${response.status}`);
-}
 
 /**
  * The batch a request is in, once claimed: its id (what links name) and its
  * number (what people read), which the claim's timeline entry names too.
  */
 async function batchOf(operationId, user) {
-  const { operation, items } = await asRequester("GET", `/api/v1/operations/${operationId}/timeline`, undefined, user);
+  const { operation, items } = await asUser(user, "GET", `/api/v1/operations/${operationId}/timeline`);
   if (operation.batchId === undefined) return undefined;
   const claims = items.filter((entry) => /^in merge batch #\d+$/.test(entry.message));
   assert.equal(claims[claims.length - 1]?.message, `in merge batch #${operation.batchNumber}`);
@@ -70,7 +34,7 @@ async function batchOf(operationId, user) {
 }
 
 test("an operator finds the batch that merged a request, with its MR and member", async () => {
-  const submitted = await asRequester("POST", "/api/v1/applications", {
+  const submitted = await asUser(REQUESTER, "POST", "/api/v1/applications", {
     targetKey: "demo.feature-flags",
     reason: "e2e: merged through the queue",
   });
@@ -104,7 +68,7 @@ test("an operator finds the batch that merged a request, with its MR and member"
   await screenshot(page, "merge-queue-1-list");
 
   // The request's MR is the batch's.
-  const operation = await asRequester("GET", `/api/v1/operations/${operationId}`);
+  const operation = await asUser(REQUESTER, "GET", `/api/v1/operations/${operationId}`);
   if (operation.mergeRequest) {
     assert.equal(await mrLink.innerText(), `!${operation.mergeRequest.iid}`);
   }
@@ -151,11 +115,11 @@ test("an operator finds the batch that merged a request, with its MR and member"
 
 test("an operator settles a batch stuck on its pipeline, with a reason, and its request merges later", async () => {
   // The next batch's pipeline never finishes.
-  await pipelineScript(["stuck_running"]);
-  const submitted = await asRequester("POST", "/api/v1/applications", {
+  await gitlabSim("POST", "pipeline_script", { outcomes: ["stuck_running"] });
+  const submitted = await asUser(STUCK_REQUESTER, "POST", "/api/v1/applications", {
     targetKey: "demo.feature-flags",
     reason: "e2e: stuck in the queue",
-  }, STUCK_REQUESTER);
+  });
   const operationId = submitted.operationId;
   const batch = await eventually("the request to join a batch", () => batchOf(operationId, STUCK_REQUESTER));
 

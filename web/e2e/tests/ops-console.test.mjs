@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
 import {
-  APPROVAL_SIM_URL, BASE_URL, applyForDemoTarget, gitlabSim, launch, pageAs, screenshot, send,
+  APPROVAL_SIM_URL, BASE_URL, applyForDemoTarget, asUser, gitlabSim, launch, pageAs, screenshot, send,
 } from "../lib.mjs";
 
 /** How the approval simulator decides new requests. */
@@ -76,12 +76,11 @@ test("an operator force-fails a request stuck awaiting approval, with a reason; 
   // Nobody decides: the request waits at APPROVAL_SENT.
   await approvalPolicy({ mode: "manual" });
   // An operator may apply for someone else; this subject has no binding yet.
-  const submitted = await send(
-    "POST",
-    `${BASE_URL}/api/v1/applications`,
-    { targetKey: "demo.feature-flags", subjectId: "e2e-stuck", reason: "e2e: waits for approval" },
-    { "X-Auth-Request-User": "admin" },
-  );
+  const submitted = await asUser("admin", "POST", "/api/v1/applications", {
+    targetKey: "demo.feature-flags",
+    subjectId: "e2e-stuck",
+    reason: "e2e: waits for approval",
+  });
 
   const page = await pageAs(browser, "admin");
   await page.goto(`${BASE_URL}/ops?status=APPROVAL_SENT`);

@@ -6,12 +6,11 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { BASE_URL, gitlabSim, launch, pageAs, screenshot, send } from "../lib.mjs";
+import { BASE_URL, asUser, gitlabSim, launch, pageAs, screenshot } from "../lib.mjs";
 
 /** `user` applies for the demo target for themself: the operation id. */
 async function apply(user, reason) {
-  const answer = await send("POST", `${BASE_URL}/api/v1/applications`,
-    { targetKey: "demo.feature-flags", reason }, { "X-Auth-Request-User": user });
+  const answer = await asUser(user, "POST", "/api/v1/applications", { targetKey: "demo.feature-flags", reason });
   return answer.operationId;
 }
 
@@ -20,8 +19,7 @@ async function until(operationId, user, done, what) {
   const deadline = Date.now() + 90_000;
   let view;
   while (Date.now() < deadline) {
-    view = await send("GET", `${BASE_URL}/api/v1/operations/${operationId}`, undefined,
-      { "X-Auth-Request-User": user });
+    view = await asUser(user, "GET", `/api/v1/operations/${operationId}`);
     if (done(view)) return view;
     await new Promise((resolve) => setTimeout(resolve, 500));
   }

@@ -6,26 +6,14 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { BASE_URL, launch, pageAs, screenshot } from "../lib.mjs";
+import { BASE_URL, asUser, launch, pageAs, screenshot } from "../lib.mjs";
 
 /** A requester no other test uses, so its binding is in nobody's way. */
 const REQUESTER = "erin";
 
-/** An API call as `user`; resolves with the parsed answer. */
-async function call(method, path, body, user) {
-  const response = await fetch(`${BASE_URL}${path}`, {
-    method,
-    headers: { "X-Auth-Request-User": user, ...(body ? { "Content-Type": "application/json" } : {}) },
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  const text = await response.text();
-  assert.equal(response.ok, true, `${method} ${path}: ${response.status} ${text}`);
-  return JSON.parse(text);
-}
-
 /** Freezes or thaws the merge queue, so the request is seen waiting for its round. */
 async function freeze(frozen) {
-  await call("PUT", "/admin/v1/batches/freeze", { frozen, reason: "e2e: watch a request wait for its round" }, "admin");
+  await asUser("admin", "PUT", "/admin/v1/batches/freeze", { frozen, reason: "e2e: watch a request wait for its round" });
 }
 
 let browser;
@@ -39,10 +27,10 @@ after(async () => {
 
 test("a request's page follows it live through approval, batch, pipeline, both approvals, merge and deploy", async () => {
   await freeze(true);
-  const { operationId } = await call("POST", "/api/v1/applications", {
+  const { operationId } = await asUser(REQUESTER, "POST", "/api/v1/applications", {
     targetKey: "demo.feature-flags",
     reason: "e2e: followed live",
-  }, REQUESTER);
+  });
 
   const page = await pageAs(browser, "admin");
   await page.goto(`${BASE_URL}/operations/${operationId}`);

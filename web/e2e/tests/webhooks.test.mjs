@@ -11,21 +11,10 @@ import { createHmac } from "node:crypto";
 import { createServer } from "node:http";
 import { after, before, test } from "node:test";
 
-import { BASE_URL, launch, pageAs, screenshot } from "../lib.mjs";
+import { BASE_URL, eventually, launch, pageAs, screenshot } from "../lib.mjs";
 
 /** A requester the other tests do not use. */
 const REQUESTER = "dave";
-
-/** Waits until `probe` resolves with a value, trying every second. */
-async function eventually(what, probe, timeoutMs = 90_000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    assert.ok(Date.now() < deadline, `timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 1000));
-  }
-}
 
 /** Every request the receiver got: headers and raw body. */
 const received = [];
