@@ -482,13 +482,10 @@ async fn the_halves_of_a_failed_batch_are_tested_side_by_side_and_requests_board
         .max_by_key(|half| half.train_position)
         .unwrap();
     assert_eq!(boarded.ahead_batch_id, Some(last_half.id), "{boarded:?}");
-    assert!(
-        get_batch(&db.db, half_b.id)
-            .await
-            .unwrap()
-            .unwrap()
-            .untested()
-    );
+    for half in [&half_a, &half_b] {
+        let half = get_batch(&db.db, half.id).await.unwrap().unwrap();
+        assert!(half.untested(), "{half:?}");
+    }
     let on_failing_half = last_half.id == half_a.id;
 
     // The half with the poisoned request fails first. Had the request's
