@@ -124,13 +124,13 @@ pub async fn watch(slot: DbSlot, nodes: Nodes, shutdown: CancellationToken) {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(CHECK_INTERVAL) => {}
         }
-        let Some(Db::MySql(pool)) = slot.get() else {
+        let Some(Db::MySql(mysql)) = slot.get() else {
             continue;
         };
         match nodes.first_healthy().await {
             Some(healthy) => {
                 none_healthy = false;
-                point_at(pool, healthy);
+                point_at(&mysql.pool, healthy);
             }
             None if !none_healthy => {
                 none_healthy = true;

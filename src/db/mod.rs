@@ -74,7 +74,18 @@ pub enum Db {
     /// Embedded SQLite file.
     Sqlite(SqliteDb),
     /// MySQL or MariaDB server.
-    MySql(MySqlPool),
+    MySql(MySqlDb),
+}
+
+/// A MySQL or MariaDB server's pool, and whether the server is a Galera
+/// node.
+#[derive(Debug, Clone)]
+pub struct MySqlDb {
+    /// The connections.
+    pub pool: MySqlPool,
+    /// Read once when the pool opens (`@@wsrep_on`). Unknown counts as a
+    /// Galera node: the safe side of [`Db::script_pool`].
+    pub galera: bool,
 }
 
 /// SQLite pools. SQLite allows one writer at a time; several pooled writers
@@ -134,7 +145,7 @@ macro_rules! with_pool {
                 $body
             }
             $crate::db::Db::MySql(mysql) => {
-                let $pool = mysql;
+                let $pool = &mysql.pool;
                 $body
             }
         }
@@ -142,6 +153,21 @@ macro_rules! with_pool {
 }
 
 impl Db {
+    /// The pool to run a transaction as one multi-statement [`script`] on:
+    /// a MySQL server that is not a Galera node. A Galera node breaks such a
+    /// transaction when it aborts it for a conflicting write replicated from
+    /// another node (a "brute force" abort) while the script runs: MariaDB
+    /// 10.11 answers every statement as done, yet rolls back the ones before
+    /// the abort and commits the ones after it (`tests/api/galera/scripts.rs`
+    /// shows it). Statement by statement, the abort is answered as a
+    /// deadlock, so on Galera every transaction goes that way.
+    pub fn script_pool(&self) -> Option<&MySqlPool> {
+        match self {
+            Self::MySql(mysql) if !mysql.galera => Some(&mysql.pool),
+            _ => None,
+        }
+    }
+
     /// Which engine this is.
     pub fn backend(&self) -> Backend {
         match self {
@@ -155,7 +181,7 @@ impl Db {
     pub async fn migrate(&self) -> Result<(), MigrationError> {
         match self {
             Self::Sqlite(sqlite) => migrate::sqlite(&sqlite.writer).await,
-            Self::MySql(pool) => migrate::mysql(pool).await,
+            Self::MySql(mysql) => migrate::mysql(&mysql.pool).await,
         }
     }
 
@@ -164,8 +190,9 @@ impl Db {
     /// `require_synced`, the node is `Synced` (a donor or joiner answers, but
     /// not as its cluster would).
     pub async fn check_ready(&self, require_synced: bool) -> Result<(), String> {
-        if let (Self::MySql(pool), true) = (self, require_synced) {
-            let mut conn = pool
+        if let (Self::MySql(mysql), true) = (self, require_synced) {
+            let mut conn = mysql
+                .pool
                 .acquire()
                 .await
                 .map_err(|err| format!("no database connection: {err}"))?;
@@ -214,7 +241,7 @@ impl Db {
                 sqlite.writer.close().await;
                 sqlite.reader.close().await;
             }
-            Self::MySql(pool) => pool.close().await,
+            Self::MySql(mysql) => mysql.pool.close().await,
         }
     }
 }

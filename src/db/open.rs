@@ -13,7 +13,7 @@ use sqlx::{ConnectOptions, Connection};
 use super::failover::Nodes;
 use super::mysql_url::MySqlUrl;
 use super::readiness::rewrite_user_version;
-use super::{Backend, Db, SqliteDb};
+use super::{Backend, Db, MySqlDb, SqliteDb};
 use crate::config::DatabaseSettings;
 
 /// How long a pooled MySQL connection may sit idle before it is pinged on
@@ -102,7 +102,11 @@ pub async fn open(settings: &DatabaseSettings) -> Result<Db, OpenError> {
 pub async fn connect(settings: &DatabaseSettings) -> Result<Db, OpenError> {
     Ok(match Backend::of_url(&settings.url) {
         Some(Backend::Sqlite) => Db::Sqlite(open_sqlite(settings).await?),
-        Some(Backend::MySql) => Db::MySql(open_mysql(settings).await?),
+        Some(Backend::MySql) => {
+            let pool = open_mysql(settings).await?;
+            let galera = is_galera_node(&pool).await;
+            Db::MySql(MySqlDb { pool, galera })
+        }
         None => return Err(OpenError::UnsupportedUrl),
     })
 }
@@ -179,6 +183,25 @@ async fn log_autoinc_lock_mode(pool: &MySqlPool) {
              then never wait on a table's AUTO-INC lock"
         ),
         Err(err) => tracing::debug!("cannot read innodb_autoinc_lock_mode: {err}"),
+    }
+}
+
+/// Whether the server is a Galera node (`@@wsrep_on`; MySQL has no such
+/// variable). When it cannot be told, it is taken to be one: that only
+/// costs the one-round-trip transactions ([`Db::script_pool`]).
+async fn is_galera_node(pool: &MySqlPool) -> bool {
+    match sqlx::query_scalar::<_, Option<i64>>("SELECT @@wsrep_on")
+        .fetch_one(pool)
+        .await
+    {
+        Ok(on) => on == Some(1),
+        Err(err) if is_unknown_variable(&err) => false,
+        Err(err) => {
+            tracing::warn!(
+                "cannot tell whether the database is a Galera node ({err}); writing every transaction statement by statement"
+            );
+            true
+        }
     }
 }
 

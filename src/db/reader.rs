@@ -47,7 +47,7 @@ macro_rules! with_reader {
                 $body
             }
             $crate::db::Reader::Db($crate::db::Db::MySql(mysql)) => {
-                let $exec = mysql;
+                let $exec = &mysql.pool;
                 $body
             }
             $crate::db::Reader::Tx($crate::db::DbTx::Sqlite(tx)) => {

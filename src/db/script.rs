@@ -7,6 +7,8 @@
 //! client-side parameter interpolation, hence the hand-written literals: text
 //! is written as a hexadecimal literal with a character-set introducer, so no
 //! value can end its literal whatever it contains.
+//!
+//! Never on a Galera node: see [`super::Db::script_pool`].
 
 use std::fmt::Write;
 

@@ -43,7 +43,7 @@ impl Db {
                 .begin_with("BEGIN IMMEDIATE")
                 .await
                 .map(DbTx::Sqlite),
-            Self::MySql(pool) => pool.begin().await.map(DbTx::MySql),
+            Self::MySql(mysql) => mysql.pool.begin().await.map(DbTx::MySql),
         }
     }
 }
@@ -56,7 +56,8 @@ impl Db {
     pub async fn begin_read(&self) -> Result<DbTx, sqlx::Error> {
         match self {
             Self::Sqlite(sqlite) => sqlite.reader.begin().await.map(DbTx::Sqlite),
-            Self::MySql(pool) => pool
+            Self::MySql(mysql) => mysql
+                .pool
                 .begin_with("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
                 .await
                 .map(DbTx::MySql),

@@ -5,8 +5,9 @@
 //! SQLite has a single writer connection, so transactions take turns: a
 //! request written alone holds the writer for its own `BEGIN`, five INSERTs
 //! and `COMMIT`. Written as a group, many requests share one turn. On MySQL
-//! a group is one [`script`] (one round trip), and the database parses,
-//! locks and commits once per group instead of once per request.
+//! (not a Galera node: [`Db::script_pool`]) a group is one [`script`] (one
+//! round trip), and the database parses, locks and commits once per group
+//! instead of once per request.
 //!
 //! Only the common case is grouped: a first request for a relation, not
 //! refused as busy. Anything else, and any group whose transaction fails
@@ -188,7 +189,7 @@ async fn split(db: &Db, group: Vec<Pending>) -> Result<(Vec<Pending>, Vec<Pendin
 }
 
 /// Records first requests for relations without a row, all or none, as
-/// [`submit`] records each: on MySQL as one script. A group that lost a
+/// [`submit`] records each: as one script where the database takes them. A group that lost a
 /// lock race is written again whole, before falling back to one by one.
 async fn record_together(db: &Db, requests: &[&NewRequest]) -> Result<Vec<Submitted>, StoreError> {
     retrying(|| record_together_once(db, requests)).await
@@ -204,7 +205,7 @@ async fn record_together_once(
         .into_iter()
         .map(|(_, statement)| statement)
         .collect();
-    if let Db::MySql(pool) = db {
+    if let Some(pool) = db.script_pool() {
         script::run_transaction(pool, &statements)
             .await
             .map_err(|failure| StoreError::Db(failure.error))?;

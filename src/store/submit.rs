@@ -170,8 +170,9 @@ async fn submit_once(db: &Db, request: &NewRequest) -> Result<Submitted, StoreEr
 
 /// Writes a first apply for a relation, expecting it has no row. The
 /// binding INSERT comes first, so when the row exists only that statement
-/// ran before the rollback ([`StoreError::Preempted`]). On MySQL the writes
-/// go as one [`script`] (one round trip instead of seven).
+/// ran before the rollback ([`StoreError::Preempted`]). On MySQL (not a
+/// Galera node: [`Db::script_pool`]) the writes go as one [`script`] (one
+/// round trip instead of seven).
 async fn write_first_apply(
     db: &Db,
     request: &NewRequest,
@@ -182,7 +183,7 @@ async fn write_first_apply(
     let writes = rows.statements(db.backend(), &[request]);
     let flip = &rows.flips[0];
 
-    if let Db::MySql(pool) = db
+    if let Some(pool) = db.script_pool()
         && !request.busy
     {
         let (claims, statements): (Vec<Claim>, Vec<_>) = writes.into_iter().unzip();

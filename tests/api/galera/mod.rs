@@ -5,6 +5,7 @@
 //! `CHANGEGATE_TEST_REQUIRE_GALERA` says they must run.
 
 mod node_loss;
+mod scripts;
 
 use std::time::Duration;
 
@@ -165,11 +166,11 @@ impl Drop for GaleraDb {
 }
 
 async fn session_sync_wait(db: &Db) -> u64 {
-    let Db::MySql(pool) = db else {
+    let Db::MySql(mysql) = db else {
         panic!("a Galera node is MySQL");
     };
     sqlx::query_scalar("SELECT @@SESSION.wsrep_sync_wait")
-        .fetch_one(pool)
+        .fetch_one(&mysql.pool)
         .await
         .unwrap()
 }

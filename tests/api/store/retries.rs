@@ -254,9 +254,10 @@ fn a_write_that_loses_every_race_gives_up_with_the_conflict_and_counts_it() {
 fn an_auto_increment_lock_failure_is_retried_like_a_deadlock() {
     let (attempts, counters) = with_counters(async || {
         let test_db = mysql_db().await?;
-        let Db::MySql(pool) = &test_db.db else {
+        let Db::MySql(mysql) = &test_db.db else {
             unreachable!("a MariaDB test database");
         };
+        let pool = &mysql.pool;
         let mut attempts = 0;
         db::retrying(|| {
             attempts += 1;

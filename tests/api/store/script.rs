@@ -22,10 +22,10 @@ fn insert(value: &str) -> Statement<'_> {
 /// A MariaDB database with an empty `script_probe` table, when configured.
 async fn probe_db() -> Option<(TestDb, MySqlPool)> {
     let test_db = mysql_db().await?;
-    let Db::MySql(pool) = &test_db.db else {
+    let Db::MySql(mysql) = &test_db.db else {
         unreachable!("mysql_db is MySQL")
     };
-    let pool = pool.clone();
+    let pool = mysql.pool.clone();
     sqlx::raw_sql("CREATE TABLE script_probe (v VARCHAR(64) NOT NULL PRIMARY KEY)")
         .execute(&pool)
         .await
@@ -38,6 +38,14 @@ async fn values(pool: &MySqlPool) -> Vec<String> {
         .fetch_all(pool)
         .await
         .unwrap()
+}
+
+#[tokio::test]
+async fn a_mariadb_server_outside_a_cluster_takes_transactions_as_scripts() {
+    let Some(test_db) = mysql_db().await else {
+        return;
+    };
+    assert!(test_db.db.script_pool().is_some());
 }
 
 #[tokio::test]

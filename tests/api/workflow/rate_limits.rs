@@ -24,7 +24,12 @@ async fn lease_given_back(db: &Db, id: &str) {
                     .fetch_one(&sqlite.reader)
                     .await
             }
-            Db::MySql(pool) => sqlx::query_scalar(sql).bind(id).fetch_one(pool).await,
+            Db::MySql(mysql) => {
+                sqlx::query_scalar(sql)
+                    .bind(id)
+                    .fetch_one(&mysql.pool)
+                    .await
+            }
         }
         .unwrap();
         if free == 1 {

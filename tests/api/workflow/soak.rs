@@ -271,7 +271,7 @@ pub(crate) async fn assert_each_effect_once(
         assert_eq!(
             by_branch.get(branch.as_str()),
             Some(&vec![iid]),
-            "{backend}: exactly one MR from {branch}"
+            "{backend}: exactly one MR from {branch}: {batch}"
         );
     }
     assert_eq!(
