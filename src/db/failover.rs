@@ -87,15 +87,11 @@ impl Nodes {
 /// Galera node that is not `Synced` (joining, a donor, cut off from the
 /// cluster) when `require_synced`.
 pub async fn node_problem(conn: &mut MySqlConnection, require_synced: bool) -> Option<String> {
-    let galera: Option<i64> = match sqlx::query_scalar("SELECT @@wsrep_on")
-        .fetch_one(&mut *conn)
-        .await
-    {
-        Ok(on) => on,
-        Err(err) if super::open::is_unknown_variable(&err) => None,
+    let galera = match super::open::wsrep_on(&mut *conn).await {
+        Ok(galera) => galera,
         Err(err) => return Some(err.to_string()),
     };
-    if galera != Some(1) || !require_synced {
+    if !galera || !require_synced {
         return None;
     }
     let state: Option<(String, String)> =

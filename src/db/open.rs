@@ -8,7 +8,7 @@ use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlPool, MySqlPoolOptio
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{ConnectOptions, Connection};
+use sqlx::{ConnectOptions, Connection, Executor, MySql};
 
 use super::failover::Nodes;
 use super::mysql_url::MySqlUrl;
@@ -190,12 +190,8 @@ async fn log_autoinc_lock_mode(pool: &MySqlPool) {
 /// variable). When it cannot be told, it is taken to be one: that only
 /// costs the one-round-trip transactions ([`Db::script_pool`]).
 async fn is_galera_node(pool: &MySqlPool) -> bool {
-    match sqlx::query_scalar::<_, Option<i64>>("SELECT @@wsrep_on")
-        .fetch_one(pool)
-        .await
-    {
-        Ok(on) => on == Some(1),
-        Err(err) if is_unknown_variable(&err) => false,
+    match wsrep_on(pool).await {
+        Ok(galera) => galera,
         Err(err) => {
             tracing::warn!(
                 "cannot tell whether the database is a Galera node ({err}); writing every transaction statement by statement"
@@ -209,24 +205,30 @@ async fn is_galera_node(pool: &MySqlPool) -> bool {
 /// applied every write the cluster acknowledged (`wsrep_sync_wait`): without
 /// it, a read on one node right after a write on another may miss it (a
 /// request just answered 202 on one instance, then 404 on the next). It
-/// costs each read a wait for the node's replication queue. MySQL has no
-/// `wsrep_on`; a MariaDB server outside a cluster has it off.
+/// costs each read a wait for the node's replication queue.
 async fn read_your_writes(conn: &mut MySqlConnection, sync_wait: u32) -> Result<(), sqlx::Error> {
-    let galera: Option<i64> = match sqlx::query_scalar("SELECT @@wsrep_on")
-        .fetch_one(&mut *conn)
-        .await
-    {
-        Ok(on) => on,
-        Err(err) if is_unknown_variable(&err) => None,
-        Err(err) => return Err(err),
-    };
-    if galera == Some(1) {
+    if wsrep_on(&mut *conn).await? {
         sqlx::query("SET SESSION wsrep_sync_wait = ?")
             .bind(sync_wait)
             .execute(&mut *conn)
             .await?;
     }
     Ok(())
+}
+
+/// Whether the server runs Galera replication (`@@wsrep_on`): MySQL has no
+/// such variable, and a MariaDB server outside a cluster has it off.
+pub(super) async fn wsrep_on<'c>(
+    executor: impl Executor<'c, Database = MySql>,
+) -> Result<bool, sqlx::Error> {
+    match sqlx::query_scalar::<_, Option<i64>>("SELECT @@wsrep_on")
+        .fetch_one(executor)
+        .await
+    {
+        Ok(on) => Ok(on == Some(1)),
+        Err(err) if is_unknown_variable(&err) => Ok(false),
+        Err(err) => Err(err),
+    }
 }
 
 /// Whether `err` is MySQL's 1193, an unknown system variable (as

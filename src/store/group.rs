@@ -189,8 +189,9 @@ async fn split(db: &Db, group: Vec<Pending>) -> Result<(Vec<Pending>, Vec<Pendin
 }
 
 /// Records first requests for relations without a row, all or none, as
-/// [`submit`] records each: as one script where the database takes them. A group that lost a
-/// lock race is written again whole, before falling back to one by one.
+/// [`submit`] records each: as one script where the database takes them. A
+/// group that lost a lock race is written again whole, before falling back
+/// to one by one.
 async fn record_together(db: &Db, requests: &[&NewRequest]) -> Result<Vec<Submitted>, StoreError> {
     retrying(|| record_together_once(db, requests)).await
 }

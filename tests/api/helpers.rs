@@ -377,6 +377,15 @@ impl TestApp {
     }
 }
 
+/// Polls `done` every 50 ms until it holds; fails with `what` after 15 s.
+pub async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !done().await {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The built changegate binary as a command, without any `CHANGEGATE*`
 /// variables from the test environment.
 pub fn changegate_command() -> Command {

@@ -5,7 +5,7 @@
 //! the reason in the log; MySQL without a key registers nothing and sends
 //! nothing; SQLite without one generates a key file next to the database.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use changegate::db::Db;
 use changegate::db::webhook_deliveries::list_for_endpoint;
@@ -15,7 +15,9 @@ use changegate::signature::WebhookSecret;
 use serde_json::{Value, json};
 use standardwebhooks::Webhook;
 
-use crate::helpers::{REQUESTER_CONFIG, TestApp, each_backend, mysql_db, spawn_app, sqlite_db};
+use crate::helpers::{
+    REQUESTER_CONFIG, TestApp, each_backend, mysql_db, spawn_app, sqlite_db, wait_until,
+};
 use crate::webhooks::{Receiver, SEALING_KEY, add_endpoint, add_events, count_status};
 
 const KEY_A: ([u8; 32], &str) = ([1; 32], "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=");
@@ -59,14 +61,6 @@ fn assert_sealed_under(stored: &[StoredSecrets], key: &[u8; 32], secrets: &[&str
             let key_text = secret.trim_start_matches("whsec_");
             assert!(!row.secret.contains(key_text), "endpoint {}", row.id);
         }
-    }
-}
-
-async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !done().await {
-        assert!(Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

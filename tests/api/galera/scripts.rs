@@ -5,24 +5,13 @@
 //! after it. Sent statement by statement, the same transaction is told of
 //! the abort as a deadlock and commits nothing.
 
-use std::time::{Duration, Instant};
-
 use changegate::db::script::run_transaction;
 use changegate::db::statement::{SqlValue, Statement};
 use changegate::db::{Db, is_retryable_conflict, open};
 use sqlx::{Connection, MySqlConnection, MySqlPool};
 
 use super::GaleraDb;
-use crate::helpers::database_settings;
-
-/// Polls `condition` every 20 ms for up to 10 s.
-async fn until<F: AsyncFnMut() -> bool>(what: &str, mut condition: F) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !condition().await {
-        assert!(Instant::now() < deadline, "never happened: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use crate::helpers::{database_settings, wait_until};
 
 /// Which node's row `claimed` holds for `k`, as node 2 sees it once it has
 /// applied every write the cluster acknowledged (its pool waits to read).
@@ -96,7 +85,7 @@ async fn an_aborted_script_commits_what_followed_the_abort_and_statement_by_stat
         }
     });
     let mut watcher = MySqlConnection::connect(&cluster.url(1)).await.unwrap();
-    until("the script pauses on node 2", async || {
+    wait_until("the script pauses on node 2", async || {
         sqlx::query_scalar::<_, i64>(
             "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'DO SLEEP%'",
         )
@@ -125,7 +114,7 @@ async fn an_aborted_script_commits_what_followed_the_abort_and_statement_by_stat
         .await
         .unwrap();
     claim_on_node_1(&mut node_1, 2).await;
-    until("node 2 applies node 1's claim", async || {
+    wait_until("node 2 applies node 1's claim", async || {
         claimed_by(pool, 2).await.is_some()
     })
     .await;
