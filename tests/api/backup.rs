@@ -116,7 +116,10 @@ async fn views(app: &TestApp, ids: &[String]) -> HashMap<String, Value> {
         let answer = app
             .get_as("admin", &format!("/api/v1/operations/{id}"))
             .await;
-        assert_eq!(answer.status(), 200, "{id}");
+        let status = answer.status();
+        if status != 200 {
+            panic!("{id}: {status} {}", answer.text().await.unwrap());
+        }
         let view: Value = answer.json().await.unwrap();
         assert_eq!(view["operationId"], id.as_str());
         views.insert(id.clone(), view);
@@ -230,7 +233,8 @@ impl Load {
                     let answer = app
                         .post_as(&format!("user{n}"), "/api/v1/applications", &body)
                         .await;
-                    assert_eq!(answer.status(), 202);
+                    let status = answer.status();
+                    assert_eq!(status, 202, "{}", answer.text().await.unwrap());
                     n += 1;
                 }
                 n
