@@ -129,7 +129,9 @@ export CHANGEGATE_TEST_GALERA_CTL="$node_ctl"
 # When the tests fail, the conflicts each node logged (a local transaction
 # aborted by a replicated one, a write set failing certification) are
 # printed before the cluster is removed: they are the server's side of a
-# transaction that ended otherwise than the service was told.
+# transaction that ended otherwise than the service was told. So is how a
+# node that was started again caught up: by IST, or by an rsync SST, which
+# holds its donor's writes for the copy.
 status=0
 "$@" || status=$?
 if [ "$status" -ne 0 ]; then
@@ -137,6 +139,9 @@ if [ "$status" -ne 0 ]; then
         echo "== Galera node $i: the last conflicts it logged" >&2
         grep -iE "conflict|BF[ -]abort|brute|certification fail" "$work/node$i/error.log" \
             | grep -v "Passing config" | tail -n 80 >&2 || true
+        echo "== Galera node $i: state transfers" >&2
+        grep -E "\b(IST|SST)\b|[Dd]onor|Shifting" "$work/node$i/error.log" \
+            | grep -v "Passing config" | tail -n 40 >&2 || true
     done
 fi
 exit "$status"
