@@ -252,19 +252,23 @@ async fn a_node_killed_for_20_s_mid_run_loses_no_request_and_repeats_no_effect()
     let of = |instance: usize| answers.iter().filter(move |a| a.instance == instance);
     let unavailable = |a: &Answer| a.status == 503 && a.code == "DATABASE_UNAVAILABLE";
     for instance in SURVIVORS {
-        let failed: Vec<_> = of(instance).filter(|a| a.status >= 500).collect();
+        let failed: Vec<_> = of(instance)
+            .filter(|a| a.status >= 500)
+            .map(|a| timed(a, down_from, back_at))
+            .collect();
         assert!(
             failed.is_empty(),
-            "a surviving instance answered {failed:?}"
+            "a surviving instance answered {failed:#?}"
         );
     }
     for instance in [ON_THE_KILLED_NODE, FAILING_OVER] {
         let wrong: Vec<_> = of(instance)
             .filter(|a| a.status >= 500 && !(unavailable(a) && a.retry_after))
+            .map(|a| timed(a, down_from, back_at))
             .collect();
         assert!(
             wrong.is_empty(),
-            "5xx other than 503 with Retry-After: {wrong:?}"
+            "5xx other than 503 with Retry-After: {wrong:#?}"
         );
     }
     let while_down = |a: &&Answer| a.at > down_from && a.at < back_at;
@@ -275,13 +279,15 @@ async fn a_node_killed_for_20_s_mid_run_loses_no_request_and_repeats_no_effect()
     );
     let late: Vec<_> = of(ON_THE_KILLED_NODE)
         .filter(|a| unavailable(a) && a.at > back_at + Duration::from_secs(5))
+        .map(|a| timed(a, down_from, back_at))
         .collect();
-    assert!(late.is_empty(), "503 once the node was back: {late:?}");
+    assert!(late.is_empty(), "503 once the node was back: {late:#?}");
     let failed_over_at = down_from + FAILOVER_WITHIN;
     let slow: Vec<_> = of(FAILING_OVER)
         .filter(|a| unavailable(a) && a.at > failed_over_at)
+        .map(|a| timed(a, down_from, back_at))
         .collect();
-    assert!(slow.is_empty(), "503 after failing over: {slow:?}");
+    assert!(slow.is_empty(), "503 after failing over: {slow:#?}");
     assert!(
         of(FAILING_OVER)
             .filter(|a| a.at > failed_over_at && a.at < back_at)
@@ -302,6 +308,23 @@ async fn a_node_killed_for_20_s_mid_run_loses_no_request_and_repeats_no_effect()
     );
 }
 
+/// `answer` with when it came against the kill and the return.
+fn timed(answer: &Answer, down_from: Instant, back_at: Instant) -> String {
+    let since = |mark: Instant| {
+        if answer.at >= mark {
+            format!("+{:.2?}", answer.at - mark)
+        } else {
+            format!("-{:.2?}", mark - answer.at)
+        }
+    };
+    format!(
+        "{answer:?} for member{}, kill {}, back {}",
+        answer.n,
+        since(down_from),
+        since(back_at)
+    )
+}
+
 /// What an intermittent failure needs to be understood: for each request
 /// not settled, its view (through the instance on node 1), what the other
 /// instances answer for it, who answered its submissions and when (against
@@ -315,13 +338,6 @@ async fn unsettled(
     down_from: Instant,
     back_at: Instant,
 ) -> String {
-    let since = |at: Instant, mark: Instant| {
-        if at >= mark {
-            format!("+{:.2?}", at - mark)
-        } else {
-            format!("-{:.2?}", mark - at)
-        }
-    };
     let mut report = String::new();
     for (n, view) in open {
         report.push_str(&format!("member{n}: {view}\n"));
@@ -336,11 +352,7 @@ async fn unsettled(
             report.push_str(&format!("  instance {}: {seen}\n", index + 1));
         }
         for answer in answers.iter().filter(|a| a.n == *n) {
-            report.push_str(&format!(
-                "  {answer:?}, kill {}, back {}\n",
-                since(answer.at, down_from),
-                since(answer.at, back_at)
-            ));
+            report.push_str(&format!("  {}\n", timed(answer, down_from, back_at)));
         }
     }
     let mut batches: Vec<i64> = open
