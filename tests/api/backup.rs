@@ -117,9 +117,7 @@ async fn views(app: &TestApp, ids: &[String]) -> HashMap<String, Value> {
             .get_as("admin", &format!("/api/v1/operations/{id}"))
             .await;
         let status = answer.status();
-        if status != 200 {
-            panic!("{id}: {status} {}", answer.text().await.unwrap());
-        }
+        assert_eq!(status, 200, "{id}: {}", answer.text().await.unwrap());
         let view: Value = answer.json().await.unwrap();
         assert_eq!(view["operationId"], id.as_str());
         views.insert(id.clone(), view);
