@@ -66,6 +66,8 @@ pub enum Endpoint {
     ListProjectPipelines,
     /// `GET /projects/:id/pipelines/:pipeline_id`
     GetPipeline,
+    /// `GET /projects/:id/pipelines/:pipeline_id/test_report`
+    GetPipelineTestReport,
     /// `POST /projects/:id/pipelines/:pipeline_id/retry`
     RetryPipeline,
     /// `POST /projects/:id/pipelines/:pipeline_id/cancel`

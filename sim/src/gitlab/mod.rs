@@ -43,6 +43,7 @@ mod rebase;
 mod repo;
 mod router;
 mod state;
+mod test_reports;
 mod tree;
 mod web;
 

@@ -10,7 +10,7 @@ use super::faults::Endpoint;
 use super::intercept::intercept;
 use super::{
     GitLabControl, SimContext, approvals, branches, checklist, commits, control_http, merge,
-    merge_requests, pipelines, projects, rebase, tree, web,
+    merge_requests, pipelines, projects, rebase, test_reports, tree, web,
 };
 
 /// Builds the application for one simulator instance.
@@ -135,6 +135,11 @@ pub fn build(ctx: SimContext, control: GitLabControl) -> Router {
             "/projects/{id}/pipelines/{pipeline_id}",
             Endpoint::GetPipeline,
             get(pipelines::get_pipeline),
+        ),
+        (
+            "/projects/{id}/pipelines/{pipeline_id}/test_report",
+            Endpoint::GetPipelineTestReport,
+            get(test_reports::get_test_report),
         ),
         (
             "/projects/{id}/pipelines/{pipeline_id}/retry",

@@ -128,6 +128,11 @@ pub struct ProjectSettings {
     /// file that came from the branch underneath. Read when the pipeline is
     /// created (and when it is retried).
     pub failing_content: Option<String>,
+    /// The project's CI publishes a JUnit report (`artifacts:reports:junit`)
+    /// with one test case per file of the tree it checks, naming the file,
+    /// failed where the file holds `failing_content`. Off, as for a project
+    /// without one, a pipeline's test report is empty.
+    pub junit_reports: bool,
     /// How merges land.
     pub merge_method: MergeMethod,
     /// "Merged results pipelines" (`doc/ci/pipelines/merged_results_pipelines.md`):
@@ -149,6 +154,7 @@ impl Default for ProjectSettings {
             approval_checklist_required: false,
             approval_checklist: Vec::new(),
             failing_content: None,
+            junit_reports: false,
             pipelines_must_succeed: true,
             merge_method: MergeMethod::default(),
             merged_results_pipelines: false,

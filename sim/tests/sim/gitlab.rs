@@ -12,6 +12,7 @@ mod merging;
 mod repository;
 mod schemas;
 pub(crate) mod support;
+mod test_reports;
 mod train;
 mod train_pipelines;
 mod tree;
