@@ -8,6 +8,7 @@ mod ci_history;
 mod error;
 mod history;
 mod merge_requests;
+mod test_reports;
 mod types;
 
 use std::sync::{Arc, Mutex, PoisonError};
