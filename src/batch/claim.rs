@@ -34,6 +34,7 @@ use crate::domain::{BindingStatus, StepStatus};
 use crate::store::{Change, StoreError, StoreTx, move_members};
 
 use super::pace::Pace;
+use super::split::sibling;
 
 /// What a claim did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -250,8 +251,21 @@ fn first_to_board<'w>(due: &'w [Waiting], active: i64, room: Room<'_>) -> Option
         .find(|waiting| waiting.split_group.is_empty() && boards(&waiting.project));
     match ordinary {
         Some(ordinary) if (halves.len() as i64) < places_left => Some(ordinary),
-        _ => due.iter().find(|waiting| !waiting.split_group.is_empty()),
+        _ => first_half(due),
     }
+}
+
+/// The half of a failed batch that boards next: the first one waiting, or
+/// when its sibling waits too, half `a` of the two. Half `a` holds the
+/// members the failed pipeline's test report named (see
+/// [`super::split::halves`]), so it is the one expected to fail, and what
+/// boards after the pair is built on half `b`.
+fn first_half(due: &[Waiting]) -> Option<&Waiting> {
+    let first = due.iter().find(|waiting| !waiting.split_group.is_empty())?;
+    let half_a = sibling(&first.split_group).filter(|group| group.ends_with('a'));
+    half_a
+        .and_then(|group| due.iter().find(|waiting| waiting.split_group == group))
+        .or(Some(first))
 }
 
 /// Whether the ordinary requests of a project may board now, of those `due`.

@@ -16,6 +16,7 @@ mod remembered;
 mod runner;
 mod settle;
 mod split;
+mod suspects;
 mod traced;
 mod train;
 mod turn;

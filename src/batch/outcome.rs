@@ -22,7 +22,7 @@ use crate::write_tx;
 use super::metrics::Ended;
 use super::noted::note_members;
 use super::runner::{ACTOR, IN_FLIGHT, MergeQueue, batch_branch};
-use super::split::levels;
+use super::split::{Halves, halves, levels};
 use super::train::{Behind, Rebuild};
 
 impl MergeQueue {
@@ -257,6 +257,22 @@ impl MergeQueue {
         message: &str,
         noted: &[TimelineEvent],
     ) -> Result<(), StoreError> {
+        self.fail_suspecting(db, batch, step, message, noted, &[])
+            .await
+    }
+
+    /// [`Self::fail`], the members in `suspects` (those whose files the
+    /// failed pipeline's test report named) bisected apart from the others
+    /// (see [`halves`]).
+    pub(super) async fn fail_suspecting(
+        &self,
+        db: &Db,
+        batch: &BatchRow,
+        step: StepStatus,
+        message: &str,
+        noted: &[TimelineEvent],
+        suspects: &[String],
+    ) -> Result<(), StoreError> {
         let Some(batch) = self.unmerged(db, batch).await? else {
             return Ok(());
         };
@@ -294,7 +310,7 @@ impl MergeQueue {
                 .await?;
             note_members(tx, &ids, noted).await?;
             if bisect {
-                let (first, second) = ids.split_at(ids.len() / 2);
+                let Halves { a, b, reported } = halves(&ids, suspects);
                 let parent = if batch.split_group.is_empty() {
                     String::new()
                 } else {
@@ -306,31 +322,42 @@ impl MergeQueue {
                     format!("{parent}{}a", batch.id),
                     format!("{parent}{}b", batch.id),
                 );
-                let retry = format!(
-                    "batch #{} failed ({message}); retried in a smaller batch",
-                    batch.shown_number()
-                );
-                let change = Change {
-                    step: StepStatus::HandleBatchRetry,
-                    message: Some(&retry),
-                    actor: ACTOR,
+                let failed = format!("batch #{} failed ({message})", batch.shown_number());
+                let retries = if reported {
+                    [
+                        (&a, format!("{failed}; its test report names this request's file: retried apart from the others")),
+                        (&b, format!("{failed}; its test report names another request's file: retried without it")),
+                    ]
+                } else {
+                    let retry = format!("{failed}; retried in a smaller batch");
+                    [(&a, retry.clone()), (&b, retry)]
                 };
-                move_members(
-                    tx,
-                    &ids,
-                    IN_FLIGHT,
-                    Some(BindingStatus::MrCreating),
-                    change,
-                    None,
-                )
-                .await?;
+                // Two subsets of the members move: the whole set is locked
+                // first, in the store's one lock order.
+                lock_members(tx, &ids).await?;
+                for (half, retry) in retries {
+                    let change = Change {
+                        step: StepStatus::HandleBatchRetry,
+                        message: Some(&retry),
+                        actor: ACTOR,
+                    };
+                    move_members(
+                        tx,
+                        half,
+                        IN_FLIGHT,
+                        Some(BindingStatus::MrCreating),
+                        change,
+                        None,
+                    )
+                    .await?;
+                }
                 release_members(
                     tx.db(),
-                    &[(group_a.as_str(), first), (group_b.as_str(), second)],
+                    &[(group_a.as_str(), &a), (group_b.as_str(), &b)],
                 )
                 .await?;
-                append_membership(tx.db(), batch.id, first, "SPLIT", Some(&group_a)).await?;
-                append_membership(tx.db(), batch.id, second, "SPLIT", Some(&group_b)).await?;
+                append_membership(tx.db(), batch.id, &a, "SPLIT", Some(&group_a)).await?;
+                append_membership(tx.db(), batch.id, &b, "SPLIT", Some(&group_b)).await?;
             } else {
                 fail_members(tx, &ids, step, message).await?;
                 append_membership(tx.db(), batch.id, &ids, "FAILED", None).await?;

@@ -253,7 +253,15 @@ impl MergeQueue {
                         let message = format!("the pipeline of batch MR !{iid} failed");
                         let step = StepStatus::CreatePipelineFailed;
                         let noted = head_pipeline_run(&mr);
-                        self.fail(db, &batch, step, &message, noted.as_slice())
+                        let suspects = match mr.head_pipeline.as_ref() {
+                            Some(pipeline) => {
+                                self.suspects(db, settings, token, &batch, pipeline.id)
+                                    .await?
+                            }
+                            None => Vec::new(),
+                        };
+                        let noted = noted.as_slice();
+                        self.fail_suspecting(db, &batch, step, &message, noted, &suspects)
                             .await
                     }
                     _ if settings.polling.deadline_reached(batch.polls + 1)

@@ -1,6 +1,43 @@
 //! The names of a failed batch's halves: its members wait in split groups
 //! `{parent}{id}a` and `{parent}{id}b` (`12a`, `12a/15b`), so the group
-//! says which batch each half comes from and which half is its sibling.
+//! says which batch each half comes from and which half is its sibling;
+//! and which members go to which half.
+
+/// A failed batch's members as its two halves.
+#[derive(Debug, PartialEq)]
+pub(super) struct Halves {
+    /// Half `a`: the members the test report named, or the first half of
+    /// the queue order.
+    pub a: Vec<String>,
+    /// Half `b`: the others.
+    pub b: Vec<String>,
+    /// Whether the test report chose them.
+    pub reported: bool,
+}
+
+/// A failed batch's members (`ids`, in queue order) as its halves `a` and
+/// `b`. When the failed pipeline's test report named the files of some of
+/// them and not all (`suspects`), they are half `a` and the others half
+/// `b`: with one change failing CI, `b` then passes at its first try and
+/// `a` is that change alone, or is halved again. Otherwise the first half
+/// of the queue order is `a`.
+pub(super) fn halves(ids: &[String], suspects: &[String]) -> Halves {
+    let (named, others): (Vec<String>, Vec<String>) =
+        ids.iter().cloned().partition(|id| suspects.contains(id));
+    if named.is_empty() || others.is_empty() {
+        let (a, b) = ids.split_at(ids.len() / 2);
+        return Halves {
+            a: a.to_vec(),
+            b: b.to_vec(),
+            reported: false,
+        };
+    }
+    Halves {
+        a: named,
+        b: others,
+        reported: true,
+    }
+}
 
 /// The other half of the same failed batch: `12a` ↔ `12b`; `None` for an
 /// ordinary group (`""`).
@@ -40,6 +77,41 @@ pub(super) fn levels(group: &str) -> Vec<(i64, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ids(names: &[&str]) -> Vec<String> {
+        names.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_members_a_test_report_names_are_half_a_and_the_others_half_b() {
+        let members = ids(&["o1", "o2", "o3", "o4", "o5"]);
+        let reported = |a: &[&str], b: &[&str]| Halves {
+            a: ids(a),
+            b: ids(b),
+            reported: true,
+        };
+        assert_eq!(
+            halves(&members, &ids(&["o4"])),
+            reported(&["o4"], &["o1", "o2", "o3", "o5"])
+        );
+        assert_eq!(
+            halves(&members, &ids(&["o5", "o2"])),
+            reported(&["o2", "o5"], &["o1", "o3", "o4"])
+        );
+    }
+
+    #[test]
+    fn without_a_report_naming_some_members_and_not_all_the_queue_order_is_halved() {
+        let members = ids(&["o1", "o2", "o3", "o4", "o5"]);
+        let by_order = Halves {
+            a: ids(&["o1", "o2"]),
+            b: ids(&["o3", "o4", "o5"]),
+            reported: false,
+        };
+        assert_eq!(halves(&members, &[]), by_order);
+        assert_eq!(halves(&members, &members), by_order);
+        assert_eq!(halves(&members, &ids(&["elsewhere"])), by_order);
+    }
 
     #[test]
     fn each_level_names_the_failed_batch_and_the_other_half_of_it() {

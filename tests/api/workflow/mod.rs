@@ -272,6 +272,7 @@ mod preview;
 mod project_settings;
 mod queue;
 mod rate_limits;
+mod reported;
 mod repository_files;
 mod revert;
 mod scheduling;
