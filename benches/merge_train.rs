@@ -16,7 +16,10 @@
 //! sharing the train (`config/other`, its pipelines 20 s, three of its
 //! requests merged first too). The errors are then split: requests shown
 //! their time before the first batch failed that merged after it (what no
-//! history foretells), and the others.
+//! history foretells), and the others. The failing runs are played twice:
+//! once as a project whose CI publishes no test report (the failed batch is
+//! halved in queue order), once as one whose JUnit report names each file
+//! it checks (the failing file's request is split off at once).
 //!
 //! ```sh
 //! cargo bench --bench merge_train            # both parts
@@ -88,6 +91,9 @@ struct Scenario {
     varied: bool,
     /// Every fourth request is for [`OTHER`], sharing the train.
     shared: bool,
+    /// The project's CI publishes a JUnit report naming each file it
+    /// checks, so a failed pipeline's report names the failing file.
+    reported: bool,
 }
 
 /// Another project sharing the train, with the same members.
@@ -111,6 +117,7 @@ async fn run(scenario: Scenario, database_url: &str) -> Measured {
         failing,
         varied,
         shared,
+        reported,
     } = scenario;
     let (shortest, longest) = if varied {
         (VARIED.0, Some(VARIED.1))
@@ -130,6 +137,7 @@ async fn run(scenario: Scenario, database_url: &str) -> Measured {
         .update_settings(project, |s| {
             s.merge_method = MergeMethod::Merge;
             s.failing_content = Some("POISON".to_owned());
+            s.junit_reports = reported;
         })
         .expect("project settings");
     // A team's project has run CI before changegate: its last pipelines
@@ -390,7 +398,12 @@ async fn train_runs() {
         "| run | max_in_flight | QUEUED→MERGED p50 (pipelines) | p95 (pipelines) | merged | pipelines run | GitLab calls |"
     );
     println!("|---|---|---|---|---|---|---|");
-    for failing in [false, true] {
+    let runs = [
+        ("no failing request", false, false),
+        ("one failing request", true, false),
+        ("one failing request, named by a test report", true, true),
+    ];
+    for (name, failing, reported) in runs {
         for depth in [1, 4] {
             let dir = tempfile::tempdir().expect("temp dir");
             let url = format!("sqlite://{}", dir.path().join("train.db").display());
@@ -399,20 +412,12 @@ async fn train_runs() {
                 failing,
                 varied: false,
                 shared: false,
+                reported,
             };
             let m = run(scenario, &url).await;
             println!(
-                "| {} | {depth} | {:.2} | {:.2} | {} | {} | {} |",
-                if failing {
-                    "one failing request"
-                } else {
-                    "no failing request"
-                },
-                m.p50,
-                m.p95,
-                m.merged,
-                m.pipelines,
-                m.calls
+                "| {name} | {depth} | {:.2} | {:.2} | {} | {} | {} |",
+                m.p50, m.p95, m.merged, m.pipelines, m.calls
             );
         }
     }
@@ -425,7 +430,25 @@ async fn estimate_run() {
     );
     println!("|---|---|---|---|---|");
     let mut split = Vec::new();
-    for shared in [false, true] {
+    let runs = [
+        ("one project", false, false),
+        (
+            "a quarter of the requests for another project (pipelines 20 s)",
+            true,
+            false,
+        ),
+        (
+            "one project, the failing file named by a test report",
+            false,
+            true,
+        ),
+        (
+            "shared, the failing file named by a test report",
+            true,
+            true,
+        ),
+    ];
+    for (name, shared, reported) in runs {
         let dir = tempfile::tempdir().expect("temp dir");
         let url = format!("sqlite://{}", dir.path().join("eta.db").display());
         let scenario = Scenario {
@@ -433,33 +456,28 @@ async fn estimate_run() {
             failing: true,
             varied: true,
             shared,
+            reported,
         };
         let m = run(scenario, &url).await;
         println!(
-            "| {} | {:.0}% | {:.0}% | {} | {} |",
-            if shared {
-                "a quarter of the requests for another project (pipelines 20 s)"
-            } else {
-                "one project"
-            },
+            "| {name} | {:.0}% | {:.0}% | {} | {} |",
             100.0 * percentile(&m.estimate_errors, 0.50),
             100.0 * percentile(&m.estimate_errors, 0.90),
             m.estimate_errors.len(),
             m.unestimated
         );
-        split.push((shared, m));
+        split.push((name, m));
     }
     println!();
     println!(
         "| the same runs | requests waiting when the first batch failed | of them over 50% | over 50% among the others | the others' median | p90 |"
     );
     println!("|---|---|---|---|---|---|");
-    for (shared, m) in &split {
+    for (name, m) in &split {
         let over_half = |errors: &[f64]| errors.iter().filter(|e| **e > 0.5).count();
         let others = &m.other_errors;
         println!(
-            "| {} | {} | {} | {} | {:.0}% | {:.0}% |",
-            if *shared { "shared" } else { "one project" },
+            "| {name} | {} | {} | {} | {:.0}% | {:.0}% |",
             m.caught_by_failure_errors.len(),
             over_half(&m.caught_by_failure_errors),
             over_half(others),
