@@ -23,7 +23,7 @@ use crate::db::{DbTx, Reader};
 use super::forecast::{
     Boarded, Boarding, Car, Durations, Fate, Paced, Waiting, fates, merge_times,
 };
-use super::split::{are_siblings, levels};
+use super::split::{are_siblings, in_boarding_order, levels};
 use super::train::to_build_on;
 
 /// Merged batches a project needs before its times are estimated.
@@ -216,9 +216,9 @@ pub async fn queue_estimate(
         Place::Waiting(place) => {
             let per_batch = settings.batch.max_requests.max(1) as usize;
             let mut own_full = per_batch == 1;
-            for (of_project, group, count) in
-                waiting_ahead(&mut *snapshot, partition, place.id).await?
-            {
+            let mut ahead = waiting_ahead(&mut *snapshot, partition, place.id).await?;
+            in_boarding_order(&mut ahead, |(_, group, _)| group);
+            for (of_project, group, count) in ahead {
                 let count = usize::try_from(count).unwrap_or(0);
                 // A half boards ahead of every ordinary request.
                 let hows: Vec<Paced> = if !group.is_empty() {

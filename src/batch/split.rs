@@ -39,6 +39,28 @@ pub(super) fn halves(ids: &[String], suspects: &[String]) -> Halves {
     }
 }
 
+/// `items` (waiting groups in queue order, `group` naming each one's
+/// split group) in the order they board: where half `b` of a failed batch
+/// comes before its sibling `a`, `a` takes its place and `b` follows it, as
+/// the claim boards them (`claim.rs`, `first_half`).
+pub(super) fn in_boarding_order<T>(items: &mut Vec<T>, group: impl Fn(&T) -> &str) {
+    let mut index = 0;
+    while index < items.len() {
+        let half_a = sibling(group(&items[index])).filter(|other| other.ends_with('a'));
+        let later = half_a.and_then(|half_a| {
+            items[index + 1..]
+                .iter()
+                .position(|item| group(item) == half_a)
+        });
+        if let Some(offset) = later {
+            let item = items.remove(index + 1 + offset);
+            items.insert(index, item);
+            index += 1;
+        }
+        index += 1;
+    }
+}
+
 /// The other half of the same failed batch: `12a` ↔ `12b`; `None` for an
 /// ordinary group (`""`).
 pub(super) fn sibling(group: &str) -> Option<String> {
@@ -111,6 +133,13 @@ mod tests {
         assert_eq!(halves(&members, &[]), by_order);
         assert_eq!(halves(&members, &members), by_order);
         assert_eq!(halves(&members, &ids(&["elsewhere"])), by_order);
+    }
+
+    #[test]
+    fn half_a_boards_in_the_place_of_its_sibling_b_when_b_waits_first() {
+        let mut waiting = vec!["", "7b", "", "9a", "7a", "9b", "3a/8b", "3a/8a"];
+        in_boarding_order(&mut waiting, |group| group);
+        assert_eq!(waiting, ["", "7a", "7b", "", "9a", "9b", "3a/8a", "3a/8b"]);
     }
 
     #[test]
