@@ -1,10 +1,13 @@
 //! `GET /projects/:id/pipelines/:pipeline_id/test_report`: the JUnit results a
 //! pipeline's jobs published (`lib/api/ci/pipelines.rb`, `TestReportEntity`,
 //! `TestSuiteEntity`, `TestCaseEntity`). A pipeline without reports answers an
-//! empty report (200, `total_count: 0`, as GitLab's own API spec expects), and
-//! so does one still running here: GitLab reads the reports of finished jobs.
-//! A project with `junit_reports` on checks every file of the pipeline's tree,
-//! one test case per file with its path in `file`.
+//! empty report (200, `total_count: 0`, as GitLab's own API spec expects).
+//! A project with `junit_reports` on checks every file of the pipeline's tree
+//! in one job, one test case per file with its path in `file`. Simplified:
+//! that one job's report appears when the pipeline ends `success` or
+//! `failed`; while it runs, or once canceled, the report is empty (GitLab
+//! shows the reports of whichever jobs finished), and suites carry no
+//! `build_ids`.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -13,7 +16,7 @@ use serde_json::{Value, json};
 use super::SimContext;
 use super::auth::Caller;
 use super::error::{ApiError, ApiResult};
-use super::pipelines::Pipeline;
+use super::pipelines::{Pipeline, PipelineStatus};
 use super::state::Project;
 
 /// The suite the simulated CI job publishes.
@@ -30,7 +33,11 @@ pub async fn get_test_report(
     let project = &*scope.project;
     let pipeline = project.pipelines.iter().find(|p| p.id == id);
     let pipeline = pipeline.ok_or(ApiError::NotFound("Pipeline"))?;
-    let cases = if project.settings.junit_reports && !pipeline.status.is_active() {
+    let ended = matches!(
+        pipeline.status,
+        PipelineStatus::Success | PipelineStatus::Failed
+    );
+    let cases = if project.settings.junit_reports && ended {
         test_cases(project, pipeline)
     } else {
         Vec::new()
@@ -38,7 +45,7 @@ pub async fn get_test_report(
     Ok(Json(report(&cases)))
 }
 
-/// One test case per file of the pipeline's tree.
+/// The check job's cases: one per file of the pipeline's tree.
 fn test_cases(project: &Project, pipeline: &Pipeline) -> Vec<Value> {
     let Some(commit) = project.repo.commit(&pipeline.sha) else {
         return Vec::new();

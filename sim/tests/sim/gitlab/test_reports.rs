@@ -54,6 +54,8 @@ async fn a_failed_pipeline_reports_the_file_that_failed_when_the_project_publish
         .update_settings(fx.project, |s| s.junit_reports = true)
         .unwrap();
     let with = fx.open_mr("bot/with", &files).await;
+    let running = report(&fx, with).await;
+    assert_eq!(running["total_count"], 0, "not ended yet: {running}");
     fx.poll_pipeline(with, "failed").await;
     let published = report(&fx, with).await;
     assert_eq!(failed_files(&published), ["./b.json"], "{published}");
@@ -64,7 +66,9 @@ async fn a_failed_pipeline_reports_the_file_that_failed_when_the_project_publish
 
     let clean = fx.open_mr("bot/clean", &[("c.json", "{}\n")]).await;
     fx.poll_pipeline(clean, "success").await;
-    assert_eq!(failed_files(&report(&fx, clean).await), Vec::<&str>::new());
+    let passed = report(&fx, clean).await;
+    assert!(passed["total_count"].as_u64().unwrap() > 0, "{passed}");
+    assert_eq!(failed_files(&passed), Vec::<&str>::new());
 
     let unknown = fx
         .get(BOT, &format!("{}/pipelines/999999/test_report", fx.root))
