@@ -284,3 +284,43 @@ fn may_board<'r>(due: &[Waiting], room: Room<'r>) -> impl Fn(&str) -> bool + 'r 
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::split::in_boarding_order;
+
+    fn waiting(id: i64, group: &str) -> Waiting {
+        Waiting {
+            id,
+            operation_id: format!("op{id}"),
+            project: "config/repo".to_owned(),
+            split_group: group.to_owned(),
+            target_key: "team.access".to_owned(),
+        }
+    }
+
+    #[test]
+    fn halves_board_in_the_order_the_estimate_plays_them() {
+        let groups = ["7b", "7a", "7b", "3a/9b", "3a/9a", "7a", "12a", "12b"];
+        let mut due: Vec<Waiting> = (0..)
+            .zip(groups)
+            .map(|(id, group)| waiting(id, group))
+            .collect();
+        let mut boarded = Vec::new();
+        while let Some(next) = first_half(&due) {
+            let group = next.split_group.clone();
+            due.retain(|waiting| waiting.split_group != group);
+            boarded.push(group);
+        }
+        let mut played: Vec<&str> = Vec::new();
+        for group in groups {
+            if !played.contains(&group) {
+                played.push(group);
+            }
+        }
+        in_boarding_order(&mut played, |group| group);
+        assert_eq!(boarded, played);
+        assert_eq!(boarded, ["7a", "7b", "3a/9a", "3a/9b", "12a", "12b"]);
+    }
+}

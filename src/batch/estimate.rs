@@ -217,7 +217,9 @@ pub async fn queue_estimate(
             let per_batch = settings.batch.max_requests.max(1) as usize;
             let mut own_full = per_batch == 1;
             let mut ahead = waiting_ahead(&mut *snapshot, partition, place.id).await?;
-            in_boarding_order(&mut ahead, |(_, group, _)| group);
+            if settings.batch.max_in_flight > 1 {
+                in_boarding_order(&mut ahead, |(_, group, _)| group);
+            }
             for (of_project, group, count) in ahead {
                 let count = usize::try_from(count).unwrap_or(0);
                 // A half boards ahead of every ordinary request.

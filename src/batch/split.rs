@@ -40,9 +40,10 @@ pub(super) fn halves(ids: &[String], suspects: &[String]) -> Halves {
 }
 
 /// `items` (waiting groups in queue order, `group` naming each one's
-/// split group) in the order they board: where half `b` of a failed batch
-/// comes before its sibling `a`, `a` takes its place and `b` follows it, as
-/// the claim boards them (`claim.rs`, `first_half`).
+/// split group) in the order they board in a train deeper than one: where
+/// half `b` of a failed batch comes before its sibling `a`, `a` takes its
+/// place and `b` follows it, as the claim boards them (`claim.rs`,
+/// `first_half`; one batch at a time boards in queue order).
 pub(super) fn in_boarding_order<T>(items: &mut Vec<T>, group: impl Fn(&T) -> &str) {
     let mut index = 0;
     while index < items.len() {

@@ -12,7 +12,7 @@ use crate::db::Db;
 use crate::db::batches::{BatchRow, live_members};
 use crate::db::operations::operations_by_ids;
 use crate::store::StoreError;
-use crate::workflow::{file_change, file_path_of};
+use crate::workflow::file_path_of;
 
 use super::runner::MergeQueue;
 
@@ -54,13 +54,7 @@ impl MergeQueue {
         let operations = operations_by_ids(db, &ids).await?;
         Ok(operations
             .iter()
-            .filter(|operation| {
-                let path = match file_change(settings, operation) {
-                    Ok(change) => change.path().to_owned(),
-                    Err(_) => file_path_of(settings, operation),
-                };
-                files.contains(&path)
-            })
+            .filter(|operation| files.contains(&file_path_of(settings, operation)))
             .map(|operation| operation.operation_id.clone())
             .collect())
     }

@@ -8,8 +8,9 @@ use super::Fate;
 /// waiting) is expected to do, from its split group (`""`: an ordinary
 /// batch; `12a`, `12a/15b`: a half of a failed batch) and its size, one
 /// change failing in each bisected batch: of two halves both still there,
-/// the first is taken to fail (either does, and the batches behind wait
-/// the same); a half whose sibling has gone fails when the sibling merged,
+/// half `a` is taken to fail (it holds the members the failed pipeline's
+/// test report named, when it named some; else either half may, and the
+/// batches behind wait the same); a half whose sibling has gone fails when the sibling merged,
 /// and merges when `sibling_failed` says the sibling failed (split again,
 /// or failed for good as the change that failed CI).
 pub fn fates(
