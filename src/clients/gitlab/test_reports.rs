@@ -34,8 +34,8 @@ struct TestCase {
 
 impl GitLabClient {
     /// The repository paths of the files the failed and errored test
-    /// cases of pipeline `pipeline_id` name (see [`failed_files`]); empty
-    /// when the report names none.
+    /// cases of pipeline `pipeline_id` name, each once (a `./` in front
+    /// dropped, absolute paths left out); empty when the report names none.
     pub async fn failed_test_files(
         &self,
         token: &SecretString,
