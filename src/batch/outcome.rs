@@ -257,21 +257,22 @@ impl MergeQueue {
         message: &str,
         noted: &[TimelineEvent],
     ) -> Result<(), StoreError> {
-        self.fail_suspecting(db, batch, step, message, noted, &[])
+        self.fail_with_test_report(db, batch, step, message, noted, None)
             .await
     }
 
-    /// [`Self::fail`], the members in `suspects` (those whose files the
-    /// failed pipeline's test report named) bisected apart from the others
-    /// (see [`halves`]).
-    pub(super) async fn fail_suspecting(
+    /// [`Self::fail`] for a batch whose pipeline `failed_pipeline` failed:
+    /// when the batch is bisected, the members whose files that
+    /// pipeline's test report names go to one half and the others to the
+    /// other (see [`halves`]). The report is read only then.
+    pub(super) async fn fail_with_test_report(
         &self,
         db: &Db,
         batch: &BatchRow,
         step: StepStatus,
         message: &str,
         noted: &[TimelineEvent],
-        suspects: &[String],
+        failed_pipeline: Option<i64>,
     ) -> Result<(), StoreError> {
         let Some(batch) = self.unmerged(db, batch).await? else {
             return Ok(());
@@ -291,6 +292,12 @@ impl MergeQueue {
             && ids.len() > 1
             && (depth < settings.batch.max_split_depth as usize
                 || one_failing_change(db, &batch.split_group).await?);
+        let suspects = match failed_pipeline {
+            Some(pipeline) if bisect => {
+                self.suspects(db, &settings, &batch, &ids, pipeline).await?
+            }
+            _ => Vec::new(),
+        };
         let behind = Behind::of(db, &batch).await?;
         let behind_message = format!(
             "merge batch #{} ahead failed: built again without it",
@@ -310,7 +317,7 @@ impl MergeQueue {
                 .await?;
             note_members(tx, &ids, noted).await?;
             if bisect {
-                let Halves { a, b, reported } = halves(&ids, suspects);
+                let Halves { a, b, reported } = halves(&ids, &suspects);
                 let parent = if batch.split_group.is_empty() {
                     String::new()
                 } else {

@@ -253,15 +253,9 @@ impl MergeQueue {
                         let message = format!("the pipeline of batch MR !{iid} failed");
                         let step = StepStatus::CreatePipelineFailed;
                         let noted = head_pipeline_run(&mr);
-                        let suspects = match mr.head_pipeline.as_ref() {
-                            Some(pipeline) => {
-                                self.suspects(db, settings, token, &batch, pipeline.id)
-                                    .await?
-                            }
-                            None => Vec::new(),
-                        };
+                        let pipeline = mr.head_pipeline.as_ref().map(|pipeline| pipeline.id);
                         let noted = noted.as_slice();
-                        self.fail_suspecting(db, &batch, step, &message, noted, &suspects)
+                        self.fail_with_test_report(db, &batch, step, &message, noted, pipeline)
                             .await
                     }
                     _ if settings.polling.deadline_reached(batch.polls + 1)

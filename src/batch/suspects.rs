@@ -3,37 +3,33 @@
 //! publishes a JUnit report with each case's `file` then has its failing
 //! change split off at the first level of the bisection, and the rest of
 //! the batch passes one pipeline later; without such a report (or when it
-//! cannot be read) the batch is halved in queue order, as before.
-
-use secrecy::SecretString;
+//! cannot be read) the batch is halved in queue order.
 
 use crate::config::Settings;
 use crate::db::Db;
-use crate::db::batches::{BatchRow, live_members};
+use crate::db::batches::BatchRow;
 use crate::db::operations::operations_by_ids;
 use crate::store::StoreError;
-use crate::workflow::file_path_of;
+use crate::workflow::{bot, file_path_of};
 
 use super::runner::MergeQueue;
 
 impl MergeQueue {
-    /// The members of `batch` whose files the failed pipeline
-    /// `pipeline_id`'s test report names (none for a batch of one, which
-    /// is not split). The report is
-    /// a hint for the split, never a verdict (every half is tested again),
-    /// so a report that cannot be read names none.
+    /// The members of `batch` (`ids`) whose files the failed pipeline
+    /// `pipeline_id`'s test report names. The report is a hint for the
+    /// split, never a verdict (every half is tested again), so a report
+    /// that cannot be read names none.
     pub(super) async fn suspects(
         &self,
         db: &Db,
         settings: &Settings,
-        token: &SecretString,
         batch: &BatchRow,
+        ids: &[String],
         pipeline_id: i64,
     ) -> Result<Vec<String>, StoreError> {
-        let ids = live_members(db, batch.id).await?;
-        if ids.len() < 2 {
+        let Ok(token) = bot(settings) else {
             return Ok(Vec::new());
-        }
+        };
         let gitlab = &self.workflow.gitlab;
         let files = match gitlab
             .failed_test_files(token, &batch.project, pipeline_id)
@@ -51,7 +47,7 @@ impl MergeQueue {
                 return Ok(Vec::new());
             }
         };
-        let operations = operations_by_ids(db, &ids).await?;
+        let operations = operations_by_ids(db, ids).await?;
         Ok(operations
             .iter()
             .filter(|operation| files.contains(&file_path_of(settings, operation)))
