@@ -377,10 +377,24 @@ async fn one_poisoned_request_is_bisected_out_and_the_other_fifteen_merge() {
     assert!(calls("gitlab") >= 9.0, "{}", calls("gitlab"));
 }
 
-/// A queue whose bisection stops halving at `max_split_depth`, with the
-/// requests of `levels` (`POISON` fails CI) approved and settled: each
-/// request's view, and how many MRs it took.
-async fn bisected(db_url: &str, max_split_depth: u32, levels: &[&str]) -> (Vec<Value>, usize) {
+/// A queue after [`bisected`]: the world, its requests in order, each
+/// one's view, and how many MRs they took.
+pub(super) struct Bisected {
+    pub w: World,
+    pub ids: Vec<String>,
+    pub views: Vec<Value>,
+    pub mrs: usize,
+}
+
+/// A queue whose bisection stops halving at `max_split_depth`, its project
+/// set up by `configure`, with the requests of `levels` (`POISON` fails CI)
+/// approved and settled.
+pub(super) async fn bisected(
+    db_url: &str,
+    max_split_depth: u32,
+    levels: &[&str],
+    configure: impl FnOnce(&World),
+) -> Bisected {
     let w = world_with(
         db_url,
         WorldOptions {
@@ -394,6 +408,7 @@ async fn bisected(db_url: &str, max_split_depth: u32, levels: &[&str]) -> (Vec<V
             settings.failing_content = Some("POISON".to_owned());
         })
         .unwrap();
+    configure(&w);
     let mut ids = Vec::new();
     for (n, level) in levels.iter().enumerate() {
         ids.push(apply_for(&w, &format!("member{n}"), level).await);
@@ -403,7 +418,7 @@ async fn bisected(db_url: &str, max_split_depth: u32, levels: &[&str]) -> (Vec<V
     let mrs = (1..)
         .map_while(|iid| w.gitlab.merge_request(w.project, iid))
         .count();
-    (views, mrs)
+    Bisected { w, ids, views, mrs }
 }
 
 #[tokio::test]
@@ -413,7 +428,7 @@ async fn one_failing_change_never_fails_another_request_however_deep_the_bisecti
     for test_db in crate::helpers::each_backend().await {
         let mut levels = ["read"; 8];
         levels[5] = "POISON";
-        let (views, mrs) = bisected(&test_db.url, 1, &levels).await;
+        let Bisected { views, mrs, .. } = bisected(&test_db.url, 1, &levels, |_| {}).await;
         for (n, v) in views.iter().enumerate() {
             let expected = if n == 5 { "CREATE_FAILED" } else { "VALIDATED" };
             assert_eq!(v["status"], expected, "member {n}: {v}");
@@ -431,7 +446,7 @@ async fn once_both_halves_failed_max_split_depth_bounds_the_bisection() {
     // but no further: 9 MRs at most, where halving every failing batch
     // until one request is left would take 15.
     let test_db = sqlite_db().await;
-    let (views, mrs) = bisected(&test_db.url, 1, &["POISON"; 8]).await;
+    let Bisected { views, mrs, .. } = bisected(&test_db.url, 1, &["POISON"; 8], |_| {}).await;
     for (n, v) in views.iter().enumerate() {
         assert_eq!(v["status"], "CREATE_FAILED", "member {n}: {v}");
     }

@@ -49,11 +49,11 @@ pub(super) async fn settled(w: &World, id: &str) -> Value {
     .await
 }
 
-/// `(step name, message)` of every recorded step.
-async fn timeline(w: &World, id: &str) -> Vec<(String, String)> {
+/// `(step name, message)` of every recorded step, as `user` reads them.
+pub(super) async fn timeline(w: &World, user: &str, id: &str) -> Vec<(String, String)> {
     let timeline: Value = w
         .app
-        .get_as("alice", &format!("/api/v1/operations/{id}/timeline"))
+        .get_as(user, &format!("/api/v1/operations/{id}/timeline"))
         .await
         .json()
         .await
@@ -105,7 +105,7 @@ async fn an_mr_behind_its_target_is_rebased_then_merged() {
     let view = settled(&w, &id).await;
     assert_eq!(view["status"], "VALIDATED", "{view}");
     assert_eq!(w.gitlab.calls(Endpoint::Rebase), 1);
-    let steps = timeline(&w, &id).await;
+    let steps = timeline(&w, "alice", &id).await;
     assert!(
         steps
             .iter()
@@ -144,7 +144,7 @@ async fn a_rebase_whose_answer_was_lost_is_waited_for_not_failed() {
         1,
         "the rebase GitLab did is not asked for again"
     );
-    let steps = timeline(&w, &id).await;
+    let steps = timeline(&w, "alice", &id).await;
     assert!(
         steps
             .iter()

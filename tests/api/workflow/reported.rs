@@ -9,8 +9,8 @@ use changegate::db::batches::get_batch;
 use changegate_sim::gitlab::{Endpoint, Fault, FaultKind};
 use serde_json::Value;
 
-use super::batched::{apply_for, approve_all, manual_rounds, rounds_until_settled};
-use super::end_to_end::{WorldOptions, world_with};
+use super::batched::{Bisected, bisected};
+use super::gitlab_faults::timeline;
 use crate::helpers::{each_backend, train_depth};
 
 /// How eight requests settled.
@@ -19,57 +19,34 @@ struct Settled {
     views: Vec<Value>,
     /// How many MRs they took.
     mrs: usize,
-    /// The first message each request's timeline shows for its retry.
+    /// The message each request's timeline shows for its retry.
     retries: Vec<String>,
 }
 
-/// Eight requests, the sixth poisoned (`POISON` fails CI), approved
-/// together and settled, with `batch.max_split_depth = 1`; the project
-/// publishes test reports, and `report_fault` breaks reading them.
+/// Eight requests, the sixth poisoned, bisected with
+/// `batch.max_split_depth = 1`; the project publishes test reports, and
+/// `report_fault` breaks reading them.
 async fn settled(db_url: &str, report_fault: Option<FaultKind>) -> Settled {
-    let w = world_with(
-        db_url,
-        WorldOptions {
-            batch_keys: "interval = \"1h\"\nmax_split_depth = 1".to_owned(),
-            ..manual_rounds()
-        },
-    )
-    .await;
-    w.gitlab
-        .update_settings(w.project, |settings| {
-            settings.failing_content = Some("POISON".to_owned());
-            settings.junit_reports = true;
-        })
-        .unwrap();
-    if let Some(kind) = report_fault {
+    let mut levels = ["read"; 8];
+    levels[5] = "POISON";
+    let Bisected { w, ids, views, mrs } = bisected(db_url, 1, &levels, |w| {
         w.gitlab
-            .inject(Fault::new(Endpoint::GetPipelineTestReport, kind).times(100));
-    }
-    let mut ids = Vec::new();
-    for n in 0..8 {
-        let level = if n == 5 { "POISON" } else { "read" };
-        ids.push(apply_for(&w, &format!("member{n}"), level).await);
-    }
-    approve_all(&w, &ids).await;
-    let views = rounds_until_settled(&w, &ids).await;
-    let mrs = (1..)
-        .map_while(|iid| w.gitlab.merge_request(w.project, iid))
-        .count();
+            .update_settings(w.project, |settings| settings.junit_reports = true)
+            .unwrap();
+        if let Some(kind) = report_fault {
+            w.gitlab
+                .inject(Fault::new(Endpoint::GetPipelineTestReport, kind).times(100));
+        }
+    })
+    .await;
     let mut retries = Vec::new();
     for id in &ids {
-        let timeline: Value = w
-            .app
-            .get_as("admin", &format!("/api/v1/operations/{id}/timeline"))
-            .await
-            .json()
-            .await
-            .unwrap();
-        let items = timeline["items"].as_array().unwrap();
-        let retry = items
+        let steps = timeline(&w, "admin", id).await;
+        let retry = steps
             .iter()
-            .find(|item| item["step"]["name"] == "HANDLE_BATCH_RETRY")
-            .unwrap_or_else(|| panic!("{id} was retried: {timeline}"));
-        retries.push(retry["message"].as_str().unwrap().to_owned());
+            .find(|(step, _)| step == "HANDLE_BATCH_RETRY")
+            .unwrap_or_else(|| panic!("{id} was retried: {steps:?}"));
+        retries.push(retry.1.clone());
     }
     Settled {
         views,
