@@ -203,6 +203,15 @@ impl Fixture {
         panic!("pipeline of !{iid} never reached {status}");
     }
 
+    /// The id of the head pipeline of merge request `iid` (not a poll).
+    pub fn pipeline_of(&self, iid: u64) -> u64 {
+        let mr = self
+            .sim
+            .merge_request(self.project, iid)
+            .expect("merge request");
+        mr.head_pipeline.expect("a head pipeline").0
+    }
+
     /// Both reviewers approve.
     pub async fn approve_both(&self, iid: u64) {
         for token in [ALICE, BOB] {

@@ -6,16 +6,8 @@ use serde_json::Value;
 
 use super::support::{BOT, Fixture};
 
-fn pipeline_of(fx: &Fixture, iid: u64) -> u64 {
-    let mr = fx
-        .sim
-        .merge_request(fx.project, iid)
-        .expect("merge request");
-    mr.head_pipeline.expect("a head pipeline").0
-}
-
 async fn report(fx: &Fixture, iid: u64) -> Value {
-    let id = pipeline_of(fx, iid);
+    let id = fx.pipeline_of(iid);
     let answer = fx
         .get(BOT, &format!("{}/pipelines/{id}/test_report", fx.root))
         .await;

@@ -13,15 +13,6 @@ use serde_json::json;
 use super::support::{BOT, Fixture, REPORTER};
 use crate::control_client::call;
 
-/// The id of the head pipeline of merge request `iid`.
-fn pipeline_of(fx: &Fixture, iid: u64) -> u64 {
-    let mr = fx
-        .sim
-        .merge_request(fx.project, iid)
-        .expect("merge request");
-    mr.head_pipeline.expect("a head pipeline").0
-}
-
 #[tokio::test]
 async fn pipelines_of_different_branches_run_at_the_same_time() {
     let duration = Duration::from_millis(400);
@@ -66,7 +57,7 @@ async fn pipeline_durations_are_drawn_within_the_range_from_the_seed() {
         let mut drawn = Vec::new();
         for n in 0..6 {
             let iid = fx.open_mr(&format!("bot/{n}"), &[("a.json", "{}\n")]).await;
-            let id = pipeline_of(&fx, iid);
+            let id = fx.pipeline_of(iid);
             drawn.push(fx.sim.pipeline_duration(fx.project, id).unwrap());
         }
         drawn
@@ -81,7 +72,7 @@ async fn pipeline_durations_are_drawn_within_the_range_from_the_seed() {
 /// The duration of the newest pipeline of merge request `iid`.
 fn newest_duration(fx: &Fixture, iid: u64) -> Duration {
     fx.sim
-        .pipeline_duration(fx.project, pipeline_of(fx, iid))
+        .pipeline_duration(fx.project, fx.pipeline_of(iid))
         .expect("a pipeline")
 }
 
@@ -140,7 +131,7 @@ async fn a_project_with_its_own_pipeline_duration_runs_its_pipelines_that_long()
         .unwrap();
     for n in 0..3 {
         let iid = fx.open_mr(&format!("bot/{n}"), &[("a.json", "{}\n")]).await;
-        let id = pipeline_of(&fx, iid);
+        let id = fx.pipeline_of(iid);
         assert_eq!(fx.sim.pipeline_duration(fx.project, id), Some(own));
     }
 }
@@ -157,7 +148,7 @@ async fn pipeline_durations_can_change_over_the_control_api() {
     .await;
     assert_eq!(set.status, 204);
     let iid = fx.open_mr("bot/one", &[("a.json", "{}\n")]).await;
-    let id = pipeline_of(&fx, iid);
+    let id = fx.pipeline_of(iid);
     let seen = call(
         Method::GET,
         &format!(
@@ -237,7 +228,7 @@ async fn a_pipeline_in_flight_is_canceled_and_a_finished_one_is_left_as_it_was()
     .await;
     let running = fx.open_mr("bot/running", &[("one.json", "1\n")]).await;
     fx.poll_pipeline(running, "running").await;
-    let id = pipeline_of(&fx, running);
+    let id = fx.pipeline_of(running);
     let cancel = format!("{}/pipelines/{id}/cancel", fx.root);
     // Who may not push may not cancel.
     let refused = fx.post(REPORTER, &cancel, json!({})).await;
@@ -253,7 +244,7 @@ async fn a_pipeline_in_flight_is_canceled_and_a_finished_one_is_left_as_it_was()
     let fast = Fixture::start().await;
     let done = fast.open_mr("bot/done", &[("two.json", "2\n")]).await;
     fast.poll_pipeline(done, "success").await;
-    let id = pipeline_of(&fast, done);
+    let id = fast.pipeline_of(done);
     let again = fast
         .post(
             BOT,
